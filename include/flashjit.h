@@ -1,0 +1,246 @@
+/*
+ * flashjit: the forward pass of scaled dot-product attention,
+ *
+ *     O = softmax(scale * Q K^T + mask) V
+ *
+ * computed by a CUDA kernel generated for the exact problem (compiled at run
+ * time with NVRTC, cached on disk) when an NVIDIA GPU is usable, and on the CPU
+ * (OpenBLAS) otherwise. One application binary runs on both.
+ *
+ * This header is the whole public API and its documentation.
+ *
+ * Usage in three steps, FFTW style:
+ *
+ *     fj_context *ctx;  fj_context_create(NULL, &ctx);       // once
+ *     fj_attention_desc d;
+ *     fj_attention_desc_init(&d, batch, hq, hkv, sq, sk, 128, FJ_BF16);
+ *     d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+ *     fj_plan *plan;  fj_plan_create(ctx, &d, &plan);          // once per shape
+ *     fj_plan_execute(plan, q, k, v, o, lse, stream);          // many times
+ *
+ * Every function that can fail returns an fj_status; on failure,
+ * fj_last_error() gives this thread's detail (which field, which rule).
+ * The library never prints. FLASHJIT_LOG=info|debug, or fj_set_log_callback,
+ * turns on messages (cache HIT/MISS/SAVE, compile times, backend choice).
+ *
+ * Ownership and thread safety, one sentence per object:
+ *  - fj_context: owned by the caller from fj_context_create to
+ *    fj_context_destroy; every function taking a context may be called from
+ *    any number of threads at once, except fj_context_destroy, which must be
+ *    the last call on it (destroy its plans first).
+ *  - fj_plan: owned by the caller from fj_plan_create to fj_plan_destroy; it is
+ *    immutable, so fj_plan_execute and fj_plan_describe may run concurrently
+ *    from any threads; it must not outlive its context.
+ *  - strings returned by the library (describe, status names, last error) are
+ *    owned by the library: describe strings live as long as their object,
+ *    status names forever, fj_last_error until this thread's next call.
+ *  - tensors and streams are the caller's; the library never frees them.
+ */
+#ifndef FLASHJIT_H
+#define FLASHJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(FLASHJIT_BUILDING) && defined(__GNUC__)
+#define FJ_API __attribute__((visibility("default")))
+#else
+#define FJ_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                   */
+
+#define FLASHJIT_VERSION_MAJOR 0
+#define FLASHJIT_VERSION_MINOR 1
+#define FLASHJIT_VERSION_PATCH 0
+#define FLASHJIT_VERSION_STRING "0.1.0"
+
+/* MAJOR*10000 + MINOR*100 + PATCH of the library actually linked (compare
+ * with the macros to detect a header/library mismatch). Thread-safe. */
+FJ_API unsigned fj_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+
+/* Values are stable; new ones are appended before FJ_STATUS_COUNT_. */
+typedef enum fj_status {
+    FJ_OK = 0,
+    FJ_ERR_INVALID_ARGUMENT, /* a field breaks a documented rule            */
+    FJ_ERR_UNSUPPORTED,      /* valid, but this backend cannot do it (yet)  */
+    FJ_ERR_NO_DEVICE,        /* CUDA asked for but not usable (reason given) */
+    FJ_ERR_OUT_OF_MEMORY,    /* host or device allocation failed            */
+    FJ_ERR_COMPILE,          /* NVRTC rejected a generated kernel (log given) */
+    FJ_ERR_DRIVER,           /* a CUDA driver call failed (call and code given) */
+    FJ_ERR_IO,               /* a file could not be read or written         */
+    FJ_ERR_INTERNAL,         /* a bug in flashjit: please report it         */
+    FJ_STATUS_COUNT_
+} fj_status;
+
+/* "FJ_ERR_INVALID_ARGUMENT"; "FJ_STATUS_UNKNOWN" for a value out of range.
+ * The string is static. Thread-safe. */
+FJ_API const char *fj_status_name(fj_status s);
+
+/* This thread's detail for its last failed call, naming the field and the
+ * rule, e.g. "heads_q (12) is not a multiple of heads_kv (5)"; "" when the
+ * thread's last call succeeded or it made none. Valid until this thread's
+ * next flashjit call. Thread-local, so thread-safe. */
+FJ_API const char *fj_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Logging (off by default)                                                  */
+
+typedef enum fj_log_level { FJ_LOG_OFF = 0, FJ_LOG_INFO = 1, FJ_LOG_DEBUG = 2 } fj_log_level;
+
+/* Receives each message (one line, no trailing newline). May be called from
+ * any thread that calls into flashjit, so it must be thread-safe itself. */
+typedef void (*fj_log_fn)(fj_log_level level, const char *message, void *user);
+
+/* Installs a process-wide log callback and level (NULL fn: messages go to
+ * stderr at the level of FLASHJIT_LOG, which is read at the first message).
+ * Thread-safe; messages in flight may still reach the previous callback. */
+FJ_API void fj_set_log_callback(fj_log_fn fn, fj_log_level level, void *user);
+
+/* ------------------------------------------------------------------------ */
+/* Enumerations                                                              */
+
+typedef enum fj_dtype { FJ_F32, FJ_F16, FJ_BF16 } fj_dtype;
+
+typedef enum fj_backend {
+    FJ_BACKEND_AUTO,          /* CUDA when usable, else CPU                 */
+    FJ_BACKEND_CPU_REFERENCE, /* plain OpenBLAS reference, the yardstick    */
+    FJ_BACKEND_CPU,           /* CPU tiled (online softmax) backend         */
+    FJ_BACKEND_CUDA           /* generated, NVRTC-compiled CUDA kernels     */
+} fj_backend;
+
+/* Causal alignment; see docs/semantics.md. BOTTOM_RIGHT (FlashAttention's):
+ * query i sees key j when j <= i + (seqlen_k - seqlen_q). TOP_LEFT
+ * (PyTorch's is_causal): when j <= i. */
+typedef enum fj_causal { FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT, FJ_CAUSAL_TOP_LEFT } fj_causal;
+
+/* "f32", "f16", "bf16"; "cpu-reference", "cpu", "cuda", "auto";
+ * "none", "bottom-right", "top-left". NULL for a value out of range. Static. */
+FJ_API const char *fj_dtype_name(fj_dtype t);
+FJ_API const char *fj_backend_name(fj_backend b);
+FJ_API const char *fj_causal_name(fj_causal c);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                   */
+
+typedef struct fj_context fj_context; /* opaque; safe to share between threads */
+typedef struct fj_plan fj_plan;       /* opaque; immutable once created; execute is thread-safe */
+
+typedef struct fj_context_options {
+    fj_backend backend;      /* AUTO: CUDA when a device, the driver and NVRTC are usable,
+                                else CPU. The environment variable FLASHJIT_BACKEND
+                                (cpu|reference|cuda) overrides AUTO (only AUTO). */
+    int device;              /* CUDA device ordinal (>= 0) */
+    const char *cache_dir;   /* NULL: FLASHJIT_CACHE_DIR, else $XDG_CACHE_HOME/flashjit,
+                                else ~/.cache/flashjit; "": no disk cache. Copied. */
+    const char *tuning_file; /* NULL: FLASHJIT_TUNING_FILE, else tuning.txt in the cache
+                                directory; "": none. Copied. */
+    int cpu_threads;         /* 0: one per online core; > 0: exactly that many */
+} fj_context_options;
+
+/* Fills the defaults: AUTO, device 0, NULL, NULL, 0. */
+FJ_API void fj_context_options_init(fj_context_options *o);
+
+/* Creates a context (o NULL: the defaults). On failure *out is NULL.
+ * FJ_ERR_NO_DEVICE when CUDA was asked for explicitly and is not usable; the
+ * message says why (which library, the loader's text, which variable to set). */
+FJ_API fj_status fj_context_create(const fj_context_options *o, fj_context **out);
+
+/* Frees the context, its cached plans and its device resources. NULL: no-op.
+ * Plans created from it must be destroyed first. */
+FJ_API void fj_context_destroy(fj_context *ctx);
+
+/* What AUTO resolved to (never FJ_BACKEND_AUTO for a valid context). */
+FJ_API fj_backend fj_context_backend(const fj_context *ctx);
+
+/* Several lines: what was found (CPU, BLAS, CUDA driver, NVRTC, device), what
+ * was chosen and why, the cache directory and tuning file in use. Owned by the
+ * context, constant for its life. */
+FJ_API const char *fj_context_describe(const fj_context *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Problem description                                                       */
+
+#define FJ_MAX_HEAD_DIM 256
+
+typedef struct fj_attention_desc {
+    int batch, heads_q, heads_kv; /* heads_q % heads_kv == 0: GQA and MQA */
+    int seqlen_q, seqlen_k, head_dim; /* head_dim 1..FJ_MAX_HEAD_DIM (CUDA: a multiple of 8) */
+    fj_dtype dtype;               /* q, k, v and o share it */
+    fj_causal causal;
+    int window_left, window_right; /* sliding window; -1 = unbounded */
+    float scale;                   /* 0: 1/sqrt(head_dim); must be finite */
+    int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
+    /* element strides of the batch, seq and head axes; the head_dim axis is
+       contiguous; a tensor whose three strides are all zero is dense
+       [batch, seq, heads, head_dim]. Strides are >= 0; inputs may overlap
+       (stride 0 broadcasts); output rows must not overlap. */
+} fj_attention_desc;
+
+/* No mask, no window, default scale, dense strides. */
+FJ_API void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q, int heads_kv,
+                                   int seqlen_q, int seqlen_k, int head_dim, fj_dtype dtype);
+
+/* Checks d against every rule without creating anything: FJ_OK or
+ * FJ_ERR_INVALID_ARGUMENT with the rule in fj_last_error(). Thread-safe. */
+FJ_API fj_status fj_attention_desc_validate(const fj_attention_desc *d);
+
+/* 4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk (FlashAttention's
+ * convention, so figures compare with theirs). */
+FJ_API double fj_attention_flops(const fj_attention_desc *d);
+
+/* ------------------------------------------------------------------------ */
+/* Plans                                                                     */
+
+/* Validates d, chooses the kernel (tuning file, else heuristic), and on CUDA
+ * generates, compiles (or loads from cache) and loads it. Expensive the first
+ * time for a kernel; cheap for a kernel the context or the disk cache holds.
+ * On failure *out is NULL. Thread-safe. */
+FJ_API fj_status fj_plan_create(fj_context *ctx, const fj_attention_desc *d, fj_plan **out);
+
+/* Runs the plan. q, k, v, o point to memory of the context's backend (device
+ * memory on CUDA, host memory on CPU; fj_malloc gives either) laid out by the
+ * desc's strides. lse: NULL, or float32 [batch, heads_q, seqlen_q] (natural
+ * log of each row's softmax denominator; -inf for a row that sees no key).
+ * stream: a CUstream on CUDA (NULL: the default stream; the call is
+ * asynchronous), ignored on CPU (the call returns when done). Allocates
+ * nothing. Thread-safe; concurrent executes must not share an output. */
+FJ_API fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k, const void *v,
+                                 void *o, float *lse, void *stream);
+
+/* Backend, kernel name, tiles, and why they were chosen. Owned by the plan. */
+FJ_API const char *fj_plan_describe(const fj_plan *p);
+
+/* Frees the plan (NULL: no-op). */
+FJ_API void fj_plan_destroy(fj_plan *p);
+
+/* One shot: a plan cached in the context per distinct desc, then execute.
+ * Thread-safe. */
+FJ_API fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *q,
+                              const void *k, const void *v, void *o, float *lse, void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Memory of the context's backend: device memory on CUDA, host memory on the
+ * CPU backends, so one program runs on both. Thread-safe. fj_malloc'd memory
+ * is aligned to at least 64 bytes and freed with fj_free on the same context. */
+
+FJ_API fj_status fj_malloc(fj_context *ctx, size_t bytes, void **ptr);
+FJ_API void fj_free(fj_context *ctx, void *ptr); /* NULL: no-op */
+FJ_API fj_status fj_copy_to_device(fj_context *ctx, void *dst, const void *host_src, size_t bytes);
+FJ_API fj_status fj_copy_to_host(fj_context *ctx, void *host_dst, const void *src, size_t bytes);
+/* Waits for the stream's work (NULL: all of the context's work). No-op on CPU. */
+FJ_API fj_status fj_synchronize(fj_context *ctx, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHJIT_H */

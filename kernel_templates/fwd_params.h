@@ -1,0 +1,27 @@
+/* Parameters of one flash_fwd launch. This one definition is shared by the
+ * host (C11, src/cuda/backend.c) and the generated CUDA source (the code
+ * generator pastes this file in), so the two layouts cannot differ. Only
+ * fixed-size types; 8-byte fields first so no padding depends on the compiler.
+ * No #include: NVRTC gets no include path. */
+#ifndef FJ_FWD_PARAMS_H
+#define FJ_FWD_PARAMS_H
+
+typedef struct fj_fwd_params {
+    const void *q, *k, *v;    /* device pointers; element type of the kernel (f16/bf16) */
+    void *o;
+    float *lse;               /* NULL: not written; else float32 [batch, heads_q, seqlen_q] */
+    float *o_partial;         /* split-KV only: [num_splits, batch, heads_q, seqlen_q, head_dim] */
+    float *lse_partial;       /* split-KV only: [num_splits, batch, heads_q, seqlen_q] */
+    long long q_stride[3];    /* elements, axes (batch, seq, head); head_dim is contiguous */
+    long long k_stride[3];
+    long long v_stride[3];
+    long long o_stride[3];
+    long long diag_offset;    /* query row i is aligned with key i + diag_offset */
+    int batch, heads_q, heads_kv, group; /* group = heads_q / heads_kv */
+    int seqlen_q, seqlen_k;
+    int window_left, window_right;       /* -1 = unbounded; read only when FJ_HAS_WINDOW */
+    int num_splits;           /* >= 1; keys split over gridDim.z / batch blocks */
+    float scale_log2;         /* softmax scale * log2(e): scores go through exp2 */
+} fj_fwd_params;
+
+#endif

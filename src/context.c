@@ -1,0 +1,240 @@
+/* Context creation: resolves AUTO to a backend (and records why), the cache
+ * directory and tuning file, and owns the CPU pool and the CUDA state. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "context.h"
+#include "cpu/blas_threads.h"
+#include "cpu/pool.h"
+#include "cuda/cuda_backend.h"
+#include "log.h"
+#include "paths.h"
+#include "plan_cache.h"
+#include "status.h"
+#include "tuning.h"
+
+void fj_context_options_init(fj_context_options *o)
+{
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->backend = FJ_BACKEND_AUTO;
+}
+
+const char *fj_backend_name(fj_backend b)
+{
+    switch (b) {
+    case FJ_BACKEND_AUTO: return "auto";
+    case FJ_BACKEND_CPU_REFERENCE: return "cpu-reference";
+    case FJ_BACKEND_CPU: return "cpu";
+    case FJ_BACKEND_CUDA: return "cuda";
+    }
+    return NULL;
+}
+
+unsigned fj_version(void)
+{
+    return FLASHJIT_VERSION_MAJOR * 10000u + FLASHJIT_VERSION_MINOR * 100u + FLASHJIT_VERSION_PATCH;
+}
+
+/* FLASHJIT_BACKEND overrides AUTO only: an explicit choice in the options is
+ * the program's, the variable is the user's way to steer a program that says
+ * AUTO. */
+static fj_status backend_from_env(fj_backend *b, fj_strbuf *why)
+{
+    const char *s = getenv("FLASHJIT_BACKEND");
+    if (!s || !*s || !strcmp(s, "auto")) return FJ_OK;
+    if (!strcmp(s, "cpu")) *b = FJ_BACKEND_CPU;
+    else if (!strcmp(s, "reference") || !strcmp(s, "cpu-reference")) *b = FJ_BACKEND_CPU_REFERENCE;
+    else if (!strcmp(s, "cuda")) *b = FJ_BACKEND_CUDA;
+    else
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "FLASHJIT_BACKEND (\"%s\") is not one of auto, cpu, reference, cuda", s);
+    fj_strbuf_printf(why, "FLASHJIT_BACKEND=%s", s);
+    return FJ_OK;
+}
+
+static fj_status check_options(const fj_context_options *o)
+{
+    if (!fj_backend_name(o->backend))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "backend (%d) is not one of FJ_BACKEND_AUTO, FJ_BACKEND_CPU_REFERENCE, "
+                       "FJ_BACKEND_CPU, FJ_BACKEND_CUDA",
+                       (int)o->backend);
+    if (o->device < 0)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "device (%d) must be >= 0", o->device);
+    if (o->cpu_threads < 0)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "cpu_threads (%d) must be >= 0 (0: one per core)",
+                       o->cpu_threads);
+    return FJ_OK;
+}
+
+static int online_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
+/* Everything after the options were checked; on failure the caller destroys ctx. */
+static fj_status context_setup(fj_context *ctx, const fj_context_options *o, fj_strbuf *d)
+{
+    fj_strbuf why;
+    fj_strbuf_init(&why);
+    fj_backend want = o->backend;
+    fj_status s = FJ_OK;
+    if (want == FJ_BACKEND_AUTO) s = backend_from_env(&want, &why);
+    if (s) goto out;
+    if (o->backend != FJ_BACKEND_AUTO) fj_strbuf_puts(&why, "asked for in the options");
+
+    ctx->device = o->device;
+    ctx->cpu_threads = o->cpu_threads ? o->cpu_threads : online_cores();
+    if ((s = fj_cache_dir_resolve(o->cache_dir, &ctx->cache_dir, &ctx->cache_dir_note))) goto out;
+    if ((s = fj_tuning_path_resolve(o->tuning_file, ctx->cache_dir, &ctx->tuning_file))) goto out;
+
+    fj_strbuf_printf(d, "flashjit %s\n", FLASHJIT_VERSION_STRING);
+    fj_strbuf cuda_facts;
+    fj_strbuf_init(&cuda_facts);
+    if (want == FJ_BACKEND_AUTO || want == FJ_BACKEND_CUDA) {
+        s = fj_cuda_state_create(ctx, &cuda_facts);
+        if (s == FJ_OK) {
+            ctx->backend = FJ_BACKEND_CUDA;
+            ctx->ops = fj_cuda_backend_ops();
+            if (want == FJ_BACKEND_AUTO)
+                fj_strbuf_puts(&why, "AUTO: a CUDA device, the driver and NVRTC are usable");
+        } else if (want == FJ_BACKEND_CUDA || s != FJ_ERR_NO_DEVICE) {
+            fj_strbuf_free(&cuda_facts);
+            goto out; /* the reason is in fj_last_error() */
+        } else {
+            fj_strbuf_printf(&why, "AUTO: CUDA is not usable (%s), so the CPU", fj_last_error());
+            fj_clear_error();
+            want = FJ_BACKEND_CPU;
+            s = FJ_OK;
+        }
+    }
+    if (want == FJ_BACKEND_CPU || want == FJ_BACKEND_CPU_REFERENCE) {
+        ctx->backend = want;
+        ctx->ops = want == FJ_BACKEND_CPU ? &fj_cpu_tiled_ops : &fj_cpu_reference_ops;
+    }
+    /* Both kinds of context get a pool: CUDA plans check candidates against
+       the CPU reference (the tuner), CPU plans run on it. */
+    if ((s = fj_pool_create(ctx->cpu_threads, &ctx->pool))) {
+        fj_strbuf_free(&cuda_facts);
+        goto out;
+    }
+
+    fj_strbuf_printf(d, "backend: %s (%s)\n", fj_backend_name(ctx->backend), why.data ? why.data : "");
+    fj_strbuf_printf(d, "cpu: %d threads; BLAS: ", ctx->cpu_threads);
+    fj_blas_describe(d);
+    fj_strbuf_puts(d, "\n");
+    if (cuda_facts.data) fj_strbuf_puts(d, cuda_facts.data);
+    fj_strbuf_free(&cuda_facts);
+    if (ctx->cache_dir) fj_strbuf_printf(d, "cache: %s\n", ctx->cache_dir);
+    else fj_strbuf_printf(d, "cache: %s\n", ctx->cache_dir_note);
+    if ((s = fj_tuning_load(ctx, d))) goto out;
+out:
+    fj_strbuf_free(&why);
+    return s;
+}
+
+fj_status fj_context_create(const fj_context_options *o, fj_context **out)
+{
+    fj_clear_error();
+    if (!out) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "out (the fj_context ** to fill) is NULL");
+    *out = NULL;
+    fj_context_options defaults;
+    if (!o) {
+        fj_context_options_init(&defaults);
+        o = &defaults;
+    }
+    fj_status s = check_options(o);
+    if (s) return s;
+    fj_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory creating the context");
+    pthread_mutex_init(&ctx->plan_lock, NULL);
+    fj_strbuf d;
+    fj_strbuf_init(&d);
+    s = context_setup(ctx, o, &d);
+    if (s == FJ_OK) {
+        ctx->describe = fj_strbuf_take(&d);
+        if (!ctx->describe) s = fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory describing the context");
+    }
+    fj_strbuf_free(&d);
+    if (s) {
+        fj_context_destroy(ctx);
+        return s;
+    }
+    FJ_INFO("context: backend %s, %d CPU threads, cache %s", fj_backend_name(ctx->backend),
+            ctx->cpu_threads, ctx->cache_dir ? ctx->cache_dir : "off");
+    *out = ctx;
+    return FJ_OK;
+}
+
+void fj_context_destroy(fj_context *ctx)
+{
+    if (!ctx) return;
+    fj_plan_cache_clear(ctx);
+    fj_tuning_free(ctx->tuning);
+    fj_cuda_state_destroy(ctx);
+    fj_pool_destroy(ctx->pool);
+    pthread_mutex_destroy(&ctx->plan_lock);
+    free(ctx->cache_dir);
+    free(ctx->cache_dir_note);
+    free(ctx->tuning_file);
+    free(ctx->describe);
+    free(ctx);
+}
+
+fj_backend fj_context_backend(const fj_context *ctx)
+{
+    return ctx ? ctx->backend : FJ_BACKEND_AUTO;
+}
+
+const char *fj_context_describe(const fj_context *ctx)
+{
+    return ctx && ctx->describe ? ctx->describe : "";
+}
+
+/* ---- memory of the context's backend ---------------------------------- */
+
+fj_status fj_malloc(fj_context *ctx, size_t bytes, void **ptr)
+{
+    fj_clear_error();
+    if (!ptr) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_malloc: ptr is NULL");
+    *ptr = NULL;
+    if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_malloc: ctx is NULL");
+    return ctx->ops->mem_alloc(ctx, bytes, ptr);
+}
+
+void fj_free(fj_context *ctx, void *ptr)
+{
+    if (ctx && ptr) ctx->ops->mem_free(ctx, ptr);
+}
+
+static fj_status check_copy(const char *fn, fj_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+    if (bytes && (!dst || !src))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, dst ? "src" : "dst");
+    return FJ_OK;
+}
+
+fj_status fj_copy_to_device(fj_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    fj_clear_error();
+    fj_status s = check_copy("fj_copy_to_device", ctx, dst, src, bytes);
+    return s ? s : bytes ? ctx->ops->copy_to_device(ctx, dst, src, bytes) : FJ_OK;
+}
+
+fj_status fj_copy_to_host(fj_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    fj_clear_error();
+    fj_status s = check_copy("fj_copy_to_host", ctx, dst, src, bytes);
+    return s ? s : bytes ? ctx->ops->copy_to_host(ctx, dst, src, bytes) : FJ_OK;
+}
+
+fj_status fj_synchronize(fj_context *ctx, void *stream)
+{
+    fj_clear_error();
+    if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_synchronize: ctx is NULL");
+    return ctx->ops->synchronize(ctx, stream);
+}

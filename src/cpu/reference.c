@@ -1,0 +1,183 @@
+/* FJ_BACKEND_CPU_REFERENCE: the yardstick every other backend is checked
+ * against. Deliberately plain: per (batch, head, block of query rows), the
+ * scores S = Q K^T of the block are materialized with one sgemm, softmax is
+ * taken row by row in float32 (max-subtracted, so stable), and O = P V is a
+ * second sgemm. The block height keeps the score workspace under
+ * SCORE_BYTES_PER_THREAD at any sequence length. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "context.h"
+#include "convert.h"
+#include "pool.h"
+#include "status.h"
+#include "tensor_access.h"
+#include "vmath.h"
+
+#define SCORE_BYTES_PER_THREAD (64u << 20)
+#define MAX_BLOCK_ROWS 128
+
+typedef struct ref_plan {
+    fj_pool *pool;
+    int block_rows;
+    int64_t blocks_per_head;
+    size_t ws_floats; /* per worker */
+    float *workspace; /* pool threads x ws_floats */
+} ref_plan;
+
+typedef struct ref_job {
+    const ref_plan *plan;
+    const fj_problem *p;
+    const void *q, *k, *v;
+    void *o;
+    float *lse;
+} ref_job;
+
+static void ref_task(void *arg, int64_t task, int worker)
+{
+    const ref_job *j = arg;
+    const ref_plan *rp = j->plan;
+    const fj_problem *p = j->p;
+    const int D = p->head_dim;
+    const int64_t per_batch = (int64_t)p->heads_q * rp->blocks_per_head;
+    const int64_t b = task / per_batch;
+    const int64_t h = (task % per_batch) / rp->blocks_per_head;
+    const int64_t blk = task % rp->blocks_per_head;
+    const int64_t hk = h / p->group;
+    const int64_t i0 = blk * rp->block_rows;
+    const int64_t rows = p->seqlen_q - i0 < rp->block_rows ? p->seqlen_q - i0 : rp->block_rows;
+
+    /* The keys any row of the block sees: one interval, as every row's is. */
+    int64_t jlo = p->seqlen_k, jhi = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t lo, hi;
+        fj_visible_keys(p, i0 + r, &lo, &hi);
+        if (lo >= hi) continue;
+        if (lo < jlo) jlo = lo;
+        if (hi > jhi) jhi = hi;
+    }
+    const int64_t nk = jhi > jlo ? jhi - jlo : 0;
+
+    float *qf = rp->workspace + (size_t)worker * rp->ws_floats;
+    float *of = qf + (size_t)rp->block_rows * D;
+    float *kf = of + (size_t)rp->block_rows * D;
+    float *vf = kf + (size_t)p->seqlen_k * D;
+    float *sc = vf + (size_t)p->seqlen_k * D;
+
+    if (nk > 0) {
+        fj_load_f32(qf, D, fj_row_ptr(j->q, p->dtype, p->q_stride, b, i0, h), p->dtype,
+                    p->q_stride[FJ_AXIS_SEQ], rows, D);
+        fj_load_f32(kf, D, fj_row_ptr(j->k, p->dtype, p->k_stride, b, jlo, hk), p->dtype,
+                    p->k_stride[FJ_AXIS_SEQ], nk, D);
+        fj_load_f32(vf, D, fj_row_ptr(j->v, p->dtype, p->v_stride, b, jlo, hk), p->dtype,
+                    p->v_stride[FJ_AXIS_SEQ], nk, D);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)nk, D, 1.0f, qf, D,
+                    kf, D, 0.0f, sc, (int)nk);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t lo, hi;
+        fj_visible_keys(p, i0 + r, &lo, &hi);
+        float *row = sc + r * nk;
+        float row_lse = -INFINITY;
+        if (lo < hi) {
+            lo -= jlo;
+            hi -= jlo;
+            float *vis = row + lo;
+            int64_t n = hi - lo;
+            fj_vscale(vis, n, p->scale);
+            float m = fj_vmax(vis, n);
+            float sum = fj_vexp_scaled_sum(vis, n, 1.0f, m);
+            fj_vscale(vis, n, 1.0f / sum);
+            memset(row, 0, (size_t)lo * sizeof(float));
+            memset(row + hi, 0, (size_t)(nk - hi) * sizeof(float));
+            row_lse = m + logf(sum);
+        } else if (nk > 0) {
+            memset(row, 0, (size_t)nk * sizeof(float));
+        }
+        if (j->lse) j->lse[(b * p->heads_q + h) * p->seqlen_q + i0 + r] = row_lse;
+    }
+    if (nk > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, D, (int)nk, 1.0f, sc,
+                    (int)nk, vf, D, 0.0f, of, D);
+    else
+        memset(of, 0, (size_t)rows * D * sizeof(float));
+    fj_store_f32(fj_row_ptr_mut(j->o, p->dtype, p->o_stride, b, i0, h), p->dtype,
+                 p->o_stride[FJ_AXIS_SEQ], of, D, rows, D);
+}
+
+static fj_status ref_plan_create(fj_context *ctx, const fj_problem *p, void **state,
+                                 fj_strbuf *describe)
+{
+    *state = NULL;
+    if (p->seqlen_k > INT32_MAX / 2 || (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "cpu-reference: seqlen_k (%d) x head_dim (%d) is beyond what one BLAS "
+                       "call can index (int)",
+                       p->seqlen_k, p->head_dim);
+    ref_plan *rp = calloc(1, sizeof *rp);
+    if (!rp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu-reference: out of memory for the plan");
+    int64_t rows = SCORE_BYTES_PER_THREAD / ((uint64_t)p->seqlen_k * sizeof(float));
+    if (rows > MAX_BLOCK_ROWS) rows = MAX_BLOCK_ROWS;
+    if (rows > p->seqlen_q) rows = p->seqlen_q;
+    if (rows < 1) rows = 1;
+    rp->block_rows = (int)rows;
+    rp->blocks_per_head = (p->seqlen_q + rows - 1) / rows;
+    rp->pool = ctx->pool;
+    int threads = fj_pool_threads(ctx->pool);
+    rp->ws_floats = (size_t)rows * p->head_dim * 2 + (size_t)p->seqlen_k * p->head_dim * 2 +
+                    (size_t)rows * p->seqlen_k;
+    rp->ws_floats = (rp->ws_floats + 15) & ~(size_t)15; /* keep each worker's part 64-byte aligned */
+    size_t bytes;
+    if (__builtin_mul_overflow(rp->ws_floats * sizeof(float), (size_t)threads, &bytes) ||
+        !(rp->workspace = aligned_alloc(64, bytes))) {
+        size_t mib = rp->ws_floats * sizeof(float) * (size_t)threads >> 20;
+        free(rp);
+        return fj_fail(FJ_ERR_OUT_OF_MEMORY,
+                       "cpu-reference: cannot allocate %zu MiB of workspace (%d threads)", mib,
+                       threads);
+    }
+    fj_strbuf_printf(describe,
+                     "backend: cpu-reference\n"
+                     "method: materialized scores per block of %d query rows (sgemm, row softmax, "
+                     "sgemm)\n"
+                     "workspace: %.1f MiB per thread, %d threads\n",
+                     rp->block_rows, (double)(rp->ws_floats * sizeof(float)) / (1 << 20),
+                     threads);
+    *state = rp;
+    return FJ_OK;
+}
+
+static fj_status ref_execute(const void *state, const fj_problem *p, const void *q, const void *k,
+                             const void *v, void *o, float *lse, void *stream)
+{
+    (void)stream;
+    const ref_plan *rp = state;
+    ref_job job = {rp, p, q, k, v, o, lse};
+    int64_t tasks = (int64_t)p->batch * p->heads_q * rp->blocks_per_head;
+    fj_pool_run(rp->pool, tasks, ref_task, &job);
+    return FJ_OK;
+}
+
+static void ref_plan_destroy(void *state)
+{
+    ref_plan *rp = state;
+    if (!rp) return;
+    free(rp->workspace);
+    free(rp);
+}
+
+const fj_backend_ops fj_cpu_reference_ops = {
+    .kind = FJ_BACKEND_CPU_REFERENCE,
+    .name = "cpu-reference",
+    .plan_create = ref_plan_create,
+    .execute = ref_execute,
+    .plan_destroy = ref_plan_destroy,
+    .mem_alloc = fj_cpu_mem_alloc,
+    .mem_free = fj_cpu_mem_free,
+    .copy_to_device = fj_cpu_memcpy,
+    .copy_to_host = fj_cpu_memcpy,
+    .synchronize = fj_cpu_synchronize,
+};

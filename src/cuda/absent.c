@@ -1,0 +1,17 @@
+/* Linked instead of the CUDA backend when flashjit is configured with
+ * -Dcuda=disabled: AUTO falls back to the CPU and says why. */
+#include "cuda/cuda_backend.h"
+#include "status.h"
+
+fj_status fj_cuda_state_create(fj_context *ctx, fj_strbuf *describe)
+{
+    (void)ctx;
+    fj_strbuf_puts(describe, "cuda: not built (configured with -Dcuda=disabled)\n");
+    return fj_fail(FJ_ERR_NO_DEVICE,
+                   "this flashjit was built without the CUDA backend (meson -Dcuda=disabled); "
+                   "rebuild with -Dcuda=auto");
+}
+
+void fj_cuda_state_destroy(fj_context *ctx) { (void)ctx; }
+
+const fj_backend_ops *fj_cuda_backend_ops(void) { return NULL; }

@@ -1,0 +1,237 @@
+/* Validation of the public problem description, and the resolved problem the
+ * backends use. Every rule lives here, once, with the message that names it. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "problem.h"
+#include "status.h"
+
+void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q, int heads_kv,
+                            int seqlen_q, int seqlen_k, int head_dim, fj_dtype dtype)
+{
+    if (!d) return;
+    memset(d, 0, sizeof *d);
+    d->batch = batch;
+    d->heads_q = heads_q;
+    d->heads_kv = heads_kv;
+    d->seqlen_q = seqlen_q;
+    d->seqlen_k = seqlen_k;
+    d->head_dim = head_dim;
+    d->dtype = dtype;
+    d->causal = FJ_CAUSAL_NONE;
+    d->window_left = -1;
+    d->window_right = -1;
+    d->scale = 0.0f;
+}
+
+const char *fj_dtype_name(fj_dtype t)
+{
+    switch (t) {
+    case FJ_F32: return "f32";
+    case FJ_F16: return "f16";
+    case FJ_BF16: return "bf16";
+    }
+    return NULL;
+}
+
+const char *fj_causal_name(fj_causal c)
+{
+    switch (c) {
+    case FJ_CAUSAL_NONE: return "none";
+    case FJ_CAUSAL_BOTTOM_RIGHT: return "bottom-right";
+    case FJ_CAUSAL_TOP_LEFT: return "top-left";
+    }
+    return NULL;
+}
+
+static bool all_zero(const int64_t s[3]) { return s[0] == 0 && s[1] == 0 && s[2] == 0; }
+
+static void dense_strides(int64_t s[3], int seqlen, int heads, int head_dim)
+{
+    s[FJ_AXIS_HEAD] = head_dim;
+    s[FJ_AXIS_SEQ] = (int64_t)heads * head_dim;
+    s[FJ_AXIS_BATCH] = (int64_t)seqlen * heads * head_dim;
+}
+
+/* Offset one past the last element: sum((n_i - 1) * s_i) + head_dim, or -1
+ * on int64 overflow. */
+static int64_t extent(const int64_t s[3], const int64_t n[3], int head_dim)
+{
+    int64_t total = head_dim;
+    for (int a = 0; a < 3; a++) {
+        int64_t t;
+        if (__builtin_mul_overflow(n[a] - 1, s[a], &t) || __builtin_add_overflow(total, t, &total))
+            return -1;
+    }
+    return total;
+}
+
+static const char *const axis_names[3] = {"batch", "seq", "head"};
+
+static fj_status check_strides(const char *name, const int64_t s[3], const int64_t n[3],
+                               int head_dim, int elem_size)
+{
+    for (int a = 0; a < 3; a++)
+        if (s[a] < 0)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s[%d] (%s axis) is %lld: strides must be >= 0", name, a,
+                           axis_names[a], (long long)s[a]);
+    int64_t e = extent(s, n, head_dim), bytes;
+    if (e < 0 || __builtin_mul_overflow(e, (int64_t)elem_size, &bytes) ||
+        (uint64_t)bytes > (uint64_t)SIZE_MAX)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "%s: the tensor's extent overflows (strides %lld, %lld, %lld)", name,
+                       (long long)s[0], (long long)s[1], (long long)s[2]);
+    return FJ_OK;
+}
+
+/* Output rows (head_dim contiguous elements each) must not overlap, or two
+ * rows' results would race and one would be lost. Sufficient rule: ordering the
+ * axes of extent > 1 by stride, each stride is at least the span of the axes
+ * below it. */
+static fj_status check_output_rows(const int64_t s[3], const int64_t n[3], int head_dim)
+{
+    int order[3], k = 0;
+    for (int a = 0; a < 3; a++)
+        if (n[a] > 1) order[k++] = a;
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && s[order[j]] < s[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int64_t span = head_dim;
+    for (int i = 0; i < k; i++) {
+        int a = order[i];
+        if (s[a] < span)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "o_stride[%d] (%s axis) is %lld but must be >= %lld so that output "
+                           "rows do not overlap",
+                           a, axis_names[a], (long long)s[a], (long long)span);
+        span = (n[a] - 1) * s[a] + span; /* no overflow: extent() checked it */
+    }
+    return FJ_OK;
+}
+
+fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
+{
+    if (!p) return fj_fail(FJ_ERR_INTERNAL, "fj_problem_init: NULL problem");
+    if (!d) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "desc is NULL");
+    memset(p, 0, sizeof *p);
+
+    struct { const char *name; int v; } sizes[] = {
+        {"batch", d->batch},       {"heads_q", d->heads_q},   {"heads_kv", d->heads_kv},
+        {"seqlen_q", d->seqlen_q}, {"seqlen_k", d->seqlen_k}, {"head_dim", d->head_dim},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].v <= 0)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s (%d) must be >= 1", sizes[i].name,
+                           sizes[i].v);
+    if (d->head_dim > FJ_MAX_HEAD_DIM)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "head_dim (%d) must be <= %d", d->head_dim,
+                       FJ_MAX_HEAD_DIM);
+    if (d->heads_q % d->heads_kv != 0)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "heads_q (%d) is not a multiple of heads_kv (%d)",
+                       d->heads_q, d->heads_kv);
+    if (!fj_dtype_name(d->dtype))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "dtype (%d) is not one of FJ_F32, FJ_F16, FJ_BF16",
+                       (int)d->dtype);
+    if (!fj_causal_name(d->causal))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "causal (%d) is not one of FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT, "
+                       "FJ_CAUSAL_TOP_LEFT",
+                       (int)d->causal);
+    if (d->window_left < -1)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "window_left (%d) must be >= -1 (-1: unbounded)",
+                       d->window_left);
+    if (d->window_right < -1)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "window_right (%d) must be >= -1 (-1: unbounded)",
+                       d->window_right);
+    if (!isfinite(d->scale))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "scale (%g) must be finite (0: 1/sqrt(head_dim))",
+                       (double)d->scale);
+
+    /* lse has batch*heads_q*seqlen_q floats; every other count is smaller
+       than some tensor extent checked below. */
+    int64_t rows;
+    if (__builtin_mul_overflow((int64_t)d->batch * d->heads_q, (int64_t)d->seqlen_q, &rows) ||
+        __builtin_mul_overflow(rows, (int64_t)sizeof(float), &rows))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "batch * heads_q * seqlen_q overflows");
+
+    p->batch = d->batch;
+    p->heads_q = d->heads_q;
+    p->heads_kv = d->heads_kv;
+    p->seqlen_q = d->seqlen_q;
+    p->seqlen_k = d->seqlen_k;
+    p->head_dim = d->head_dim;
+    p->group = d->heads_q / d->heads_kv;
+    p->dtype = d->dtype;
+    p->causal = d->causal;
+    p->window_left = d->window_left;
+    p->window_right = d->window_right;
+    p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
+    p->diag_offset = d->causal == FJ_CAUSAL_TOP_LEFT ? 0 : (int64_t)d->seqlen_k - d->seqlen_q;
+    p->masked = d->causal != FJ_CAUSAL_NONE || d->window_left >= 0 || d->window_right >= 0;
+
+    struct { const char *name; const int64_t *in; int64_t *out; int seq, heads; } t[4] = {
+        {"q_stride", d->q_stride, p->q_stride, d->seqlen_q, d->heads_q},
+        {"k_stride", d->k_stride, p->k_stride, d->seqlen_k, d->heads_kv},
+        {"v_stride", d->v_stride, p->v_stride, d->seqlen_k, d->heads_kv},
+        {"o_stride", d->o_stride, p->o_stride, d->seqlen_q, d->heads_q},
+    };
+    int es = fj_dtype_size(d->dtype);
+    for (int i = 0; i < 4; i++) {
+        int64_t n[3] = {d->batch, t[i].seq, t[i].heads};
+        if (all_zero(t[i].in)) dense_strides(t[i].out, t[i].seq, t[i].heads, d->head_dim);
+        else memcpy(t[i].out, t[i].in, 3 * sizeof(int64_t));
+        fj_status s = check_strides(t[i].name, t[i].out, n, d->head_dim, es);
+        if (s) return s;
+    }
+    int64_t on[3] = {d->batch, d->seqlen_q, d->heads_q};
+    return check_output_rows(p->o_stride, on, d->head_dim);
+}
+
+fj_status fj_attention_desc_validate(const fj_attention_desc *d)
+{
+    fj_clear_error();
+    fj_problem p;
+    return fj_problem_init(&p, d);
+}
+
+static int64_t extent_of(const int64_t s[3], int batch, int seq, int heads, int head_dim)
+{
+    int64_t n[3] = {batch, seq, heads};
+    return extent(s, n, head_dim);
+}
+
+int64_t fj_problem_q_extent(const fj_problem *p)
+{
+    return extent_of(p->q_stride, p->batch, p->seqlen_q, p->heads_q, p->head_dim);
+}
+
+int64_t fj_problem_kv_extent(const fj_problem *p, const int64_t stride[3])
+{
+    return extent_of(stride, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
+}
+
+int64_t fj_problem_o_extent(const fj_problem *p)
+{
+    return extent_of(p->o_stride, p->batch, p->seqlen_q, p->heads_q, p->head_dim);
+}
+
+void fj_problem_format(const fj_problem *p, char *buf, size_t n)
+{
+    snprintf(buf, n, "b%d hq%d hkv%d sq%d sk%d d%d %s causal=%s window=%d,%d scale=%g", p->batch,
+             p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim,
+             fj_dtype_name(p->dtype), fj_causal_name(p->causal), p->window_left, p->window_right,
+             (double)p->scale);
+}
+
+double fj_attention_flops(const fj_attention_desc *d)
+{
+    if (!d) return 0.0;
+    double f = 4.0 * d->batch * d->heads_q * (double)d->seqlen_q * d->seqlen_k * d->head_dim;
+    if (d->causal != FJ_CAUSAL_NONE && d->seqlen_q == d->seqlen_k) f *= 0.5;
+    return f;
+}

@@ -1,0 +1,78 @@
+/* The kernel descriptor: the one key for everything about a generated kernel.
+ * A fixed-size struct of uint32 fields (no padding), zeroed before it is
+ * filled, holding every field that changes the generated code. Its canonical
+ * name, e.g. "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90", appears
+ * identically in logs, errors, cache file names, the tuning file, plan
+ * describe and the CLI (`flashjit source NAME`). */
+#ifndef FJ_KERNEL_DESC_H
+#define FJ_KERNEL_DESC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashjit.h"
+#include "problem.h"
+
+/* Bump when generated code changes for an unchanged descriptor (it is part
+ * of the source, hence of every cache key). */
+#define FJ_GENERATOR_VERSION 1
+
+typedef enum fj_template_id {
+    FJ_TEMPLATE_FLASH_FWD = 1, /* kernel_templates/flash_fwd.cu, "flash_fwd" */
+    FJ_TEMPLATE_COMBINE = 2,   /* kernel_templates/combine.cu (split-KV), "combine" */
+} fj_template_id;
+
+/* Mask kinds that change code. The causal alignment (bottom-right or
+ * top-left) and the window sizes are launch parameters, not code. */
+typedef enum fj_mask_kind {
+    FJ_MASK_NONE = 0,          /* "nomask" */
+    FJ_MASK_CAUSAL = 1,        /* "causal" */
+    FJ_MASK_WINDOW = 2,        /* "window" */
+    FJ_MASK_CAUSAL_WINDOW = 3, /* "causal_window" */
+} fj_mask_kind;
+
+typedef struct fj_kernel_desc {
+    uint32_t generator_version; /* FJ_GENERATOR_VERSION */
+    uint32_t template_id;       /* fj_template_id */
+    uint32_t head_dim;          /* exact: a multiple of 8, 8..256 */
+    uint32_t dtype;             /* fj_dtype: FJ_F16 or FJ_BF16 */
+    uint32_t mask;              /* fj_mask_kind */
+    uint32_t block_m, block_n;  /* query rows per block, keys per tile */
+    uint32_t warps;             /* warps per block */
+    uint32_t stages;            /* K/V tiles in flight */
+    uint32_t split_kv;          /* 0/1: writes float partials for the combine kernel */
+    uint32_t arch;              /* SM version: 80 for sm_80, 90 for sm_90 */
+} fj_kernel_desc;
+
+/* Zeroes k and sets generator_version. */
+void fj_kernel_desc_init(fj_kernel_desc *k);
+
+/* The canonical name into buf (always NUL-terminated); returns its length. */
+int fj_kernel_desc_name(const fj_kernel_desc *k, char *buf, size_t n);
+
+/* Parses a canonical name back into a descriptor; FJ_ERR_INVALID_ARGUMENT
+ * naming the part that does not parse. */
+fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k);
+
+/* Checks the descriptor against the template's rules (head dim, tile shape,
+ * warps, stages, shared memory within smem_limit bytes; 0: the arch's
+ * opt-in maximum). FJ_ERR_UNSUPPORTED naming the rule. */
+fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit);
+
+/* Dynamic shared memory the kernel's layout needs, in bytes: the template
+ * static_asserts it agrees (FJ_SMEM_BYTES). */
+size_t fj_kernel_desc_smem_bytes(const fj_kernel_desc *k);
+
+/* Threads per block. */
+static inline unsigned fj_kernel_desc_threads(const fj_kernel_desc *k) { return 32u * k->warps; }
+
+/* Fills template, head dim, dtype, mask and arch for the problem, and the
+ * built-in heuristic's tiles for (head dim, arch, mask). FJ_ERR_UNSUPPORTED
+ * with what to do for F32 or a head dim that is not a multiple of 8. */
+fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kernel_desc *k);
+
+/* Sets the heuristic's tiles (block_m, block_n, warps, stages) for the
+ * descriptor's head dim, arch and mask. */
+void fj_kernel_desc_heuristic(fj_kernel_desc *k);
+
+#endif

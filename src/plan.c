@@ -1,0 +1,88 @@
+/* Plans: the one place decisions are made. Creation validates, lets the
+ * backend choose and build its kernel; execute only checks pointers and runs. */
+#include <stdlib.h>
+
+#include "log.h"
+#include "plan.h"
+#include "plan_cache.h"
+#include "status.h"
+
+fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, fj_plan **out)
+{
+    *out = NULL;
+    fj_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
+    plan->ctx = ctx;
+    plan->ops = ctx->ops;
+    plan->problem = *p;
+    fj_strbuf d;
+    fj_strbuf_init(&d);
+    char shape[256];
+    fj_problem_format(p, shape, sizeof shape);
+    fj_strbuf_printf(&d, "problem: %s\n", shape);
+    fj_status s = plan->ops->plan_create(ctx, p, &plan->state, &d);
+    if (s == FJ_OK && !(plan->describe = fj_strbuf_take(&d)))
+        s = fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory describing a plan");
+    fj_strbuf_free(&d);
+    if (s) {
+        fj_plan_destroy(plan);
+        return s;
+    }
+    FJ_DEBUG("plan created: %s on %s", shape, plan->ops->name);
+    *out = plan;
+    return FJ_OK;
+}
+
+fj_status fj_plan_create(fj_context *ctx, const fj_attention_desc *d, fj_plan **out)
+{
+    fj_clear_error();
+    if (!out) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "out (the fj_plan ** to fill) is NULL");
+    *out = NULL;
+    if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
+    fj_problem p;
+    fj_status s = fj_problem_init(&p, d);
+    if (s) return s;
+    return fj_plan_create_problem(ctx, &p, out);
+}
+
+static fj_status check_tensors(const void *q, const void *k, const void *v, const void *o)
+{
+    const char *missing = !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : NULL;
+    if (missing) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s is NULL", missing);
+    return FJ_OK;
+}
+
+fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k, const void *v, void *o,
+                          float *lse, void *stream)
+{
+    fj_clear_error();
+    if (!p) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "plan is NULL");
+    fj_status s = check_tensors(q, k, v, o);
+    if (s) return s;
+    return p->ops->execute(p->state, &p->problem, q, k, v, o, lse, stream);
+}
+
+const char *fj_plan_describe(const fj_plan *p) { return p && p->describe ? p->describe : ""; }
+
+void fj_plan_destroy(fj_plan *p)
+{
+    if (!p) return;
+    if (p->state) p->ops->plan_destroy(p->state);
+    free(p->describe);
+    free(p);
+}
+
+fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *q, const void *k,
+                       const void *v, void *o, float *lse, void *stream)
+{
+    fj_clear_error();
+    if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
+    fj_status s = check_tensors(q, k, v, o);
+    if (s) return s;
+    const fj_plan *plan;
+    void *handle;
+    if ((s = fj_plan_cache_acquire(ctx, d, &plan, &handle))) return s;
+    s = plan->ops->execute(plan->state, &plan->problem, q, k, v, o, lse, stream);
+    fj_plan_cache_release(ctx, handle);
+    return s;
+}

@@ -1,0 +1,59 @@
+/* A validated attention problem: the public desc with every default resolved
+ * (scale, dense strides), so backends never see a zero stride meaning
+ * "dense" or a zero scale meaning "default". Built once per plan. */
+#ifndef FJ_PROBLEM_H
+#define FJ_PROBLEM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "flashjit.h"
+
+enum { FJ_AXIS_BATCH = 0, FJ_AXIS_SEQ = 1, FJ_AXIS_HEAD = 2 };
+
+typedef struct fj_problem {
+    int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+    int group;       /* heads_q / heads_kv: query heads per kv head */
+    fj_dtype dtype;
+    fj_causal causal;
+    int window_left, window_right; /* -1 = unbounded */
+    float scale;                   /* resolved: 1/sqrt(head_dim) when the desc said 0 */
+    int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3]; /* resolved */
+    /* Query row i is aligned with key row i + diag_offset: seqlen_k - seqlen_q
+       for NONE and BOTTOM_RIGHT, 0 for TOP_LEFT. */
+    int64_t diag_offset;
+    bool masked; /* causal or any window: some (row, key) pairs are hidden */
+} fj_problem;
+
+/* Validates d and fills *p. FJ_ERR_INVALID_ARGUMENT with the field and the
+ * rule in fj_last_error() on any bad field. */
+fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d);
+
+/* The keys query row i sees form one interval [*lo, *hi) (every mask kind is a
+ * band). Empty when *lo >= *hi. */
+static inline void fj_visible_keys(const fj_problem *p, int64_t i, int64_t *lo, int64_t *hi)
+{
+    int64_t d = i + p->diag_offset;
+    int64_t l = 0, h = p->seqlen_k;
+    if (p->causal != FJ_CAUSAL_NONE && d + 1 < h) h = d + 1;
+    if (p->window_right >= 0 && d + p->window_right + 1 < h) h = d + p->window_right + 1;
+    if (p->window_left >= 0 && d - p->window_left > l) l = d - p->window_left;
+    if (h < l) h = l;
+    *lo = l;
+    *hi = h;
+}
+
+/* Bytes of one element of the dtype. */
+static inline int fj_dtype_size(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
+
+/* Number of elements from the base pointer to one past the last element the
+ * tensor touches (the extent to allocate for a strided tensor). */
+int64_t fj_problem_q_extent(const fj_problem *p);
+int64_t fj_problem_kv_extent(const fj_problem *p, const int64_t stride[3]);
+int64_t fj_problem_o_extent(const fj_problem *p);
+
+/* Short text such as "b2 hq16 hkv4 sq1024 sk1024 d128 bf16 causal=bottom-right
+   window=-1,-1" for describe strings and logs. */
+void fj_problem_format(const fj_problem *p, char *buf, size_t n);
+
+#endif

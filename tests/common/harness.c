@@ -1,0 +1,340 @@
+#include "harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t fjt_seed(void)
+{
+    static uint64_t seed;
+    static bool done;
+    if (done) return seed;
+    const char *s = getenv("FLASHJIT_TEST_SEED");
+    if (s && *s) {
+        seed = strtoull(s, NULL, 0);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
+    }
+    done = true;
+    printf("# seed: %llu; rerun with FLASHJIT_TEST_SEED=%llu\n", (unsigned long long)seed,
+           (unsigned long long)seed);
+    fflush(stdout);
+    return seed;
+}
+
+void fjt_rng_init(fjt_rng *r, uint64_t seed) { r->s = seed ^ 0x9e3779b97f4a7c15ull; }
+
+uint64_t fjt_next(fjt_rng *r) /* splitmix64 */
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double fjt_uniform(fjt_rng *r) { return (double)(fjt_next(r) >> 11) * 0x1.0p-53; }
+
+int fjt_range(fjt_rng *r, int lo, int hi)
+{
+    return lo + (int)(fjt_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+/* ---- dtype access (plain code, independent of src/cpu/convert.h) -------- */
+
+static double half_to_double(uint16_t h)
+{
+    int sign = h >> 15, exp = (h >> 10) & 31, mant = h & 1023;
+    double v;
+    if (exp == 0) v = ldexp(mant, -24);
+    else if (exp == 31) v = mant ? NAN : INFINITY;
+    else v = ldexp(mant + 1024, exp - 25);
+    return sign ? -v : v;
+}
+
+/* x rounded to nearest-even with `bits` significant bits and no quantum below
+ * 2^min_exp (subnormals). */
+static double round_to_format(double a, int bits, int min_exp)
+{
+    int e;
+    frexp(a, &e); /* a = f * 2^e, f in [0.5, 1) */
+    int q = e - bits;
+    if (q < min_exp) q = min_exp;
+    return ldexp(nearbyint(ldexp(a, -q)), q); /* default mode: nearest-even */
+}
+
+static uint16_t double_to_half(double x)
+{
+    if (isnan(x)) return 0x7e00;
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    double r = round_to_format(fabs(x), 11, -24);
+    if (r > 65504.0) return sign | 0x7c00;
+    if (r < 0x1p-14) return sign | (uint16_t)ldexp(r, 24); /* subnormal or zero */
+    int e;
+    double f = frexp(r, &e); /* r = f * 2^e, f in [0.5, 1) */
+    return sign | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)(ldexp(f, 11) - 1024);
+}
+
+static double bf16_to_double(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t double_to_bf16(double x)
+{
+    if (isnan(x)) return 0x7fc0;
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    double r = round_to_format(fabs(x), 8, -133);
+    if (r > 0x1.fep127) return sign | 0x7f80;
+    float f = (float)r; /* exact: r has at most 8 significant bits */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return sign | (uint16_t)(u >> 16);
+}
+
+double fjt_load(const void *buf, fj_dtype t, size_t i)
+{
+    switch (t) {
+    case FJ_F32: return ((const float *)buf)[i];
+    case FJ_F16: return half_to_double(((const uint16_t *)buf)[i]);
+    case FJ_BF16: return bf16_to_double(((const uint16_t *)buf)[i]);
+    }
+    return NAN;
+}
+
+void fjt_store(void *buf, fj_dtype t, size_t i, double x)
+{
+    switch (t) {
+    case FJ_F32: ((float *)buf)[i] = (float)x; break;
+    case FJ_F16: ((uint16_t *)buf)[i] = double_to_half(x); break;
+    case FJ_BF16: ((uint16_t *)buf)[i] = double_to_bf16(x); break;
+    }
+}
+
+static size_t elem_size(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
+
+void fjt_poison(void *buf, fj_dtype t, size_t n) { memset(buf, 0xff, n * elem_size(t)); }
+
+void fjt_poison_f32(float *buf, size_t n) { memset(buf, 0xff, n * sizeof(float)); }
+
+/* ---- problem construction and the oracle -------------------------------- */
+
+static void resolve(int64_t out[3], const int64_t in[3], int seq, int heads, int dim)
+{
+    if (in[0] == 0 && in[1] == 0 && in[2] == 0) {
+        out[2] = dim;
+        out[1] = (int64_t)heads * dim;
+        out[0] = (int64_t)seq * heads * dim;
+    } else {
+        memcpy(out, in, 3 * sizeof(int64_t));
+    }
+}
+
+static size_t span(const int64_t s[3], int b, int seq, int heads, int dim)
+{
+    return (size_t)((b - 1) * s[0] + (int64_t)(seq - 1) * s[1] + (int64_t)(heads - 1) * s[2] + dim);
+}
+
+static size_t off(const int64_t s[3], int b, int i, int h) { return (size_t)(b * s[0] + i * s[1] + h * s[2]); }
+
+/* The rule of docs/semantics.md, written out literally. */
+static bool sees(const fj_attention_desc *d, int i, int j)
+{
+    long dd = d->causal == FJ_CAUSAL_TOP_LEFT ? i : (long)i + d->seqlen_k - d->seqlen_q;
+    if (d->causal != FJ_CAUSAL_NONE && j > dd) return false;
+    if (d->window_left >= 0 && j < dd - d->window_left) return false;
+    if (d->window_right >= 0 && j > dd + d->window_right) return false;
+    return true;
+}
+
+static void fill(void *buf, fj_dtype t, size_t n, fjt_rng *rng)
+{
+    for (size_t i = 0; i < n; i++) fjt_store(buf, t, i, 2.0 * fjt_uniform(rng) - 1.0);
+}
+
+static void oracle(fjt_problem *p)
+{
+    const fj_attention_desc *d = &p->d;
+    double scale = d->scale != 0.0f ? (double)d->scale : 1.0 / sqrt((double)d->head_dim);
+    int group = d->heads_q / d->heads_kv;
+    double *s = malloc(sizeof(double) * (size_t)d->seqlen_k);
+    for (int b = 0; b < d->batch; b++)
+        for (int h = 0; h < d->heads_q; h++) {
+            int hk = h / group;
+            for (int i = 0; i < d->seqlen_q; i++) {
+                double m = -INFINITY;
+                for (int j = 0; j < d->seqlen_k; j++) {
+                    if (!sees(d, i, j)) continue;
+                    double dot = 0;
+                    size_t qo = off(p->qs, b, i, h), ko = off(p->ks, b, j, hk);
+                    for (int c = 0; c < d->head_dim; c++)
+                        dot += fjt_load(p->q, d->dtype, qo + c) * fjt_load(p->k, d->dtype, ko + c);
+                    s[j] = dot * scale;
+                    if (s[j] > m) m = s[j];
+                }
+                double *o = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * d->head_dim;
+                memset(o, 0, sizeof(double) * (size_t)d->head_dim);
+                double sum = 0;
+                for (int j = 0; j < d->seqlen_k; j++) {
+                    if (!sees(d, i, j)) continue;
+                    double e = exp(s[j] - m);
+                    sum += e;
+                    size_t vo = off(p->vs, b, j, hk);
+                    for (int c = 0; c < d->head_dim; c++) o[c] += e * fjt_load(p->v, d->dtype, vo + c);
+                }
+                if (sum > 0)
+                    for (int c = 0; c < d->head_dim; c++) o[c] /= sum;
+                p->ref_lse[((size_t)b * d->heads_q + h) * d->seqlen_q + i] =
+                    sum > 0 ? m + log(sum) : -INFINITY;
+            }
+        }
+    free(s);
+}
+
+bool fjt_problem_make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng)
+{
+    memset(p, 0, sizeof *p);
+    p->d = *d;
+    resolve(p->qs, d->q_stride, d->seqlen_q, d->heads_q, d->head_dim);
+    resolve(p->ks, d->k_stride, d->seqlen_k, d->heads_kv, d->head_dim);
+    resolve(p->vs, d->v_stride, d->seqlen_k, d->heads_kv, d->head_dim);
+    resolve(p->os, d->o_stride, d->seqlen_q, d->heads_q, d->head_dim);
+    p->q_elems = span(p->qs, d->batch, d->seqlen_q, d->heads_q, d->head_dim);
+    p->k_elems = span(p->ks, d->batch, d->seqlen_k, d->heads_kv, d->head_dim);
+    p->v_elems = span(p->vs, d->batch, d->seqlen_k, d->heads_kv, d->head_dim);
+    p->o_elems = span(p->os, d->batch, d->seqlen_q, d->heads_q, d->head_dim);
+    p->lse_elems = (size_t)d->batch * d->heads_q * d->seqlen_q;
+    size_t es = elem_size(d->dtype);
+    p->q = malloc(p->q_elems * es);
+    p->k = malloc(p->k_elems * es);
+    p->v = malloc(p->v_elems * es);
+    p->ref_o = malloc(sizeof(double) * (size_t)d->batch * d->seqlen_q * d->heads_q * d->head_dim);
+    p->ref_lse = malloc(sizeof(double) * p->lse_elems);
+    if (!p->q || !p->k || !p->v || !p->ref_o || !p->ref_lse) {
+        fjt_problem_free(p);
+        return false;
+    }
+    fill(p->q, d->dtype, p->q_elems, rng);
+    fill(p->k, d->dtype, p->k_elems, rng);
+    fill(p->v, d->dtype, p->v_elems, rng);
+    oracle(p);
+    return true;
+}
+
+void fjt_problem_free(fjt_problem *p)
+{
+    free(p->q);
+    free(p->k);
+    free(p->v);
+    free(p->ref_o);
+    free(p->ref_lse);
+    memset(p, 0, sizeof *p);
+}
+
+double fjt_tolerance(fj_dtype t) { return t == FJ_F32 ? 1e-5 : t == FJ_F16 ? 2e-3 : 1.6e-2; }
+
+fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
+{
+    const fj_attention_desc *d = &p->d;
+    fjt_error e = {0};
+    double num = 0, den = 0;
+    size_t es = elem_size(d->dtype);
+    unsigned char *row_elem = calloc(p->o_elems, 1);
+    for (int b = 0; b < d->batch; b++)
+        for (int i = 0; i < d->seqlen_q; i++)
+            for (int h = 0; h < d->heads_q; h++) {
+                size_t oo = off(p->os, b, i, h);
+                const double *r = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * d->head_dim;
+                for (int c = 0; c < d->head_dim; c++) {
+                    if (row_elem) row_elem[oo + c] = 1;
+                    double x = fjt_load(o, d->dtype, oo + c);
+                    if (!isfinite(x)) {
+                        e.nan_count++;
+                        continue;
+                    }
+                    double diff = x - r[c];
+                    num += diff * diff;
+                    den += r[c] * r[c];
+                    if (fabs(diff) > e.max_abs) e.max_abs = fabs(diff);
+                }
+            }
+    if (row_elem) {
+        static const unsigned char poison[4] = {0xff, 0xff, 0xff, 0xff};
+        for (size_t k = 0; k < p->o_elems; k++)
+            if (!row_elem[k] && memcmp((const char *)o + k * es, poison, es)) e.gaps_written++;
+        free(row_elem);
+    }
+    e.rel_fro = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (e.nan_count) e.rel_fro = INFINITY;
+    if (lse) {
+        for (size_t k = 0; k < p->lse_elems; k++) {
+            double r = p->ref_lse[k], x = lse[k];
+            if (isinf(r) && r < 0) {
+                if (!(isinf(x) && x < 0)) e.lse_mismatch++;
+            } else if (!isfinite(x)) {
+                e.lse_mismatch++;
+            } else if (fabs(x - r) > e.lse_max_abs) {
+                e.lse_max_abs = fabs(x - r);
+            }
+        }
+    }
+    return e;
+}
+
+fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool with_lse)
+{
+    const fj_attention_desc *d = &p->d;
+    size_t es = elem_size(d->dtype);
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL;
+    void *ho = malloc(p->o_elems * es);
+    float *hl = with_lse ? malloc(p->lse_elems * sizeof(float)) : NULL;
+    fj_status s = FJ_ERR_OUT_OF_MEMORY;
+    if (!ho || (with_lse && !hl)) goto out;
+    if ((s = fj_malloc(ctx, p->q_elems * es, &dq)) || (s = fj_malloc(ctx, p->k_elems * es, &dk)) ||
+        (s = fj_malloc(ctx, p->v_elems * es, &dv)) || (s = fj_malloc(ctx, p->o_elems * es, &dO)) ||
+        (with_lse && (s = fj_malloc(ctx, p->lse_elems * sizeof(float), &dl))))
+        goto out;
+    fjt_poison(ho, d->dtype, p->o_elems);
+    if (hl) fjt_poison_f32(hl, p->lse_elems);
+    if ((s = fj_copy_to_device(ctx, dq, p->q, p->q_elems * es)) ||
+        (s = fj_copy_to_device(ctx, dk, p->k, p->k_elems * es)) ||
+        (s = fj_copy_to_device(ctx, dv, p->v, p->v_elems * es)) ||
+        (s = fj_copy_to_device(ctx, dO, ho, p->o_elems * es)) ||
+        (hl && (s = fj_copy_to_device(ctx, dl, hl, p->lse_elems * sizeof(float)))))
+        goto out;
+    if ((s = fj_attention(ctx, d, dq, dk, dv, dO, dl, NULL))) goto out;
+    if ((s = fj_synchronize(ctx, NULL))) goto out;
+    if ((s = fj_copy_to_host(ctx, ho, dO, p->o_elems * es)) ||
+        (hl && (s = fj_copy_to_host(ctx, hl, dl, p->lse_elems * sizeof(float)))))
+        goto out;
+    *err = fjt_compare(p, ho, hl);
+out:
+    fj_free(ctx, dq);
+    fj_free(ctx, dk);
+    fj_free(ctx, dv);
+    fj_free(ctx, dO);
+    fj_free(ctx, dl);
+    free(ho);
+    free(hl);
+    return s;
+}
+
+const char *fjt_desc_str(const fj_attention_desc *d)
+{
+    static _Thread_local char buf[384];
+    snprintf(buf, sizeof buf,
+             "b%d hq%d hkv%d sq%d sk%d d%d %s causal=%s window=%d,%d scale=%g strides q[%lld %lld "
+             "%lld] o[%lld %lld %lld]",
+             d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
+             fj_dtype_name(d->dtype), fj_causal_name(d->causal), d->window_left, d->window_right,
+             (double)d->scale, (long long)d->q_stride[0], (long long)d->q_stride[1],
+             (long long)d->q_stride[2], (long long)d->o_stride[0], (long long)d->o_stride[1],
+             (long long)d->o_stride[2]);
+    return buf;
+}

@@ -1,0 +1,79 @@
+/* Shared test machinery: seeded random problems, a double-precision oracle
+ * written plainly from docs/semantics.md (independent of the library's own
+ * mask code), poisoned outputs, and error measures. Every backend's suite
+ * uses these, so they all answer to the same oracle. */
+#ifndef FJ_TEST_HARNESS_H
+#define FJ_TEST_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashjit.h"
+
+/* ---- random numbers ----------------------------------------------------- */
+
+typedef struct fjt_rng { uint64_t s; } fjt_rng;
+
+/* The suite's seed: FLASHJIT_TEST_SEED if set, else fresh from the clock;
+ * printed once ("seed: N; rerun with FLASHJIT_TEST_SEED=N") so any failure
+ * can be replayed. */
+uint64_t fjt_seed(void);
+void fjt_rng_init(fjt_rng *r, uint64_t seed);
+uint64_t fjt_next(fjt_rng *r);
+double fjt_uniform(fjt_rng *r);              /* [0, 1) */
+int fjt_range(fjt_rng *r, int lo, int hi);   /* [lo, hi] */
+
+/* ---- host tensors ---------------------------------------------------------- */
+
+typedef struct fjt_problem {
+    fj_attention_desc d;
+    int64_t qs[3], ks[3], vs[3], os[3]; /* resolved strides */
+    size_t q_elems, k_elems, v_elems, o_elems, lse_elems;
+    void *q, *k, *v;                    /* host, dtype d.dtype, random in [-1, 1) */
+    double *ref_o;                      /* oracle output, dense [b, sq, hq, d] */
+    double *ref_lse;                    /* oracle lse, [b, hq, sq] */
+} fjt_problem;
+
+/* Allocates inputs for d (strides as given, zero = dense), fills them with
+ * random values exactly representable in the dtype, and runs the oracle.
+ * Returns false on allocation failure. */
+bool fjt_problem_make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng);
+void fjt_problem_free(fjt_problem *p);
+
+/* Fills n elements with the poison pattern (NaN in every dtype). */
+void fjt_poison(void *buf, fj_dtype t, size_t n);
+void fjt_poison_f32(float *buf, size_t n);
+
+/* Value of element i of a dtype buffer as double. */
+double fjt_load(const void *buf, fj_dtype t, size_t i);
+/* Stores double x rounded (nearest-even) into element i. */
+void fjt_store(void *buf, fj_dtype t, size_t i, double x);
+
+/* ---- checking ------------------------------------------------------------- */
+
+typedef struct fjt_error {
+    double rel_fro;      /* ||o - ref|| / ||ref|| over all output elements */
+    double max_abs;      /* largest |o - ref| */
+    double lse_max_abs;  /* largest |lse - ref_lse| where finite (0 when no lse) */
+    size_t nan_count;    /* NaN or inf in o; non-finite lse where ref is finite */
+    size_t lse_mismatch; /* lse -inf where the reference is not, or the reverse */
+    size_t gaps_written; /* output elements outside the tensor's rows that changed */
+} fjt_error;
+
+/* Compares a backend's output o (host copy, the desc's o strides, poisoned
+ * before the run over o_elems) and lse (NULL: not checked) with the oracle. */
+fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse);
+
+/* The tolerance of the issue for a dtype: relative Frobenius error against
+ * the oracle. F32 1e-5, F16 2e-3, BF16 1.6e-2. */
+double fjt_tolerance(fj_dtype t);
+
+/* Runs the problem on ctx (host memory via fj_malloc/fj_copy) with output
+ * and lse poisoned; fills *err. Returns the status of execute. */
+fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool with_lse);
+
+/* One line describing the desc, for failure messages. */
+const char *fjt_desc_str(const fj_attention_desc *d);
+
+#endif
