@@ -24,6 +24,13 @@ typedef struct fj_backend_ops {
                          const void *v, void *o, float *lse, void *stream);
     void (*plan_destroy)(void *state);
 
+    /* Optional (NULL: the core times with the host clock). Times `repeat`
+       executes after `warmup`, one by one, into ms[]. */
+    fj_status (*time_runs)(const void *state, const fj_problem *p, const void *q, const void *k,
+                           const void *v, void *o, float *lse, int warmup, int repeat, double *ms);
+    /* Optional (NULL: 0). Kernel launches one execute makes. */
+    int (*launches)(const void *state);
+
     fj_status (*mem_alloc)(fj_context *ctx, size_t bytes, void **ptr);
     void (*mem_free)(fj_context *ctx, void *ptr);
     fj_status (*copy_to_device)(fj_context *ctx, void *dst, const void *src, size_t bytes);

@@ -1,1 +1,349 @@
+#include "cli_problem.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cpu/convert.h"
+#include "plan_timing.h"
+
+void cli_problem_flags_init(cli_problem_flags *f)
+{
+    memset(f, 0, sizeof *f);
+    fj_attention_desc_init(&f->d, 1, 8, 8, 1024, 1024, 128, FJ_BF16);
+    f->backend = FJ_BACKEND_AUTO;
+    f->repeat = 20;
+    f->warmup = 3;
+    f->seed = 1;
+}
+
+const char *cli_problem_flags_help(void)
+{
+    return "problem (every flag has a default):\n"
+           "  --batch N (1)  --heads-q N (8)  --heads-kv N (= heads-q)\n"
+           "  --seqlen-q N (1024)  --seqlen-k N (= seqlen-q)  --head-dim N (128)\n"
+           "  --dtype f32|f16|bf16 (bf16)  --scale X (0: 1/sqrt(head_dim))\n"
+           "  --causal [none|bottom-right|top-left] (none; alone: bottom-right)\n"
+           "  --window LEFT,RIGHT (-1,-1: unbounded)\n"
+           "  --backend auto|reference|cpu|cuda (auto)\n"
+           "  --repeat N (20)  --warmup N (3)  --check  --lse  --seed N (1)\n";
+}
+
+static bool is_causal_value(const char *s)
+{
+    return s && (!strcmp(s, "none") || !strcmp(s, "bottom-right") || !strcmp(s, "top-left"));
+}
+
+int cli_problem_flag(const char *cmd, int argc, char **argv, int *i, cli_problem_flags *f)
+{
+    const char *a = argv[*i];
+    const char *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    static const struct { const char *flag; size_t off; int lo, hi; } ints[] = {
+        {"--batch", offsetof(fj_attention_desc, batch), 1, 1 << 20},
+        {"--heads-q", offsetof(fj_attention_desc, heads_q), 1, 1 << 16},
+        {"--heads-kv", offsetof(fj_attention_desc, heads_kv), 1, 1 << 16},
+        {"--seqlen-q", offsetof(fj_attention_desc, seqlen_q), 1, 1 << 30},
+        {"--seqlen-k", offsetof(fj_attention_desc, seqlen_k), 1, 1 << 30},
+        {"--head-dim", offsetof(fj_attention_desc, head_dim), 1, FJ_MAX_HEAD_DIM},
+    };
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+        if (strcmp(a, ints[k].flag)) continue;
+        int *dst = (int *)((char *)&f->d + ints[k].off);
+        if (!cli_parse_int(cmd, a, val, ints[k].lo, ints[k].hi, dst)) return -1;
+        ++*i;
+        return 1;
+    }
+    if (!strcmp(a, "--dtype")) {
+        if (!cli_parse_dtype(cmd, val, &f->d.dtype)) return -1;
+        ++*i;
+    } else if (!strcmp(a, "--backend")) {
+        if (!cli_parse_backend(cmd, val, &f->backend)) return -1;
+        ++*i;
+    } else if (!strcmp(a, "--causal")) {
+        if (is_causal_value(val)) {
+            cli_parse_causal(cmd, val, &f->d.causal);
+            ++*i;
+        } else {
+            f->d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+        }
+    } else if (!strcmp(a, "--window")) {
+        int l, r;
+        char tail;
+        if (!val || sscanf(val, "%d,%d%c", &l, &r, &tail) != 2 || l < -1 || r < -1) {
+            cli_usage_error(cmd, "--window: '%s' is not LEFT,RIGHT with each >= -1", val ? val : "");
+            return -1;
+        }
+        f->d.window_left = l;
+        f->d.window_right = r;
+        ++*i;
+    } else if (!strcmp(a, "--scale")) {
+        char *end;
+        double s = val ? strtod(val, &end) : 0;
+        if (!val || *end || !isfinite(s)) {
+            cli_usage_error(cmd, "--scale: '%s' is not a finite number", val ? val : "");
+            return -1;
+        }
+        f->d.scale = (float)s;
+        ++*i;
+    } else if (!strcmp(a, "--repeat")) {
+        if (!cli_parse_int(cmd, a, val, 1, 100000, &f->repeat)) return -1;
+        ++*i;
+    } else if (!strcmp(a, "--warmup")) {
+        if (!cli_parse_int(cmd, a, val, 0, 100000, &f->warmup)) return -1;
+        ++*i;
+    } else if (!strcmp(a, "--seed")) {
+        int s;
+        if (!cli_parse_int(cmd, a, val, 0, 2147483647, &s)) return -1;
+        f->seed = (uint64_t)s;
+        ++*i;
+    } else if (!strcmp(a, "--check")) {
+        f->check = true;
+    } else if (!strcmp(a, "--lse")) {
+        f->lse = true;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+void cli_shape_str(const fj_attention_desc *d, char *buf, size_t n)
+{
+    char mask[64] = "";
+    if (d->causal != FJ_CAUSAL_NONE)
+        snprintf(mask, sizeof mask, " causal%s", d->causal == FJ_CAUSAL_TOP_LEFT ? "-tl" : "");
+    if (d->window_left >= 0 || d->window_right >= 0)
+        snprintf(mask + strlen(mask), sizeof mask - strlen(mask), " win%d,%d", d->window_left,
+                 d->window_right);
+    snprintf(buf, n, "b%d h%d/%d s%d/%d d%d %s%s", d->batch, d->heads_q, d->heads_kv, d->seqlen_q,
+             d->seqlen_k, d->head_dim, fj_dtype_name(d->dtype), mask);
+}
+
+static size_t elem_size(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
+
+double cli_min_bytes(const fj_attention_desc *d, bool with_lse)
+{
+    double es = (double)elem_size(d->dtype);
+    double qo = 2.0 * d->batch * d->heads_q * (double)d->seqlen_q * d->head_dim * es;
+    double kv = 2.0 * d->batch * d->heads_kv * (double)d->seqlen_k * d->head_dim * es;
+    double lse = with_lse ? 4.0 * d->batch * d->heads_q * (double)d->seqlen_q : 0;
+    return qo + kv + lse;
+}
+
+/* Dense tensors only: the CLI always uses the default strides. */
+typedef struct host_tensors {
+    size_t nq, nk, no, nlse;
+    void *q, *k, *v, *o;
+    float *lse;
+} host_tensors;
+
+static uint64_t next_random(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void fill_random(void *buf, fj_dtype t, size_t n, uint64_t *state)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = (float)((double)(next_random(state) >> 11) * 0x1.0p-52 - 1.0);
+        if (t == FJ_F32) ((float *)buf)[i] = x;
+        else if (t == FJ_F16) ((uint16_t *)buf)[i] = fj_f32_to_f16(x);
+        else ((uint16_t *)buf)[i] = fj_f32_to_bf16(x);
+    }
+}
+
+static double load(const void *buf, fj_dtype t, size_t i)
+{
+    if (t == FJ_F32) return ((const float *)buf)[i];
+    if (t == FJ_F16) return fj_f16_to_f32(((const uint16_t *)buf)[i]);
+    return fj_bf16_to_f32(((const uint16_t *)buf)[i]);
+}
+
+static void host_free(host_tensors *h)
+{
+    free(h->q);
+    free(h->k);
+    free(h->v);
+    free(h->o);
+    free(h->lse);
+}
+
+static fj_status host_make(host_tensors *h, const fj_attention_desc *d, uint64_t seed)
+{
+    memset(h, 0, sizeof *h);
+    size_t es = elem_size(d->dtype);
+    h->nq = h->no = (size_t)d->batch * d->seqlen_q * d->heads_q * d->head_dim;
+    h->nk = (size_t)d->batch * d->seqlen_k * d->heads_kv * d->head_dim;
+    h->nlse = (size_t)d->batch * d->heads_q * d->seqlen_q;
+    h->q = malloc(h->nq * es);
+    h->k = malloc(h->nk * es);
+    h->v = malloc(h->nk * es);
+    h->o = malloc(h->no * es);
+    h->lse = malloc(h->nlse * sizeof(float));
+    if (!h->q || !h->k || !h->v || !h->o || !h->lse) {
+        host_free(h);
+        fprintf(stderr, "out of host memory for the problem's tensors\n");
+        return FJ_ERR_OUT_OF_MEMORY;
+    }
+    uint64_t st = seed * 0x2545f4914f6cdd1dull + 1;
+    fill_random(h->q, d->dtype, h->nq, &st);
+    fill_random(h->k, d->dtype, h->nk, &st);
+    fill_random(h->v, d->dtype, h->nk, &st);
+    return FJ_OK;
+}
+
+typedef struct dev_tensors {
+    fj_context *ctx;
+    void *q, *k, *v, *o;
+    float *lse;
+} dev_tensors;
+
+static void dev_free(dev_tensors *t)
+{
+    fj_free(t->ctx, t->q);
+    fj_free(t->ctx, t->k);
+    fj_free(t->ctx, t->v);
+    fj_free(t->ctx, t->o);
+    fj_free(t->ctx, t->lse);
+    memset(t, 0, sizeof *t);
+}
+
+/* Uploads the inputs, and poisons o and lse (0xff: NaN) so unwritten
+ * elements show up in the check. */
+static fj_status dev_make(dev_tensors *t, fj_context *ctx, const host_tensors *h, fj_dtype dt)
+{
+    memset(t, 0, sizeof *t);
+    t->ctx = ctx;
+    size_t es = elem_size(dt);
+    fj_status s;
+    if ((s = fj_malloc(ctx, h->nq * es, &t->q)) || (s = fj_malloc(ctx, h->nk * es, &t->k)) ||
+        (s = fj_malloc(ctx, h->nk * es, &t->v)) || (s = fj_malloc(ctx, h->no * es, &t->o)) ||
+        (s = fj_malloc(ctx, h->nlse * sizeof(float), (void **)&t->lse)))
+        goto fail;
+    memset(h->o, 0xff, h->no * es);
+    memset(h->lse, 0xff, h->nlse * sizeof(float));
+    if ((s = fj_copy_to_device(ctx, t->q, h->q, h->nq * es)) ||
+        (s = fj_copy_to_device(ctx, t->k, h->k, h->nk * es)) ||
+        (s = fj_copy_to_device(ctx, t->v, h->v, h->nk * es)) ||
+        (s = fj_copy_to_device(ctx, t->o, h->o, h->no * es)) ||
+        (s = fj_copy_to_device(ctx, t->lse, h->lse, h->nlse * sizeof(float))))
+        goto fail;
+    return FJ_OK;
+fail:
+    dev_free(t);
+    return s;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The plan's "kernel:" (CUDA) or "method:" (CPU) line. */
+static void kernel_from_describe(const char *desc, char *out, size_t n)
+{
+    const char *keys[] = {"kernel: ", "method: "};
+    out[0] = '\0';
+    for (int k = 0; k < 2; k++) {
+        const char *s = strstr(desc, keys[k]);
+        if (!s) continue;
+        s += strlen(keys[k]);
+        size_t len = strcspn(s, "\n");
+        if (len >= n) len = n - 1;
+        memcpy(out, s, len);
+        out[len] = '\0';
+        return;
+    }
+}
+
+static fj_status run_once_on(fj_context *ctx, const fj_attention_desc *d, host_tensors *h,
+                             void *o_out, float *lse_out, bool with_lse)
+{
+    dev_tensors t;
+    size_t es = elem_size(d->dtype);
+    fj_status s = dev_make(&t, ctx, h, d->dtype);
+    if (s) return s;
+    if (!(s = fj_attention(ctx, d, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, NULL)) &&
+        !(s = fj_synchronize(ctx, NULL)) && !(s = fj_copy_to_host(ctx, o_out, t.o, h->no * es)))
+        s = fj_copy_to_host(ctx, lse_out, t.lse, h->nlse * sizeof(float));
+    dev_free(&t);
+    return s;
+}
+
+fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc *d, int warmup,
+                      int repeat, bool with_lse, uint64_t seed, cli_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->rel_err = -1;
+    r->ok = true;
+    snprintf(r->backend, sizeof r->backend, "%s", fj_backend_name(fj_context_backend(ctx)));
+    fj_plan *plan = NULL;
+    fj_status s = fj_plan_create(ctx, d, &plan);
+    if (s) return s;
+    kernel_from_describe(fj_plan_describe(plan), r->kernel, sizeof r->kernel);
+    r->launches = fj_plan_launches(plan);
+
+    host_tensors h;
+    dev_tensors t = {0};
+    double *ms = calloc((size_t)repeat, sizeof *ms);
+    if (!ms) {
+        fj_plan_destroy(plan);
+        return FJ_ERR_OUT_OF_MEMORY;
+    }
+    if ((s = host_make(&h, d, seed))) goto out_plan;
+    if ((s = dev_make(&t, ctx, &h, d->dtype))) goto out_host;
+    if ((s = fj_plan_time(plan, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, warmup, repeat, ms)))
+        goto out_dev;
+    qsort(ms, (size_t)repeat, sizeof *ms, cmp_double);
+    r->runs = repeat;
+    r->ms_min = ms[0];
+    r->ms_max = ms[repeat - 1];
+    r->ms_median = repeat % 2 ? ms[repeat / 2] : 0.5 * (ms[repeat / 2 - 1] + ms[repeat / 2]);
+    r->tflops = fj_attention_flops(d) / (r->ms_median * 1e-3) / 1e12;
+    r->gbps = cli_min_bytes(d, with_lse) / (r->ms_median * 1e-3) / 1e9;
+
+    if (ref) {
+        size_t es = elem_size(d->dtype);
+        void *o_ref = malloc(h.no * es);
+        float *lse_ref = malloc(h.nlse * sizeof(float));
+        if (!o_ref || !lse_ref) {
+            free(o_ref);
+            free(lse_ref);
+            s = FJ_ERR_OUT_OF_MEMORY;
+            goto out_dev;
+        }
+        /* The reference first: uploading poisons h.o, which then receives the
+           timed output of the backend under test. */
+        if (!(s = run_once_on(ref, d, &h, o_ref, lse_ref, false)))
+            s = fj_copy_to_host(ctx, h.o, t.o, h.no * es);
+        if (!s) {
+            double num = 0, den = 0;
+            bool finite = true;
+            for (size_t i = 0; i < h.no; i++) {
+                double x = load(h.o, d->dtype, i), y = load(o_ref, d->dtype, i);
+                if (!isfinite(x)) finite = false;
+                num += (x - y) * (x - y);
+                den += y * y;
+            }
+            r->rel_err = !finite ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
+            /* Both sides round to the dtype: allow twice the oracle tolerance. */
+            r->tolerance = d->dtype == FJ_F32 ? 1e-5 : d->dtype == FJ_F16 ? 4e-3 : 3.2e-2;
+            r->ok = r->rel_err <= r->tolerance;
+        }
+        free(o_ref);
+        free(lse_ref);
+    }
+out_dev:
+    dev_free(&t);
+out_host:
+    host_free(&h);
+out_plan:
+    free(ms);
+    fj_plan_destroy(plan);
+    return s;
+}

@@ -1,2 +1,86 @@
+/* flashjit run: one problem from flags. */
+#include <string.h>
+
 #include "cli.h"
-int cmd_run(int argc, char **argv) { (void)argc; (void)argv; return 1; }
+#include "cli_problem.h"
+
+static void help(void)
+{
+    printf("usage: flashjit run [problem flags] [--verbose]\n\n"
+           "Plans and runs one problem on the chosen backend, timing --repeat runs after\n"
+           "--warmup runs, and with --check compares the output with the CPU reference.\n\n%s"
+           "  --verbose: also print the context's and the plan's describe text\n",
+           cli_problem_flags_help());
+}
+
+int cmd_run(int argc, char **argv)
+{
+    cli_problem_flags f;
+    cli_problem_flags_init(&f);
+    bool verbose = false, heads_kv_set = false, seqlen_k_set = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            help();
+            return 0;
+        }
+        if (!strcmp(argv[i], "--verbose")) {
+            verbose = true;
+            continue;
+        }
+        if (!strcmp(argv[i], "--heads-kv")) heads_kv_set = true;
+        if (!strcmp(argv[i], "--seqlen-k")) seqlen_k_set = true;
+        int r = cli_problem_flag("run", argc, argv, &i, &f);
+        if (r < 0) return 2;
+        if (r == 0) return cli_usage_error("run", "unknown option '%s' (flashjit run --help)", argv[i]);
+    }
+    if (!heads_kv_set) f.d.heads_kv = f.d.heads_q;
+    if (!seqlen_k_set) f.d.seqlen_k = f.d.seqlen_q;
+
+    fj_status s = fj_attention_desc_validate(&f.d);
+    if (s) return cli_fail("run", s);
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = f.backend;
+    fj_context *ctx = NULL, *ref = NULL;
+    if ((s = fj_context_create(&o, &ctx))) return cli_fail("run", s);
+    if (f.check) {
+        o.backend = FJ_BACKEND_CPU_REFERENCE;
+        if ((s = fj_context_create(&o, &ref))) {
+            fj_context_destroy(ctx);
+            return cli_fail("run", s);
+        }
+    }
+    if (verbose) printf("%s\n", fj_context_describe(ctx));
+    cli_result r;
+    s = cli_measure(ctx, ref, &f.d, f.warmup, f.repeat, f.lse, f.seed, &r);
+    int rc = 0;
+    if (s) {
+        rc = cli_fail("run", s);
+    } else {
+        char shape[128];
+        cli_shape_str(&f.d, shape, sizeof shape);
+        if (verbose) {
+            fj_plan *plan;
+            if (fj_plan_create(ctx, &f.d, &plan) == FJ_OK) {
+                printf("%s\n", fj_plan_describe(plan));
+                fj_plan_destroy(plan);
+            }
+        }
+        printf("%-14s %-40s %10s %10s %9s %9s %s\n", "backend", "shape", "ms", "TFLOP/s", "GB/s",
+               "rel.err", "kernel");
+        char err[32] = "-";
+        if (r.rel_err >= 0) snprintf(err, sizeof err, "%.2e", r.rel_err);
+        printf("%-14s %-40s %10.4f %10.3f %9.1f %9s %s\n", r.backend, shape, r.ms_median, r.tflops,
+               r.gbps, err, r.kernel);
+        printf("(median of %d runs after %d warm-up; min %.4f ms, max %.4f ms)\n", r.runs, f.warmup,
+               r.ms_min, r.ms_max);
+        if (!r.ok) {
+            fprintf(stderr, "flashjit run: check FAILED: relative error %.3e exceeds %.1e\n",
+                    r.rel_err, r.tolerance);
+            rc = 1;
+        }
+    }
+    fj_context_destroy(ref);
+    fj_context_destroy(ctx);
+    return rc;
+}

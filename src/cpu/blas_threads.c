@@ -39,6 +39,6 @@ void fj_blas_describe(fj_strbuf *out)
     }
     static const char *const modes[] = {"sequential", "pthreads", "OpenMP"};
     int par = openblas_get_parallel ? openblas_get_parallel() : -1;
-    fj_strbuf_printf(out, "OpenBLAS %s, %s build, kept single-threaded inside flashjit's workers",
+    fj_strbuf_printf(out, "%s, %s build, kept single-threaded inside flashjit's workers",
                      openblas_get_config(), par >= 0 && par <= 2 ? modes[par] : "unknown");
 }

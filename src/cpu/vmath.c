@@ -1,46 +1,137 @@
+/* Row kernels on 8-float vectors (GCC/clang vector extensions: lowered to
+ * AVX-512, AVX2 or SSE by the target_clones of each function). The tails
+ * use the scalar fj_expf, which computes the same formula. */
 #include "vmath.h"
+
+#include <string.h>
+
+/* The vector helpers below are static inline, never called across an ABI
+ * boundary, so GCC's note that 32-byte vector arguments change the ABI
+ * without AVX does not apply. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+/* 8 lanes: native on AVX2, half a register on AVX-512 (the softmax is a few
+ * percent of the sgemm work, so width matters less than never falling back to
+ * scalar code), two SSE registers in the baseline clone. */
+typedef float vfloat __attribute__((vector_size(32)));
+typedef int32_t vint __attribute__((vector_size(32)));
+#define LANES 8
+#define FJ_INLINE static inline __attribute__((always_inline))
+
+FJ_INLINE vfloat vload(const float *p)
+{
+    vfloat v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+FJ_INLINE void vstore(float *p, vfloat v) { memcpy(p, &v, sizeof v); }
+
+FJ_INLINE vfloat splat(float x) { return (vfloat){0} + x; }
+
+/* mask ? a : b, mask lanes all-ones or zero */
+FJ_INLINE vfloat vselect(vint mask, vfloat a, vfloat b)
+{
+    vint ai, bi;
+    memcpy(&ai, &a, sizeof ai);
+    memcpy(&bi, &b, sizeof bi);
+    vint r = (ai & mask) | (bi & ~mask);
+    vfloat rf;
+    memcpy(&rf, &r, sizeof rf);
+    return rf;
+}
+
+FJ_INLINE vfloat vexp_lanes(vfloat x)
+{
+    const vfloat lo = splat(-87.3f), hi = splat(88.7f);
+    vfloat xc = vselect(x < lo, lo, x);
+    xc = vselect(xc > hi, hi, xc);
+    const vfloat magic = splat(12582912.0f);
+    vfloat n = (xc * 1.44269504088896341f + magic) - magic;
+    vfloat r = xc - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187e-06f;
+    vfloat p = splat(1.0f / 5040.0f);
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    vint ni = __builtin_convertvector(n, vint);
+    vint half = ni >> 1;
+    vint ea = (half + 127) << 23, eb = (ni - half + 127) << 23;
+    vfloat a, b;
+    memcpy(&a, &ea, sizeof a);
+    memcpy(&b, &eb, sizeof b);
+    vfloat y = p * a * b;
+    y = vselect(x < lo, splat(0.0f), y);
+    return vselect(x != x, x, y);
+}
 
 FJ_VECTOR_CLONES
 float fj_vmax(const float *x, int64_t n)
 {
-    /* several accumulators so the compiler need not reassociate a single one */
-    float m[8] = {x[0], x[0], x[0], x[0], x[0], x[0], x[0], x[0]};
+    float r = x[0];
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int k = 0; k < 8; k++) m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
-    for (; j < n; j++) m[0] = x[j] > m[0] ? x[j] : m[0];
-    float r = m[0];
-    for (int k = 1; k < 8; k++) r = m[k] > r ? m[k] : r;
+    if (n >= LANES) {
+        vfloat m = vload(x);
+        for (j = LANES; j + LANES <= n; j += LANES) {
+            vfloat v = vload(x + j);
+            m = vselect(v > m, v, m);
+        }
+        for (int k = 0; k < LANES; k++) r = m[k] > r ? m[k] : r;
+    }
+    for (; j < n; j++) r = x[j] > r ? x[j] : r;
     return r;
 }
 
 FJ_VECTOR_CLONES
 float fj_vexp_scaled_sum(float *x, int64_t n, float scale, float shift)
 {
-    float s[8] = {0};
+    vfloat acc = {0};
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int k = 0; k < 8; k++) {
-            float e = fj_expf(x[j + k] * scale - shift);
-            x[j + k] = e;
-            s[k] += e;
-        }
+    for (; j + LANES <= n; j += LANES) {
+        vfloat e = vexp_lanes(vload(x + j) * scale - shift);
+        vstore(x + j, e);
+        acc += e;
+    }
+    float s = 0;
+    for (int k = 0; k < LANES; k++) s += acc[k];
     for (; j < n; j++) {
         float e = fj_expf(x[j] * scale - shift);
         x[j] = e;
-        s[0] += e;
+        s += e;
     }
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    return s;
 }
 
 FJ_VECTOR_CLONES
 void fj_vscale(float *x, int64_t n, float a)
 {
-    for (int64_t j = 0; j < n; j++) x[j] *= a;
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES) vstore(x + j, vload(x + j) * a);
+    for (; j < n; j++) x[j] *= a;
 }
 
 FJ_VECTOR_CLONES
 void fj_vexp(float *y, const float *x, int64_t n)
 {
-    for (int64_t j = 0; j < n; j++) y[j] = fj_expf(x[j]);
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES) vstore(y + j, vexp_lanes(vload(x + j)));
+    for (; j < n; j++) y[j] = fj_expf(x[j]);
+}
+
+FJ_VECTOR_CLONES
+float fj_vsoftmax_step(float *x, int64_t n, float *max, float *sum)
+{
+    float m = fj_vmax(x, n);
+    if (*max > m) m = *max;
+    float factor = fj_expf(*max - m); /* exp(-inf) = 0 on the first step, exp(0) = 1 exactly */
+    float s = fj_vexp_scaled_sum(x, n, 1.0f, m);
+    *sum = *sum * factor + s;
+    *max = m;
+    return factor;
 }

@@ -3,7 +3,9 @@
  *
  * fj_expf: exp(x) by range reduction x = n ln2 + r, |r| <= ln2/2, a degree-7
  * Taylor polynomial for exp(r) evaluated by Horner, and 2^n built in the
- * exponent bits. Branch-free, so loops that call it vectorize.
+ * exponent bits. The row kernels in vmath.c evaluate the same formula on
+ * 16 floats at a time with GCC/clang vector extensions (auto-vectorization
+ * of the scalar form proved unreliable), and fj_expf on the tails.
  * Accuracy (tests/test_cpu_math.c checks it on a dense sweep against double
  * exp): relative error <= 3e-7 (about 2.5 ulp) for x in [-87.3, 88.7];
  * x < -87.3 gives 0 (the true value is below float's normal range), x > 88.7
@@ -17,7 +19,7 @@
 /* Hot loops are compiled for AVX-512 and AVX2 as well as the baseline; the
  * loader picks the best the CPU has (GCC/clang function multiversioning). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(FJ_NO_MULTIVERSION) && defined(__ELF__)
-#define FJ_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#define FJ_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define FJ_VECTOR_CLONES
 #endif
@@ -41,9 +43,13 @@ static inline float fj_expf(float x)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    union { float f; uint32_t u; } two_n;
-    two_n.u = (uint32_t)((int32_t)n + 127) << 23;
-    float y = p * two_n.f;
+    /* 2^n as two factors: n reaches 128 near the top of the range, where a
+       single exponent field would overflow before p (< 1.5) brings it back */
+    int32_t ni = (int32_t)n, half = ni >> 1;
+    union { float f; uint32_t u; } a, b;
+    a.u = (uint32_t)(half + 127) << 23;
+    b.u = (uint32_t)(ni - half + 127) << 23;
+    float y = p * a.f * b.f;
     y = x < -87.3f ? 0.0f : y;
     return x != x ? x : y;
 }
@@ -59,5 +65,16 @@ void fj_vscale(float *x, int64_t n, float a);
 
 /* exp(x[j]) for j in [0, n) into y (for tests and benchmarks of fj_expf). */
 void fj_vexp(float *y, const float *x, int64_t n);
+
+/* One step of the online (streaming) softmax of a row whose scores arrive in
+ * blocks. x[0..n) (n >= 1) are the next block of scores; *max is the largest
+ * score seen so far (-inf before the first step) and *sum the sum of
+ * exp(score - *max) over them (0 before the first step). Replaces x[j] with
+ * exp(x[j] - m), where m is the new running max, updates *max = m and *sum, and
+ * returns exp(old max - m): the factor by which whatever was accumulated with
+ * the old weights (the row's partial output) must be multiplied. It is exactly
+ * 1 when the max did not move and 0 on the first step. The scores must be
+ * finite (masked keys are left out of x, not set to -inf). */
+float fj_vsoftmax_step(float *x, int64_t n, float *max, float *sum);
 
 #endif

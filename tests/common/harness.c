@@ -338,3 +338,58 @@ const char *fjt_desc_str(const fj_attention_desc *d)
              (long long)d->o_stride[2]);
     return buf;
 }
+
+static int pick(fjt_rng *r, const int *v, int n) { return v[fjt_range(r, 0, n - 1)]; }
+
+void fjt_random_desc(fjt_rng *rng, const fjt_axes *ax, fj_attention_desc *d)
+{
+    int sq = pick(rng, ax->seqlens, ax->n_seqlens);
+    int sk = pick(rng, ax->seqlens, ax->n_seqlens);
+    int dim = pick(rng, ax->head_dims, ax->n_head_dims);
+    fj_dtype t = ax->dtypes[fjt_range(rng, 0, ax->n_dtypes - 1)];
+    static const int hkv_menu[][2] = {{1, 1}, {2, 2}, {8, 1}, {4, 1}, {16, 2}, {3, 3}};
+    int g = fjt_range(rng, 0, 5);
+    int hq = hkv_menu[g][0], hkv = hkv_menu[g][1];
+    int batch = fjt_range(rng, 1, 2);
+    /* keep the oracle's work bounded: shrink batch, then heads */
+    while (batch > 1 && (double)batch * hq * sq * sk * dim > ax->max_work) batch--;
+    while (hq > 1 && (double)batch * hq * sq * sk * dim > ax->max_work) {
+        if (hq > hkv) hq = hkv;      /* drop to MHA */
+        else hq = hkv = 1;
+    }
+    fj_attention_desc_init(d, batch, hq, hkv, sq, sk, dim, t);
+    d->causal = (fj_causal)fjt_range(rng, 0, 2);
+    switch (fjt_range(rng, 0, 4)) {
+    case 0: case 1: break; /* unbounded */
+    case 2: d->window_left = fjt_range(rng, 0, 40); break;
+    case 3: d->window_right = fjt_range(rng, 0, 40); break;
+    case 4:
+        d->window_left = fjt_range(rng, 0, 40);
+        d->window_right = fjt_range(rng, 0, 40);
+        break;
+    }
+    if (fjt_range(rng, 0, 3) == 0) d->scale = (float)(0.05 + 0.5 * fjt_uniform(rng));
+    switch (fjt_range(rng, 0, 2)) {
+    case 0: break; /* dense */
+    case 1: { /* BHSD: [batch, heads, seq, dim] */
+        int64_t *s[4] = {d->q_stride, d->k_stride, d->v_stride, d->o_stride};
+        int seqs[4] = {sq, sk, sk, sq}, heads[4] = {hq, hkv, hkv, hq};
+        for (int i = 0; i < 4; i++) {
+            s[i][2] = (int64_t)seqs[i] * dim;
+            s[i][1] = dim;
+            s[i][0] = (int64_t)heads[i] * seqs[i] * dim;
+        }
+        break;
+    }
+    case 2: { /* BSHD with padding after each row and each seq step */
+        int64_t *s[4] = {d->q_stride, d->k_stride, d->v_stride, d->o_stride};
+        int seqs[4] = {sq, sk, sk, sq}, heads[4] = {hq, hkv, hkv, hq};
+        for (int i = 0; i < 4; i++) {
+            s[i][2] = dim + 8;
+            s[i][1] = (int64_t)heads[i] * (dim + 8) + 16;
+            s[i][0] = (int64_t)seqs[i] * s[i][1] + 8;
+        }
+        break;
+    }
+    }
+}

@@ -77,3 +77,24 @@ fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool wi
 const char *fjt_desc_str(const fj_attention_desc *d);
 
 #endif
+
+/* ---- random problems ------------------------------------------------------ */
+
+/* The axes a suite samples from. Every other property (GQA ratio, causal
+ * kind, window, strides layout, scale) is drawn from fixed menus that cover
+ * every kind: MHA/GQA 8:1/MQA; no mask/bottom-right/top-left; no window,
+ * left only, right only, both (small windows so some rows see no key); dense,
+ * BHSD and padded (gaps between rows, checked untouched) strides; default or
+ * custom scale. */
+typedef struct fjt_axes {
+    const int *seqlens;
+    int n_seqlens;
+    const int *head_dims;
+    int n_head_dims;
+    const fj_dtype *dtypes;
+    int n_dtypes;
+    double max_work; /* cap on batch*heads_q*sq*sk*head_dim (oracle cost) */
+} fjt_axes;
+
+/* Draws a problem; strides point into buffers fjt_problem_make allocates. */
+void fjt_random_desc(fjt_rng *rng, const fjt_axes *axes, fj_attention_desc *d);

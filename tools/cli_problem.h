@@ -1,0 +1,57 @@
+/* Problems for the CLI: flags -> desc, random inputs on the backend's memory,
+ * timed runs, and the check against the CPU reference. Shared by run, bench
+ * and demo so all three measure the same way. */
+#ifndef FJ_CLI_PROBLEM_H
+#define FJ_CLI_PROBLEM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "flashjit.h"
+
+typedef struct cli_problem_flags {
+    fj_attention_desc d;
+    fj_backend backend;
+    int repeat, warmup;
+    bool check, lse;
+    uint64_t seed;
+} cli_problem_flags;
+
+/* Defaults: batch 1, heads 8/8, seqlen 1024/1024, head_dim 128, bf16, no mask,
+ * backend auto, 20 repeats after 3 warm-up runs, no check. */
+void cli_problem_flags_init(cli_problem_flags *f);
+
+/* Consumes the flag at argv[*i] (and its value) if it is a problem flag:
+ * returns 1 when consumed, 0 when not a problem flag, -1 on a bad value
+ * (message printed). */
+int cli_problem_flag(const char *cmd, int argc, char **argv, int *i, cli_problem_flags *f);
+
+/* Help text for the problem flags. */
+const char *cli_problem_flags_help(void);
+
+typedef struct cli_result {
+    double ms_median, ms_min, ms_max;
+    int runs;
+    double tflops;       /* FLOP convention of fj_attention_flops() */
+    double gbps;         /* fewest bytes: q, k, v read once, o (and lse) written once */
+    int launches;        /* kernel launches per call (CUDA), 0 on CPU */
+    double rel_err;      /* vs the CPU reference, relative Frobenius; < 0: not checked */
+    double tolerance;    /* the dtype's tolerance used for `ok` */
+    bool ok;             /* checked and within tolerance (true when not checked) */
+    char backend[32];
+    char kernel[192];    /* kernel name or CPU method */
+} cli_result;
+
+/* Plans d on ctx, fills random inputs (seeded), times `repeat` runs after
+ * `warmup` (CUDA: events, per run; CPU: the clock), and when ref is not NULL
+ * compares with the same problem run on ref. */
+fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc *d, int warmup,
+                      int repeat, bool with_lse, uint64_t seed, cli_result *r);
+
+/* "b1 h8/8 s1024/1024 d128 bf16 causal" */
+void cli_shape_str(const fj_attention_desc *d, char *buf, size_t n);
+
+/* Bytes the problem must move at least (each input once, output once). */
+double cli_min_bytes(const fj_attention_desc *d, bool with_lse);
+
+#endif
