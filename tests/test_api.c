@@ -1,5 +1,419 @@
+/* The public API's contract: every bad input is FJ_ERR_INVALID_ARGUMENT with
+ * a message naming the field and the rule, never a crash and never a write to
+ * the output; allocation failures surface as FJ_ERR_OUT_OF_MEMORY and leak
+ * nothing; contexts and plans are safe to share between threads. */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <cmocka.h>
-int main(void) { return 0; }
+
+#include "harness.h"
+
+/* ---- allocation failure injection ----------------------------------------
+ * The test links the static library with -Wl,--wrap for the allocators, so
+ * every allocation flashjit makes passes through here. */
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t a, size_t b);
+void *__real_realloc(void *p, size_t n);
+void *__real_aligned_alloc(size_t al, size_t n);
+static long alloc_countdown = -1; /* < 0: never fail; 0: fail this one */
+static long alloc_failures;
+
+static int should_fail(void)
+{
+    if (alloc_countdown < 0) return 0;
+    if (alloc_countdown-- == 0) {
+        alloc_failures++;
+        return 1;
+    }
+    return 0;
+}
+void *__wrap_malloc(size_t n) { return should_fail() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t a, size_t b) { return should_fail() ? NULL : __real_calloc(a, b); }
+void *__wrap_realloc(void *p, size_t n) { return should_fail() ? NULL : __real_realloc(p, n); }
+void *__wrap_aligned_alloc(size_t al, size_t n)
+{
+    return should_fail() ? NULL : __real_aligned_alloc(al, n);
+}
+
+static fj_context *cpu_ctx(fj_backend b)
+{
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = b;
+    o.cache_dir = "";
+    fj_context *ctx = NULL;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_OK);
+    return ctx;
+}
+
+static void expect_invalid(const fj_attention_desc *d, const char *needle)
+{
+    assert_int_equal(fj_attention_desc_validate(d), FJ_ERR_INVALID_ARGUMENT);
+    if (!strstr(fj_last_error(), needle))
+        fail_msg("message '%s' does not name '%s'", fj_last_error(), needle);
+}
+
+static void test_version_and_names(void **state)
+{
+    (void)state;
+    assert_int_equal(fj_version(), FLASHJIT_VERSION_MAJOR * 10000 + FLASHJIT_VERSION_MINOR * 100 +
+                                       FLASHJIT_VERSION_PATCH);
+    assert_string_equal(fj_status_name(FJ_OK), "FJ_OK");
+    assert_string_equal(fj_status_name(FJ_ERR_INVALID_ARGUMENT), "FJ_ERR_INVALID_ARGUMENT");
+    assert_string_equal(fj_status_name(FJ_ERR_INTERNAL), "FJ_ERR_INTERNAL");
+    assert_string_equal(fj_status_name((fj_status)999), "FJ_STATUS_UNKNOWN");
+    assert_string_equal(fj_status_name((fj_status)-1), "FJ_STATUS_UNKNOWN");
+    assert_string_equal(fj_dtype_name(FJ_BF16), "bf16");
+    assert_null(fj_dtype_name((fj_dtype)7));
+    assert_string_equal(fj_backend_name(FJ_BACKEND_CPU_REFERENCE), "cpu-reference");
+    assert_string_equal(fj_causal_name(FJ_CAUSAL_TOP_LEFT), "top-left");
+}
+
+static void test_desc_rules(void **state)
+{
+    (void)state;
+    fj_attention_desc d;
+    assert_int_equal(fj_attention_desc_validate(NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "desc"));
+
+    const char *fields[] = {"batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"};
+    for (int f = 0; f < 6; f++)
+        for (int bad = -1; bad <= 0; bad++) {
+            fj_attention_desc_init(&d, 2, 4, 2, 16, 16, 64, FJ_F32);
+            int *v[] = {&d.batch, &d.heads_q, &d.heads_kv, &d.seqlen_q, &d.seqlen_k, &d.head_dim};
+            *v[f] = bad;
+            expect_invalid(&d, fields[f]);
+        }
+    fj_attention_desc_init(&d, 1, 12, 5, 8, 8, 64, FJ_F32);
+    expect_invalid(&d, "heads_q (12) is not a multiple of heads_kv (5)");
+    fj_attention_desc_init(&d, 1, 1, 1, 8, 8, FJ_MAX_HEAD_DIM + 1, FJ_F32);
+    expect_invalid(&d, "head_dim (257)");
+    fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, (fj_dtype)3);
+    expect_invalid(&d, "dtype");
+    fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, FJ_F32);
+    d.causal = (fj_causal)3;
+    expect_invalid(&d, "causal");
+    fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, FJ_F32);
+    d.window_left = -2;
+    expect_invalid(&d, "window_left (-2)");
+    fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, FJ_F32);
+    d.window_right = -7;
+    expect_invalid(&d, "window_right (-7)");
+    fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, FJ_F32);
+    d.scale = NAN;
+    expect_invalid(&d, "scale");
+    d.scale = INFINITY;
+    expect_invalid(&d, "scale");
+    d.scale = -INFINITY;
+    expect_invalid(&d, "scale");
+
+    fj_attention_desc_init(&d, 1, 2, 2, 8, 8, 64, FJ_F32);
+    d.k_stride[1] = -128;
+    d.k_stride[2] = 64;
+    expect_invalid(&d, "k_stride[1]");
+    /* output rows overlapping: seq stride smaller than a row */
+    fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, FJ_F32);
+    d.o_stride[0] = 512;
+    d.o_stride[1] = 32;
+    d.o_stride[2] = 64;
+    expect_invalid(&d, "o_stride[1]");
+    /* heads landing on each other */
+    fj_attention_desc_init(&d, 1, 4, 4, 8, 8, 64, FJ_F32);
+    d.o_stride[0] = 4096;
+    d.o_stride[1] = 256;
+    d.o_stride[2] = 0;
+    expect_invalid(&d, "o_stride[2]");
+    /* inputs may broadcast (stride 0), outputs may not */
+    fj_attention_desc_init(&d, 2, 1, 1, 8, 8, 64, FJ_F32);
+    d.k_stride[0] = 0;
+    d.k_stride[1] = 64;
+    d.k_stride[2] = 64;
+    assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+    assert_string_equal(fj_last_error(), "");
+    /* sizes whose products overflow */
+    fj_attention_desc_init(&d, 1 << 30, 1 << 16, 1 << 16, 1 << 30, 8, 256, FJ_F32);
+    expect_invalid(&d, "overflows");
+    fj_attention_desc_init(&d, 1, 1, 1, 1 << 20, 8, 64, FJ_F32);
+    d.q_stride[0] = 0;
+    d.q_stride[1] = INT64_MAX / 2;
+    d.q_stride[2] = 64;
+    expect_invalid(&d, "q_stride");
+    /* flops convention */
+    fj_attention_desc_init(&d, 2, 4, 4, 100, 100, 64, FJ_F32);
+    assert_true(fj_attention_flops(&d) == 4.0 * 2 * 4 * 100 * 100 * 64);
+    d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    assert_true(fj_attention_flops(&d) == 2.0 * 2 * 4 * 100 * 100 * 64);
+}
+
+/* A bad desc given to plan or one-shot calls writes nothing. */
+static void test_bad_input_writes_nothing(void **state)
+{
+    (void)state;
+    fj_context *ctx = cpu_ctx(FJ_BACKEND_CPU);
+    float q[64], o[64];
+    for (int i = 0; i < 64; i++) q[i] = 1.0f;
+    memset(o, 0xab, sizeof o);
+    unsigned char before[sizeof o];
+    memcpy(before, o, sizeof o);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 3, 2, 2, 2, 16, FJ_F32);
+    assert_int_equal(fj_attention(ctx, &d, q, q, q, o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_memory_equal(o, before, sizeof o);
+    fj_plan *plan = (fj_plan *)&d;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_INVALID_ARGUMENT);
+    assert_null(plan);
+
+    fj_attention_desc_init(&d, 1, 1, 1, 2, 2, 16, FJ_F32);
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    assert_string_equal(fj_last_error(), "");
+    assert_non_null(strstr(fj_plan_describe(plan), "backend: cpu"));
+    assert_int_equal(fj_plan_execute(plan, NULL, q, q, o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "q is NULL"));
+    assert_int_equal(fj_plan_execute(plan, q, NULL, q, o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "k is NULL"));
+    assert_int_equal(fj_plan_execute(plan, q, q, NULL, o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_plan_execute(plan, q, q, q, NULL, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "o is NULL"));
+    assert_int_equal(fj_plan_execute(NULL, q, q, q, o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_memory_equal(o, before, sizeof o);
+    assert_int_equal(fj_attention(ctx, &d, q, q, q, NULL, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_attention(NULL, &d, q, q, q, o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_attention(ctx, NULL, q, q, q, o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_memory_equal(o, before, sizeof o);
+    assert_int_equal(fj_plan_execute(plan, q, q, q, o, NULL, NULL), FJ_OK);
+    for (int i = 0; i < 32; i++) assert_true(o[i] == 1.0f); /* softmax of equal scores * ones */
+    fj_plan_destroy(plan);
+    fj_plan_destroy(NULL);
+    assert_int_equal(fj_plan_create(NULL, &d, &plan), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_plan_create(ctx, &d, NULL), FJ_ERR_INVALID_ARGUMENT);
+    fj_context_destroy(ctx);
+}
+
+static void test_context_options(void **state)
+{
+    (void)state;
+    fj_context_options o;
+    fj_context *ctx = (fj_context *)&o;
+    fj_context_options_init(&o);
+    o.backend = (fj_backend)17;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_null(ctx);
+    assert_non_null(strstr(fj_last_error(), "backend (17)"));
+    fj_context_options_init(&o);
+    o.device = -1;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "device (-1)"));
+    fj_context_options_init(&o);
+    o.cpu_threads = -3;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "cpu_threads (-3)"));
+    assert_int_equal(fj_context_create(NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+
+    /* the environment steers AUTO, and only AUTO */
+    setenv("FLASHJIT_BACKEND", "reference", 1);
+    assert_int_equal(fj_context_create(NULL, &ctx), FJ_OK);
+    assert_int_equal(fj_context_backend(ctx), FJ_BACKEND_CPU_REFERENCE);
+    assert_non_null(strstr(fj_context_describe(ctx), "FLASHJIT_BACKEND=reference"));
+    fj_context_destroy(ctx);
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_CPU;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_OK);
+    assert_int_equal(fj_context_backend(ctx), FJ_BACKEND_CPU);
+    fj_context_destroy(ctx);
+    setenv("FLASHJIT_BACKEND", "quantum", 1);
+    assert_int_equal(fj_context_create(NULL, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "FLASHJIT_BACKEND (\"quantum\")"));
+    setenv("FLASHJIT_BACKEND", "cpu", 1);
+    fj_context_options_init(&o);
+    o.cache_dir = "";
+    o.tuning_file = "";
+    o.cpu_threads = 3;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_OK);
+    const char *desc = fj_context_describe(ctx);
+    assert_non_null(strstr(desc, "cache: off"));
+    assert_non_null(strstr(desc, "cpu: 3 threads"));
+    fj_context_destroy(ctx);
+    setenv("FLASHJIT_BACKEND", "auto", 1);
+    fj_context_destroy(NULL);
+    assert_int_equal(fj_context_backend(NULL), FJ_BACKEND_AUTO);
+    assert_string_equal(fj_context_describe(NULL), "");
+}
+
+static void test_memory_functions(void **state)
+{
+    (void)state;
+    fj_context *ctx = cpu_ctx(FJ_BACKEND_CPU);
+    void *p = NULL;
+    assert_int_equal(fj_malloc(ctx, 1000, &p), FJ_OK);
+    assert_true(((uintptr_t)p & 63) == 0);
+    char src[1000], dst[1000];
+    for (int i = 0; i < 1000; i++) src[i] = (char)i;
+    assert_int_equal(fj_copy_to_device(ctx, p, src, 1000), FJ_OK);
+    assert_int_equal(fj_copy_to_host(ctx, dst, p, 1000), FJ_OK);
+    assert_memory_equal(src, dst, 1000);
+    fj_free(ctx, p);
+    assert_int_equal(fj_copy_to_device(ctx, NULL, src, 10), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_copy_to_host(ctx, dst, NULL, 10), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_copy_to_host(NULL, dst, p, 10), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_malloc(ctx, 10, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_malloc(NULL, 10, &p), FJ_ERR_INVALID_ARGUMENT);
+    assert_null(p);
+    assert_int_equal(fj_malloc(ctx, SIZE_MAX - 8, &p), FJ_ERR_OUT_OF_MEMORY);
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+    assert_int_equal(fj_synchronize(NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    fj_free(ctx, NULL);
+    fj_context_destroy(ctx);
+}
+
+/* Allocation number n fails, for every n: each call returns FJ_OK or
+ * FJ_ERR_OUT_OF_MEMORY and (under ASan) leaks nothing. */
+static void test_allocation_failures(void **state)
+{
+    (void)state;
+    fjt_rng rng;
+    fjt_rng_init(&rng, 5);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2, 1, 33, 40, 16, FJ_BF16);
+    d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    fjt_problem p;
+    assert_true(fjt_problem_make(&p, &d, &rng));
+    int succeeded = 0;
+    for (long n = 0; n < 400 && succeeded < 3; n++) {
+        for (int b = 0; b < 2; b++) {
+            fj_context_options o;
+            fj_context_options_init(&o);
+            o.backend = b ? FJ_BACKEND_CPU : FJ_BACKEND_CPU_REFERENCE;
+            o.cache_dir = "";
+            o.cpu_threads = 2;
+            fj_context *ctx = NULL;
+            alloc_failures = 0;
+            alloc_countdown = n;
+            fj_status s = fj_context_create(&o, &ctx);
+            fjt_error e;
+            if (s == FJ_OK) s = fjt_run(ctx, &p, &e, true);
+            alloc_countdown = -1;
+            if (s == FJ_OK) {
+                assert_true(e.rel_fro <= fjt_tolerance(d.dtype));
+                if (alloc_failures == 0) succeeded++;
+            } else {
+                if (s != FJ_ERR_OUT_OF_MEMORY)
+                    fail_msg("allocation %ld failing gave %s: %s", n, fj_status_name(s), fj_last_error());
+                assert_true(alloc_failures > 0);
+            }
+            fj_context_destroy(ctx);
+        }
+    }
+    assert_true(succeeded >= 1); /* the loop got past every allocation */
+    fjt_problem_free(&p);
+}
+
+/* More distinct one-shot problems than the plan cache holds: eviction works. */
+static void test_plan_cache_eviction(void **state)
+{
+    (void)state;
+    fj_context *ctx = cpu_ctx(FJ_BACKEND_CPU);
+    float q[8 * 80], o[8 * 80];
+    for (int i = 0; i < 8 * 80; i++) q[i] = (float)(i % 7) * 0.1f;
+    for (int sk = 1; sk <= 80; sk++) {
+        fj_attention_desc d;
+        fj_attention_desc_init(&d, 1, 1, 1, 8, sk, 8, FJ_F32);
+        assert_int_equal(fj_attention(ctx, &d, q, q, q, o, NULL, NULL), FJ_OK);
+    }
+    fj_context_destroy(ctx);
+}
+
+typedef struct thread_job {
+    fj_context *ctx;
+    const fjt_problem *p;
+    int failures;
+} thread_job;
+
+static void *thread_main(void *arg)
+{
+    thread_job *j = arg;
+    for (int r = 0; r < 8; r++) {
+        fjt_error e;
+        if (fjt_run(j->ctx, &j->p[r % 3], &e, true) != FJ_OK || e.rel_fro > fjt_tolerance(j->p[r % 3].d.dtype) ||
+            e.nan_count || e.lse_mismatch)
+            j->failures++;
+    }
+    return NULL;
+}
+
+/* Threads sharing one context run one-shot calls on different problems at
+ * once; each gets its own right answer. */
+static void test_threads_share_context(void **state)
+{
+    (void)state;
+    fjt_rng rng;
+    fjt_rng_init(&rng, fjt_seed());
+    fjt_problem p[3];
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 2, 4, 2, 70, 50, 32, FJ_F32);
+    assert_true(fjt_problem_make(&p[0], &d, &rng));
+    d.causal = FJ_CAUSAL_TOP_LEFT;
+    d.dtype = FJ_BF16;
+    assert_true(fjt_problem_make(&p[1], &d, &rng));
+    fj_attention_desc_init(&d, 1, 8, 1, 1, 300, 64, FJ_F16);
+    assert_true(fjt_problem_make(&p[2], &d, &rng));
+    for (int b = 0; b < 2; b++) {
+        fj_context *ctx = cpu_ctx(b ? FJ_BACKEND_CPU : FJ_BACKEND_CPU_REFERENCE);
+        pthread_t t[4];
+        thread_job jobs[4];
+        for (int i = 0; i < 4; i++) {
+            jobs[i] = (thread_job){ctx, p, 0};
+            assert_int_equal(pthread_create(&t[i], NULL, thread_main, &jobs[i]), 0);
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(t[i], NULL);
+            assert_int_equal(jobs[i].failures, 0);
+        }
+        fj_context_destroy(ctx);
+    }
+    for (int i = 0; i < 3; i++) fjt_problem_free(&p[i]);
+}
+
+static void log_counter(fj_log_level level, const char *msg, void *user)
+{
+    (void)level;
+    (void)msg;
+    ++*(int *)user;
+}
+
+static void test_log_callback(void **state)
+{
+    (void)state;
+    int lines = 0;
+    fj_set_log_callback(log_counter, FJ_LOG_DEBUG, &lines);
+    fj_context *ctx = cpu_ctx(FJ_BACKEND_CPU);
+    fj_context_destroy(ctx);
+    fj_set_log_callback(NULL, FJ_LOG_OFF, NULL);
+    assert_true(lines > 0);
+    int before = lines;
+    ctx = cpu_ctx(FJ_BACKEND_CPU);
+    fj_context_destroy(ctx);
+    assert_int_equal(lines, before);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version_and_names),
+        cmocka_unit_test(test_desc_rules),
+        cmocka_unit_test(test_bad_input_writes_nothing),
+        cmocka_unit_test(test_context_options),
+        cmocka_unit_test(test_memory_functions),
+        cmocka_unit_test(test_allocation_failures),
+        cmocka_unit_test(test_plan_cache_eviction),
+        cmocka_unit_test(test_threads_share_context),
+        cmocka_unit_test(test_log_callback),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -73,6 +73,7 @@ fj_status fj_pool_create(int threads, fj_pool **out)
     if (threads > 1) {
         p->tids = calloc((size_t)threads - 1, sizeof *p->tids);
         if (!p->tids) {
+            p->threads = 1; /* nothing started: destroy must join none */
             fj_pool_destroy(p);
             return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory creating the CPU thread pool");
         }

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""flashjit next to PyTorch SDPA's backends (math, efficient, flash, cudnn) on
+the same tensors, in one process, timed the same way (CUDA events around each
+call after warm-up, median of many runs).
+
+libflashjit.so is loaded with ctypes; the tensors are PyTorch's dense
+[batch, heads, seq, head_dim] ones, passed to flashjit with BHSD strides.
+
+usage: compare_torch.py [--lib build/libflashjit.so] [--grid prefill|extra|decode|all]
+                        [--dtypes bf16,fp16] [--json FILE] [--backends math,efficient,flash,cudnn]
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+FJ_F16, FJ_BF16 = 1, 2
+FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT = 0, 1
+
+
+class Desc(ctypes.Structure):
+    _fields_ = [("batch", ctypes.c_int), ("heads_q", ctypes.c_int), ("heads_kv", ctypes.c_int),
+                ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int), ("head_dim", ctypes.c_int),
+                ("dtype", ctypes.c_int), ("causal", ctypes.c_int),
+                ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
+                ("scale", ctypes.c_float),
+                ("q_stride", ctypes.c_int64 * 3), ("k_stride", ctypes.c_int64 * 3),
+                ("v_stride", ctypes.c_int64 * 3), ("o_stride", ctypes.c_int64 * 3)]
+
+
+class Flashjit:
+    def __init__(self, path):
+        lib = ctypes.CDLL(path)
+        lib.fj_last_error.restype = ctypes.c_char_p
+        lib.fj_status_name.restype = ctypes.c_char_p
+        lib.fj_context_describe.restype = ctypes.c_char_p
+        lib.fj_plan_describe.restype = ctypes.c_char_p
+        lib.fj_plan_execute.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_void_p]
+        self.lib = lib
+        self.ctx = ctypes.c_void_p()
+        self.check(lib.fj_context_create(None, ctypes.byref(self.ctx)), "fj_context_create")
+        lib.fj_context_backend.argtypes = [ctypes.c_void_p]
+        if lib.fj_context_backend(self.ctx) != 3:
+            sys.exit("flashjit did not choose CUDA here:\n" + self.describe())
+
+    def describe(self):
+        self.lib.fj_context_describe.argtypes = [ctypes.c_void_p]
+        return self.lib.fj_context_describe(self.ctx).decode()
+
+    def check(self, status, what):
+        if status:
+            raise RuntimeError("%s: %s: %s" % (what, self.lib.fj_status_name(status).decode(),
+                                                self.lib.fj_last_error().decode()))
+
+    def plan(self, q, k, v, causal):
+        b, hq, sq, d = q.shape
+        _, hkv, sk, _ = k.shape
+        desc = Desc()
+        self.lib.fj_attention_desc_init(ctypes.byref(desc), b, hq, hkv, sq, sk, d,
+                                        FJ_BF16 if q.dtype == torch.bfloat16 else FJ_F16)
+        desc.causal = FJ_CAUSAL_BOTTOM_RIGHT if causal else FJ_CAUSAL_NONE
+        for name, t in (("q_stride", q), ("k_stride", k), ("v_stride", v), ("o_stride", q)):
+            st = t.stride()  # [b, h, s, d] tensor -> flashjit (batch, seq, head)
+            getattr(desc, name)[:] = (st[0], st[2], st[1])
+        plan = ctypes.c_void_p()
+        self.check(self.lib.fj_plan_create(self.ctx, ctypes.byref(desc), ctypes.byref(plan)),
+                   "fj_plan_create")
+        self.lib.fj_plan_describe.argtypes = [ctypes.c_void_p]
+        kernel = ""
+        for line in self.lib.fj_plan_describe(plan).decode().splitlines():
+            if line.startswith("kernel: "):
+                kernel = line[8:]
+        return plan, kernel
+
+    def run(self, plan, q, k, v, o):
+        stream = torch.cuda.current_stream().cuda_stream
+        self.check(self.lib.fj_plan_execute(plan, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                            o.data_ptr(), None, stream), "fj_plan_execute")
+
+
+def _per_call_ms(fn, n):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / n
+
+
+def time_ms(fn, reps=30):
+    """Median over `reps` timings of a CUDA graph holding enough calls to run
+    ~2 ms, divided by the calls in it: the graph removes Python and launch
+    gaps, which would otherwise dominate microsecond-long decode kernels.
+    Falls back to back-to-back calls between two events if capture fails."""
+    fn()
+    torch.cuda.synchronize()
+    est = max(_per_call_ms(fn, 3), 1e-3)
+    inner = max(1, min(200, int(2.0 / est)))
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(inner):
+                fn()
+        g.replay()
+        torch.cuda.synchronize()
+        call = g.replay
+    except RuntimeError:
+        call, inner = fn, 1
+    for _ in range(3):
+        call()
+    times = sorted(_per_call_ms(call, 1) / inner for _ in range(reps))
+    return times[len(times) // 2]
+
+
+def grid(name):
+    rows = []
+    if name in ("prefill", "all"):
+        for d in (64, 128):
+            for s in (1024, 4096, 16384):
+                for c in (False, True):
+                    rows.append((16384 // s, 2048 // d, 2048 // d, s, s, d, c))
+    if name in ("extra", "all"):
+        for d, h in ((96, 21), (256, 8)):
+            for s in (4096, 16384):
+                for c in (False, True):
+                    rows.append((16384 // s, h, h, s, s, d, c))
+        for s in (4096, 16384):
+            for c in (False, True):
+                rows.append((16384 // s, 32, 8, s, s, 128, c))
+    if name in ("decode", "all"):
+        for b, hkv, sk in ((1, 32, 4096), (1, 32, 32768), (1, 8, 4096), (1, 8, 32768),
+                           (8, 32, 4096), (8, 8, 32768), (64, 32, 32768), (64, 8, 32768)):
+            rows.append((b, 32, hkv, 1, sk, 128, False))
+    return rows
+
+
+SDPA = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build",
+                                                   "libflashjit.so"))
+    ap.add_argument("--grid", default="all")
+    ap.add_argument("--dtypes", default="bf16,fp16")
+    ap.add_argument("--backends", default="efficient,flash,cudnn")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    fj = Flashjit(args.lib)
+    torch.manual_seed(0)
+    results = []
+    names = args.backends.split(",")
+    print("%-5s %-32s %9s %9s" % ("dtype", "shape", "flashjit", "err") +
+          "".join(" %9s" % n for n in names) + "  (TFLOP/s; decode rows: TB/s of K+V)  kernel")
+    for dt in args.dtypes.split(","):
+        dtype = torch.bfloat16 if dt == "bf16" else torch.float16
+        for (b, hq, hkv, sq, sk, d, causal) in grid(args.grid):
+            q = torch.randn(b, hq, sq, d, device="cuda", dtype=dtype)
+            k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype)
+            v = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype)
+            o = torch.full_like(q, float("nan"))
+            decode = sq <= 16
+            flops = 4.0 * b * hq * sq * sk * d * (0.5 if causal and sq == sk else 1.0)
+            kv_bytes = 2.0 * b * hkv * sk * d * q.element_size()
+            rate = (lambda ms: kv_bytes / ms / 1e9) if decode else (lambda ms: flops / ms / 1e9)
+            row = {"dtype": dt, "batch": b, "heads_q": hq, "heads_kv": hkv, "seqlen_q": sq,
+                   "seqlen_k": sk, "head_dim": d, "causal": causal, "unit": "TB/s" if decode else "TFLOP/s"}
+            try:
+                plan, kernel = fj.plan(q, k, v, causal)
+                ms = time_ms(lambda: fj.run(plan, q, k, v, o))
+                fj.run(plan, q, k, v, o)
+                torch.cuda.synchronize()
+                ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
+                                                     enable_gqa=hq != hkv) if sq * sk * b * hq <= 2**31 else None
+                err = ((o.float() - ref).norm() / ref.norm()).item() if ref is not None else float("nan")
+                row.update(flashjit_ms=ms, flashjit=rate(ms), rel_err=err, kernel=kernel)
+            except RuntimeError as e:
+                row.update(flashjit=None, error=str(e), kernel="")
+            for n in names:
+                try:
+                    with sdpa_kernel([SDPA[n]]):
+                        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                    enable_gqa=hq != hkv)
+                        ms = time_ms(fn)
+                    row[n] = rate(ms)
+                    row[n + "_ms"] = ms
+                except RuntimeError:
+                    row[n] = None
+            results.append(row)
+            f = lambda x: "%9.2f" % x if isinstance(x, float) else "%9s" % "-"
+            shape = "b%d h%d/%d s%d/%d d%d%s" % (b, hq, hkv, sq, sk, d, " causal" if causal else "")
+            print("%-5s %-32s %s %9.1e" % (dt, shape, f(row.get("flashjit")), row.get("rel_err", float("nan"))) +
+                  "".join(" " + f(row.get(n)) for n in names) + "  " + row.get("kernel", row.get("error", "")),
+                  flush=True)
+            del q, k, v, o
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "rows": results}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
