@@ -14,11 +14,14 @@ typedef struct fj_backend_ops {
     fj_backend kind;
     const char *name; /* as fj_backend_name() */
 
-    /* Creates the per-plan state (kernel, workspaces). Appends to describe what
+    /* Creates the per-plan state (kernel, workspaces). config NULL: the
+       tuning file's entry for the problem, else the shipped table's, else the
+       heuristic; non-NULL: that configuration (the tuner's candidates; the
+       backend's own syntax, as in the tuning file). Appends to describe what
        was chosen and why. On failure returns the status with fj_last_error()
        set, and leaves *state NULL. */
-    fj_status (*plan_create)(fj_context *ctx, const fj_problem *p, void **state,
-                             fj_strbuf *describe);
+    fj_status (*plan_create)(fj_context *ctx, const fj_problem *p, const char *config,
+                             void **state, fj_strbuf *describe);
     /* Runs it. Pointers were checked non-NULL by the core. Must not allocate. */
     fj_status (*execute)(const void *state, const fj_problem *p, const void *q, const void *k,
                          const void *v, void *o, float *lse, void *stream);

@@ -71,6 +71,15 @@ static inline unsigned fj_kernel_desc_threads(const fj_kernel_desc *k) { return 
  * with what to do for F32 or a head dim that is not a multiple of 8. */
 fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kernel_desc *k);
 
+/* The tiles alone, "m128n64w4s2" (the tuning file's config field), and back:
+ * parse sets block_m, block_n, warps and stages only; FJ_ERR_INVALID_ARGUMENT
+ * naming the text when it does not parse (the rules are fj_kernel_desc_check's). */
+int fj_kernel_desc_tiles_name(const fj_kernel_desc *k, char *buf, size_t n);
+fj_status fj_kernel_desc_parse_tiles(const char *tiles, fj_kernel_desc *k);
+
+/* "nomask", "causal", "window", "causal_window"; NULL out of range. */
+const char *fj_kernel_desc_mask_name(uint32_t mask);
+
 /* Sets the heuristic's tiles (block_m, block_n, warps, stages) for the
  * descriptor's head dim, arch and mask. */
 void fj_kernel_desc_heuristic(fj_kernel_desc *k);

@@ -7,7 +7,8 @@
 #include "plan_cache.h"
 #include "status.h"
 
-fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, fj_plan **out)
+fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, const char *config,
+                                 fj_plan **out)
 {
     *out = NULL;
     fj_plan *plan = calloc(1, sizeof *plan);
@@ -20,7 +21,7 @@ fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, fj_plan *
     char shape[256];
     fj_problem_format(p, shape, sizeof shape);
     fj_strbuf_printf(&d, "problem: %s\n", shape);
-    fj_status s = plan->ops->plan_create(ctx, p, &plan->state, &d);
+    fj_status s = plan->ops->plan_create(ctx, p, config, &plan->state, &d);
     if (s == FJ_OK && !(plan->describe = fj_strbuf_take(&d)))
         s = fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory describing a plan");
     fj_strbuf_free(&d);
@@ -35,6 +36,12 @@ fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, fj_plan *
 
 fj_status fj_plan_create(fj_context *ctx, const fj_attention_desc *d, fj_plan **out)
 {
+    return fj_plan_create_config(ctx, d, NULL, out);
+}
+
+fj_status fj_plan_create_config(fj_context *ctx, const fj_attention_desc *d, const char *config,
+                                fj_plan **out)
+{
     fj_clear_error();
     if (!out) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "out (the fj_plan ** to fill) is NULL");
     *out = NULL;
@@ -42,7 +49,7 @@ fj_status fj_plan_create(fj_context *ctx, const fj_attention_desc *d, fj_plan **
     fj_problem p;
     fj_status s = fj_problem_init(&p, d);
     if (s) return s;
-    return fj_plan_create_problem(ctx, &p, out);
+    return fj_plan_create_problem(ctx, &p, config, out);
 }
 
 static fj_status check_tensors(const void *q, const void *k, const void *v, const void *o)

@@ -60,7 +60,7 @@ fj_status fj_plan_cache_acquire(fj_context *ctx, const fj_attention_desc *d, con
     if (!e) {
         struct fj_plan_cache_entry *fresh = calloc(1, sizeof *fresh);
         if (!fresh) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory caching a plan");
-        if ((s = fj_plan_create_problem(ctx, &key, &fresh->plan))) {
+        if ((s = fj_plan_create_problem(ctx, &key, NULL, &fresh->plan))) {
             free(fresh);
             return s;
         }

@@ -108,10 +108,13 @@ static void ref_task(void *arg, int64_t task, int worker)
                  p->o_stride[FJ_AXIS_SEQ], of, D, rows, D);
 }
 
-static fj_status ref_plan_create(fj_context *ctx, const fj_problem *p, void **state,
-                                 fj_strbuf *describe)
+static fj_status ref_plan_create(fj_context *ctx, const fj_problem *p, const char *config,
+                                 void **state, fj_strbuf *describe)
 {
     *state = NULL;
+    if (config)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "cpu-reference has no configuration to choose (got '%s')", config);
     if (p->seqlen_k > INT32_MAX / 2 || (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
         return fj_fail(FJ_ERR_UNSUPPORTED,
                        "cpu-reference: seqlen_k (%d) x head_dim (%d) is beyond what one BLAS "

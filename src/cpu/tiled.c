@@ -1,21 +1,386 @@
-/* FJ_BACKEND_CPU. Until the tiled online-softmax backend lands, this runs the
- * reference's method and says so in the plan's describe text. */
-#include "backend.h"
+/* FJ_BACKEND_CPU: attention by blocks with an online softmax (FlashAttention's
+ * method on the CPU), never holding a seqlen_q x seqlen_k score matrix.
+ *
+ * A task is one block of query rows of one (batch, kv head): up to block_q
+ * rows, which are (position, query head) pairs when several query heads share
+ * the kv head (their rows are stacked, so they share every K/V block and its
+ * conversion, and a GQA decode step is an sgemm, not a matrix-vector
+ * product). For each block of keys that some row of the block sees:
+ *     S = log2(e) scale Q K_blk^T       (cblas_sgemm, rows that see the block only)
+ *     per row: keys it does not see set to 0 in S, then the online softmax
+ *         step (tiled_softmax.h): S = 2^(S - running max), running sum
+ *         updated, and the row's accumulator rescaled when the max moved
+ *     O_acc += S V_blk                  (cblas_sgemm)
+ * then O = O_acc / running sum, lse = ln 2 running max + ln(running sum).
+ * (Base 2 because log2(e) rides free on the sgemm's alpha and 2^x is the
+ * cheapest exponential.) A block of one row uses cblas_sgemv instead.
+ *
+ * Keys run from the first any row of the block sees to the last, so blocks
+ * outside the causal/window band cost nothing. Where every row sees every key
+ * the blocks are block_k wide and unmasked; across the band's edges (a causal
+ * diagonal, a window's left edge) they are EDGE_BLOCK_K wide, and only the
+ * rows that see part of each enter its sgemm (every mask is a band, so those
+ * rows are consecutive): the work left outside the band is a staircase of
+ * EDGE_BLOCK_K-wide steps, whatever block_q is.
+ *
+ * F32 tensors whose rows are at least head_dim apart go to sgemm in place
+ * (lda = the seq stride); otherwise (F16, BF16, overlapping rows, or stacked
+ * heads for Q) a block is converted into the worker's float workspace, once per
+ * block of rows. The workspace is allocated at plan time: O((block_q +
+ * block_k) x head_dim + block_q x block_k) floats per thread, whatever the
+ * sequence lengths. */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
-static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, void **state,
-                                   fj_strbuf *describe)
+#include "backend.h"
+#include "context.h"
+#include "convert.h"
+#include "pool.h"
+#include "status.h"
+#include "tensor_access.h"
+#include "tiled.h"
+#include "tiled_softmax.h"
+#include "vmath.h"
+
+/* Keys per block where the mask cuts through a block of rows (a causal
+ * diagonal, a window's edge): narrow, so that the rows entering each block's
+ * sgemm follow the band closely; wide enough that sgemm stays efficient. */
+#define EDGE_BLOCK_K 64
+
+typedef struct tiled_plan {
+    fj_pool *pool;
+    int block_k;             /* keys per block where no row of the block is masked */
+    int edge_k;              /* keys per block across the band's edges (masked) */
+    int heads_per_block;     /* query heads of one kv head stacked in a block */
+    int head_chunks;         /* ceil(group / heads_per_block) */
+    int positions_per_block; /* query positions per block */
+    int64_t position_blocks; /* ceil(seqlen_q / positions_per_block) */
+    int64_t tasks;           /* blocks of query rows in all, one task each */
+    int rows;                /* positions_per_block * heads_per_block */
+    bool q_direct, k_direct, v_direct; /* strided f32 tensor handed to sgemm as is */
+    /* Per-worker workspace: byte offsets of each part within a worker's share. */
+    size_t ws_bytes;
+    size_t off_q, off_o, off_s, off_k, off_v, off_max, off_sum, off_lo, off_hi;
+    unsigned char *workspace; /* pool threads x ws_bytes, 64-byte aligned */
+} tiled_plan;
+
+typedef struct tiled_job {
+    const tiled_plan *plan;
+    const fj_problem *p;
+    const void *q, *k, *v;
+    void *o;
+    float *lse;
+} tiled_job;
+
+/* The worker's views of its workspace. */
+typedef struct tiled_ws {
+    float *q, *o, *s, *k, *v, *row_max, *row_sum;
+    int64_t *lo, *hi; /* visible keys [lo, hi) of each position of the block */
+} tiled_ws;
+
+static tiled_ws worker_ws(const tiled_plan *tp, int worker)
 {
-    fj_strbuf_puts(describe, "note: the CPU tiled backend is not built yet; running the reference\n");
-    return fj_cpu_reference_ops.plan_create(ctx, p, state, describe);
+    unsigned char *base = tp->workspace + (size_t)worker * tp->ws_bytes;
+    tiled_ws w = {
+        .q = (float *)(base + tp->off_q),
+        .o = (float *)(base + tp->off_o),
+        .s = (float *)(base + tp->off_s),
+        .k = (float *)(base + tp->off_k),
+        .v = (float *)(base + tp->off_v),
+        .row_max = (float *)(base + tp->off_max),
+        .row_sum = (float *)(base + tp->off_sum),
+        .lo = (int64_t *)(base + tp->off_lo),
+        .hi = (int64_t *)(base + tp->off_hi),
+    };
+    return w;
+}
+
+/* Whether a strided F32 tensor can be an sgemm operand as is: BLAS wants rows
+ * at least head_dim apart and a leading dimension that fits an int. */
+static bool sgemm_ready(const fj_problem *p, const int64_t stride[3])
+{
+    int64_t ld = stride[FJ_AXIS_SEQ];
+    return p->dtype == FJ_F32 && ld >= p->head_dim && ld <= INT_MAX;
+}
+
+/* One block of key (or value) rows [j0, j0 + n) of kv head hk as a float
+ * matrix: the tensor itself when it is sgemm-ready, else converted into buf. */
+static const float *kv_block(const fj_problem *p, const void *base, const int64_t stride[3],
+                             bool direct, float *buf, int64_t b, int64_t j0, int64_t n,
+                             int64_t hk, int *ld)
+{
+    const void *src = fj_row_ptr(base, p->dtype, stride, b, j0, hk);
+    if (direct) {
+        *ld = (int)stride[FJ_AXIS_SEQ];
+        return src;
+    }
+    fj_load_f32(buf, p->head_dim, src, p->dtype, stride[FJ_AXIS_SEQ], n, p->head_dim);
+    *ld = p->head_dim;
+    return buf;
+}
+
+/* One task's block of query rows while its key blocks go by. */
+typedef struct row_block {
+    const tiled_job *job;
+    tiled_ws w;
+    int64_t b, hk;
+    int npos, nh; /* row r is position pos0 + r / nh, query head head0 + r % nh */
+    const float *qm; /* the block's queries, rows ldq apart */
+    int ldq;
+    float alpha; /* log2(e) * scale: scores in base 2 */
+} row_block;
+
+/* Keys [j0, j0 + nk): scores of the rows that see part of them, the online
+ * softmax step on each such row, and their O_acc += P V. */
+static void key_block(const row_block *rb, int64_t j0, int nk)
+{
+    const tiled_job *j = rb->job;
+    const tiled_plan *tp = j->plan;
+    const fj_problem *p = j->p;
+    const tiled_ws *w = &rb->w;
+    const int D = p->head_dim, nh = rb->nh;
+    const int64_t j1 = j0 + nk;
+    /* The positions that see part of [j0, j1): consecutive, as every
+       position's visible keys form a band moving right with it. */
+    int ta = rb->npos, tb = 0;
+    for (int t = 0; t < rb->npos; t++)
+        if (w->lo[t] < w->hi[t] && w->lo[t] < j1 && w->hi[t] > j0) {
+            if (t < ta) ta = t;
+            tb = t + 1;
+        }
+    if (ta >= tb) return;
+    const int ra = ta * nh, m = (tb - ta) * nh;
+
+    /* A single row (decoding without GQA) goes through sgemv: OpenBLAS's
+       sgemm of one row is several times slower. */
+    int ldk, ldv;
+    const float *km = kv_block(p, j->k, p->k_stride, tp->k_direct, w->k, rb->b, j0, nk, rb->hk, &ldk);
+    const float *qrows = rb->qm + (size_t)ra * rb->ldq;
+    if (m == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, nk, D, rb->alpha, km, ldk, qrows, 1, 0.0f, w->s, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, D, rb->alpha, qrows, rb->ldq,
+                    km, ldk, 0.0f, w->s, tp->block_k);
+
+    for (int r = ra; r < ra + m; r++) {
+        const int t = r / nh;
+        float *srow = w->s + (size_t)(r - ra) * tp->block_k;
+        int64_t a = w->lo[t] > j0 ? w->lo[t] - j0 : 0;
+        int64_t e = w->hi[t] < j1 ? w->hi[t] - j0 : nk;
+        if (a >= e) { /* a row of the range that sees none of this block */
+            memset(srow, 0, (size_t)nk * sizeof(float));
+            continue;
+        }
+        for (int64_t c = 0; c < a; c++) srow[c] = -INFINITY; /* unseen keys: weight 0 */
+        for (int64_t c = e; c < nk; c++) srow[c] = -INFINITY;
+        float factor = fj_tiled_softmax_step(srow, nk, &w->row_max[r], &w->row_sum[r]);
+        if (factor != 1.0f) fj_vscale(w->o + (size_t)r * D, D, factor);
+    }
+
+    const float *vm = kv_block(p, j->v, p->v_stride, tp->v_direct, w->v, rb->b, j0, nk, rb->hk, &ldv);
+    float *orows = w->o + (size_t)ra * D;
+    if (m == 1)
+        cblas_sgemv(CblasRowMajor, CblasTrans, nk, D, 1.0f, vm, ldv, w->s, 1, 1.0f, orows, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, D, nk, 1.0f, w->s, tp->block_k,
+                    vm, ldv, 1.0f, orows, D);
+}
+
+/* Keys [j0, j1) in blocks of at most max_k, about equal (no runt block at the
+ * end) and multiples of 16 keys but the last, so the row kernel's vector
+ * loops rarely meet a tail. */
+static void key_range(const row_block *rb, int64_t j0, int64_t j1, int max_k)
+{
+    int64_t len = j1 - j0;
+    if (len <= 0) return;
+    int64_t n = (len + max_k - 1) / max_k;
+    int64_t step = (len + n - 1) / n;
+    step = (step + 15) / 16 * 16;
+    if (step > max_k) step = max_k;
+    for (int64_t a = j0; a < j1; a += step) key_block(rb, a, (int)(j1 - a < step ? j1 - a : step));
+}
+
+static void tiled_task(void *arg, int64_t task, int worker)
+{
+    const tiled_job *j = arg;
+    const tiled_plan *tp = j->plan;
+    const fj_problem *p = j->p;
+    const int D = p->head_dim;
+
+    /* Tasks run heaviest first: the last query positions see the most keys
+       under a causal mask, and the pool hands tasks out in index order. */
+    const int64_t per_position_block = (int64_t)p->batch * p->heads_kv * tp->head_chunks;
+    const int64_t pblk = tp->position_blocks - 1 - task / per_position_block;
+    int64_t rest = task % per_position_block;
+    const int chunk = (int)(rest % tp->head_chunks);
+    rest /= tp->head_chunks;
+
+    row_block rb = {.job = j, .w = worker_ws(tp, worker), .alpha = (float)(M_LOG2E * p->scale)};
+    rb.hk = rest % p->heads_kv;
+    rb.b = rest / p->heads_kv;
+    const int64_t pos0 = pblk * tp->positions_per_block;
+    rb.npos = (int)(p->seqlen_q - pos0 < tp->positions_per_block ? p->seqlen_q - pos0
+                                                                 : tp->positions_per_block);
+    const int64_t head0 = rb.hk * p->group + (int64_t)chunk * tp->heads_per_block;
+    rb.nh = p->group - chunk * tp->heads_per_block < tp->heads_per_block
+                ? p->group - chunk * tp->heads_per_block
+                : tp->heads_per_block;
+    const int rows = rb.npos * rb.nh;
+    const tiled_ws *w = &rb.w;
+
+    /* The keys some position sees, [jlo, jhi), and those every position that
+       sees any sees, [flo, fhi) (empty when the band is narrower than the
+       block): blocks there need no mask, so they get the full block_k. */
+    int64_t jlo = p->seqlen_k, jhi = 0, flo = 0, fhi = p->seqlen_k;
+    for (int t = 0; t < rb.npos; t++) {
+        fj_visible_keys(p, pos0 + t, &w->lo[t], &w->hi[t]);
+        if (w->lo[t] >= w->hi[t]) continue;
+        if (w->lo[t] < jlo) jlo = w->lo[t];
+        if (w->hi[t] > jhi) jhi = w->hi[t];
+        if (w->lo[t] > flo) flo = w->lo[t];
+        if (w->hi[t] < fhi) fhi = w->hi[t];
+    }
+
+    for (int r = 0; r < rows; r++) {
+        w->row_max[r] = -INFINITY;
+        w->row_sum[r] = 0.0f;
+    }
+    if (jlo < jhi) {
+        rb.qm = w->q;
+        rb.ldq = D;
+        if (tp->q_direct) {
+            rb.qm = fj_row_ptr(j->q, p->dtype, p->q_stride, rb.b, pos0, head0);
+            rb.ldq = (int)p->q_stride[FJ_AXIS_SEQ];
+        } else if (rb.nh == 1) {
+            fj_load_f32(w->q, D, fj_row_ptr(j->q, p->dtype, p->q_stride, rb.b, pos0, head0),
+                        p->dtype, p->q_stride[FJ_AXIS_SEQ], rb.npos, D);
+        } else { /* the block's heads of one position are rows a head stride apart */
+            for (int t = 0; t < rb.npos; t++)
+                fj_load_f32(w->q + (size_t)t * rb.nh * D, D,
+                            fj_row_ptr(j->q, p->dtype, p->q_stride, rb.b, pos0 + t, head0),
+                            p->dtype, p->q_stride[FJ_AXIS_HEAD], rb.nh, D);
+        }
+        memset(w->o, 0, (size_t)rows * D * sizeof(float));
+
+        /* Masked edges in narrow blocks, so few (row, key) pairs outside the
+           band are computed; the unmasked middle, unless it is narrower than
+           an edge block, in wide ones. */
+        int64_t a = flo < jhi ? flo : jhi;
+        int64_t e = fhi > a ? fhi : a;
+        if (e - a < tp->edge_k) {
+            key_range(&rb, jlo, jhi, tp->edge_k);
+        } else {
+            key_range(&rb, jlo, a, tp->edge_k);
+            key_range(&rb, a, e, tp->block_k);
+            key_range(&rb, e, jhi, tp->edge_k);
+        }
+    }
+
+    for (int r = 0; r < rows; r++) {
+        const int64_t i = pos0 + r / rb.nh, h = head0 + r % rb.nh;
+        void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, rb.b, i, h);
+        float row_lse = -INFINITY;
+        if (w->row_sum[r] > 0.0f) {
+            float *acc = w->o + (size_t)r * D;
+            fj_vscale(acc, D, 1.0f / w->row_sum[r]);
+            fj_store_f32(dst, p->dtype, 0, acc, 0, 1, D);
+            row_lse = (float)(M_LN2 * w->row_max[r] + log(w->row_sum[r]));
+        } else { /* the row sees no key */
+            memset(dst, 0, (size_t)D * fj_dtype_size(p->dtype));
+        }
+        if (j->lse) j->lse[(rb.b * p->heads_q + h) * p->seqlen_q + i] = row_lse;
+    }
+}
+
+/* Lays out one worker's workspace; each part starts on a cache line. */
+static size_t ws_part(size_t *cursor, size_t bytes)
+{
+    size_t at = *cursor;
+    *cursor += (bytes + 63) & ~(size_t)63;
+    return at;
+}
+
+static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const char *config,
+                                   void **state, fj_strbuf *describe)
+{
+    *state = NULL;
+    const int threads = fj_pool_threads(ctx->pool);
+    fj_cpu_tiled_blocks blocks;
+    fj_status st = fj_cpu_tiled_choose_blocks(ctx, p, config, threads, &blocks);
+    if (st) return st;
+    fj_cpu_tiled_geometry g;
+    fj_cpu_tiled_geometry_of(p, blocks.block_q, &g);
+    tiled_plan *tp = calloc(1, sizeof *tp);
+    if (!tp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu: out of memory for the plan");
+    tp->pool = ctx->pool;
+    tp->block_k = blocks.block_k;
+    tp->edge_k = blocks.block_k < EDGE_BLOCK_K ? blocks.block_k : EDGE_BLOCK_K;
+    tp->heads_per_block = g.heads_per_block;
+    tp->head_chunks = g.head_chunks;
+    tp->positions_per_block = g.positions_per_block;
+    tp->position_blocks = g.position_blocks;
+    tp->tasks = g.tasks;
+    tp->rows = g.rows;
+    tp->q_direct = tp->heads_per_block == 1 && sgemm_ready(p, p->q_stride);
+    tp->k_direct = sgemm_ready(p, p->k_stride);
+    tp->v_direct = sgemm_ready(p, p->v_stride);
+
+    const size_t D = (size_t)p->head_dim, rows = (size_t)tp->rows, bk = (size_t)tp->block_k;
+    const size_t f = sizeof(float);
+    size_t cur = 0;
+    tp->off_q = ws_part(&cur, tp->q_direct ? 0 : rows * D * f);
+    tp->off_o = ws_part(&cur, rows * D * f);
+    tp->off_s = ws_part(&cur, rows * bk * f);
+    tp->off_k = ws_part(&cur, tp->k_direct ? 0 : bk * D * f);
+    tp->off_v = ws_part(&cur, tp->v_direct ? 0 : bk * D * f);
+    tp->off_max = ws_part(&cur, rows * f);
+    tp->off_sum = ws_part(&cur, rows * f);
+    tp->off_lo = ws_part(&cur, (size_t)tp->positions_per_block * sizeof(int64_t));
+    tp->off_hi = ws_part(&cur, (size_t)tp->positions_per_block * sizeof(int64_t));
+    tp->ws_bytes = cur;
+
+    if (!(tp->workspace = aligned_alloc(64, tp->ws_bytes * (size_t)threads))) {
+        size_t kib = tp->ws_bytes * (size_t)threads >> 10;
+        free(tp);
+        return fj_fail(FJ_ERR_OUT_OF_MEMORY,
+                       "cpu: cannot allocate %zu KiB of workspace (%d threads)", kib, threads);
+    }
+    fj_strbuf_printf(describe,
+                     "backend: cpu\n"
+                     "method: online softmax over blocks of %d query rows x %d keys (%s), "
+                     "%d keys across the mask's edges; %d query head(s) per block sharing "
+                     "each K/V block\n"
+                     "operands: q %s, k %s, v %s\n"
+                     "workspace: %zu bytes per thread, %d threads\n",
+                     tp->rows, tp->block_k, blocks.source, tp->edge_k, tp->heads_per_block,
+                     tp->q_direct ? "in place" : "converted per block",
+                     tp->k_direct ? "in place" : "converted per block",
+                     tp->v_direct ? "in place" : "converted per block", tp->ws_bytes, threads);
+    *state = tp;
+    return FJ_OK;
 }
 
 static fj_status tiled_execute(const void *state, const fj_problem *p, const void *q,
                                const void *k, const void *v, void *o, float *lse, void *stream)
 {
-    return fj_cpu_reference_ops.execute(state, p, q, k, v, o, lse, stream);
+    (void)stream;
+    const tiled_plan *tp = state;
+    tiled_job job = {tp, p, q, k, v, o, lse};
+    fj_pool_run(tp->pool, tp->tasks, tiled_task, &job);
+    return FJ_OK;
 }
 
-static void tiled_plan_destroy(void *state) { fj_cpu_reference_ops.plan_destroy(state); }
+static void tiled_plan_destroy(void *state)
+{
+    tiled_plan *tp = state;
+    if (!tp) return;
+    free(tp->workspace);
+    free(tp);
+}
 
 const fj_backend_ops fj_cpu_tiled_ops = {
     .kind = FJ_BACKEND_CPU,

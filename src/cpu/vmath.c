@@ -123,15 +123,3 @@ void fj_vexp(float *y, const float *x, int64_t n)
     for (; j + LANES <= n; j += LANES) vstore(y + j, vexp_lanes(vload(x + j)));
     for (; j < n; j++) y[j] = fj_expf(x[j]);
 }
-
-FJ_VECTOR_CLONES
-float fj_vsoftmax_step(float *x, int64_t n, float *max, float *sum)
-{
-    float m = fj_vmax(x, n);
-    if (*max > m) m = *max;
-    float factor = fj_expf(*max - m); /* exp(-inf) = 0 on the first step, exp(0) = 1 exactly */
-    float s = fj_vexp_scaled_sum(x, n, 1.0f, m);
-    *sum = *sum * factor + s;
-    *max = m;
-    return factor;
-}

@@ -66,15 +66,5 @@ void fj_vscale(float *x, int64_t n, float a);
 /* exp(x[j]) for j in [0, n) into y (for tests and benchmarks of fj_expf). */
 void fj_vexp(float *y, const float *x, int64_t n);
 
-/* One step of the online (streaming) softmax of a row whose scores arrive in
- * blocks. x[0..n) (n >= 1) are the next block of scores; *max is the largest
- * score seen so far (-inf before the first step) and *sum the sum of
- * exp(score - *max) over them (0 before the first step). Replaces x[j] with
- * exp(x[j] - m), where m is the new running max, updates *max = m and *sum, and
- * returns exp(old max - m): the factor by which whatever was accumulated with
- * the old weights (the row's partial output) must be multiplied. It is exactly
- * 1 when the max did not move and 0 on the first step. The scores must be
- * finite (masked keys are left out of x, not set to -inf). */
-float fj_vsoftmax_step(float *x, int64_t n, float *max, float *sum);
 
 #endif

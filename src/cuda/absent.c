@@ -15,3 +15,13 @@ fj_status fj_cuda_state_create(fj_context *ctx, fj_strbuf *describe)
 void fj_cuda_state_destroy(fj_context *ctx) { (void)ctx; }
 
 const fj_backend_ops *fj_cuda_backend_ops(void) { return NULL; }
+
+/* NVRTC too: without the backend, `flashjit source` still renders sources,
+ * and compiling says why it cannot. */
+fj_status fj_cuda_nvrtc(const fj_cuda_api **api)
+{
+    *api = NULL;
+    return fj_fail(FJ_ERR_NO_DEVICE,
+                   "this flashjit was built without the CUDA backend (meson -Dcuda=disabled), so "
+                   "it cannot compile kernels; rebuild with -Dcuda=auto");
+}

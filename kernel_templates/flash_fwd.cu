@@ -1,0 +1,823 @@
+/* flash_fwd.cu: the attention forward kernel, FlashAttention-2 style, rendered
+ * once per descriptor (kernel_templates/README.md lists the macros; fwd_params.h
+ * and common.cuh come first in the same translation unit).
+ *
+ * One block computes FJ_BLOCK_M query rows of one (batch, head) against the
+ * key tiles those rows can see, keeping the score tile, the softmax state and
+ * the output accumulator in registers:
+ *
+ *   for each visible key tile:  S = Q K^T (mma.sync, f32)      -> registers
+ *                               online softmax in base 2        -> P in registers
+ *                               O += P V (mma.sync, f32)
+ *   O /= l; store O (and lse).
+ *
+ * Host contract (src/cuda checks it and returns FJ_ERR_UNSUPPORTED otherwise,
+ * nothing here can check it):
+ *  - q, k, v, o base pointers are 16-byte aligned and every batch, seq and
+ *    head stride of q, k, v and o is a multiple of 8 elements, so each
+ *    8-element chunk of a row is one aligned 16-byte cp.async or store;
+ *  - o_partial and lse_partial (split-KV) are 16-byte aligned;
+ *  - scale_log2 = scale * log2(e) is finite and nonzero (the resolved scale,
+ *    never the "0 = default" of the public desc); it may be negative;
+ *  - launch: grid (ceil(seqlen_q / FJ_BLOCK_M), heads_q, batch * num_splits),
+ *    block 32 * FJ_WARPS, FJ_SMEM_BYTES of dynamic shared memory;
+ *  - seqlen_q, seqlen_k, batch, heads >= 1, heads_q == group * heads_kv.
+ *
+ * Layout of the work: the FJ_WARPS warps split the block's query rows, each
+ * warp owning FJ_BLOCK_M / FJ_WARPS consecutive rows (m tiles of 16 rows) and
+ * every key of the tile, so the softmax of a row never leaves its warp: a
+ * row's values sit in the 4 lanes of a quad (mma C layout) and reduce with
+ * two xor-shuffles.
+ */
+
+#define FJ_THREADS (32 * FJ_WARPS)
+
+namespace fj {
+
+constexpr int D = FJ_HEAD_DIM;
+constexpr int DPAD = (D + 15) / 16 * 16;      /* head dim rounded up to the mma k of 16 */
+constexpr int ROW = DPAD + 8;                 /* shared row length in elements */
+constexpr int ROW_BYTES = ROW * 2;            /* an odd number of 16-byte chunks */
+constexpr int BM = FJ_BLOCK_M;
+constexpr int BN = FJ_BLOCK_N;
+constexpr int STAGES = FJ_STAGES;
+constexpr int THREADS = FJ_THREADS;
+constexpr int WARP_ROWS = BM / FJ_WARPS;      /* query rows per warp */
+constexpr int MT = WARP_ROWS / 16;            /* 16-row m tiles per warp */
+constexpr int KQ = DPAD / 16;                 /* k16 steps of Q K^T */
+constexpr int NDT = D / 8;                    /* 8-column tiles of O (exact head dim) */
+constexpr int DCH = D / 8;                    /* 16-byte chunks of a row holding data */
+
+static_assert(D % 8 == 0 && D >= 8 && D <= 256, "FJ_HEAD_DIM must be a multiple of 8 in 8..256");
+static_assert(FJ_WARPS >= 1 && BM % FJ_WARPS == 0, "FJ_BLOCK_M must split evenly over the warps");
+static_assert(WARP_ROWS % 16 == 0, "each warp needs a whole number of 16-row mma tiles");
+static_assert(BN % 16 == 0 && BN >= 16, "FJ_BLOCK_N must be a multiple of 16");
+static_assert(STAGES >= 1, "FJ_STAGES must be >= 1");
+static_assert((ROW_BYTES / 16) % 2 == 1, "rows must be an odd number of 16-byte chunks");
+
+/* Shared memory: Q tile, STAGES K tiles, STAGES V tiles, every row ROW
+ * elements. The host computes the same number (src/kernel_desc.c). */
+constexpr int SMEM_Q = 0;
+constexpr int SMEM_K = BM * ROW_BYTES;
+constexpr int SMEM_V = SMEM_K + STAGES * BN * ROW_BYTES;
+constexpr int SMEM_TOTAL = SMEM_V + STAGES * BN * ROW_BYTES;
+constexpr int TILE_BYTES = BN * ROW_BYTES;
+static_assert(SMEM_TOTAL == FJ_SMEM_BYTES, "shared layout disagrees with FJ_SMEM_BYTES");
+
+/* Register plan (32-bit registers per thread). The O accumulator is fixed
+ * (O_REGS); the S accumulator covers one sub-tile of KSUB keys at a time (the
+ * online softmax runs per sub-tile, so a key tile of BN keys is taken in
+ * BN/KSUB steps, with one cp.async stage and barrier per BN keys); the Q A
+ * fragments either stay in registers for the whole key loop (Q_REGS) or are
+ * re-read from shared memory for every sub-tile. ptxas needs about 95
+ * registers besides these three (addresses, softmax state, fragments in
+ * flight), so their sum is kept within ACC_BUDGET: the largest KSUB with Q
+ * in registers, else the largest KSUB with Q re-read. (Measured with nvcc
+ * 13.0 over the heuristic tile set, every mask kind, sm_80 and sm_90: 160
+ * gives no spills. 192 lets m128n64w4 at D = 128 hold all 64 keys, as
+ * FlashAttention-2 does, for 3-4% more speed on an H200 and a few spilled
+ * registers, the same trade FA2 makes.) */
+constexpr int O_REGS = MT * NDT * 4;
+constexpr int Q_REGS = MT * KQ * 4;
+__host__ __device__ constexpr int s_regs(int ksub) { return MT * (ksub / 8) * 4; }
+#ifndef FJ_ACC_BUDGET
+#define FJ_ACC_BUDGET 160
+#endif
+constexpr int ACC_BUDGET = FJ_ACC_BUDGET;
+/* largest KSUB dividing BN, a multiple of 16 and >= min_ksub, with
+   O + S + extra within the budget; 0 when none */
+__host__ __device__ constexpr int pick_ksub(int extra, int min_ksub)
+{
+    for (int k = BN; k >= min_ksub; k -= 16)
+        if (BN % k == 0 && O_REGS + s_regs(k) + extra <= ACC_BUDGET) return k;
+    return 0;
+}
+/* Q in registers only with sub-tiles of >= 32 keys: below that, the extra
+   softmax rescales cost more than re-reading Q. */
+constexpr bool Q_FITS = Q_REGS <= 64 && pick_ksub(Q_REGS, 32) != 0;
+#ifndef FJ_Q_IN_REGS
+#define FJ_Q_IN_REGS Q_FITS
+#endif
+constexpr bool Q_IN_REGS = FJ_Q_IN_REGS;
+constexpr int KSUB_PICKED = Q_IN_REGS ? pick_ksub(Q_REGS, 16) : pick_ksub(0, 16);
+constexpr int KSUB = KSUB_PICKED ? KSUB_PICKED : 16;
+constexpr int NSUB = BN / KSUB;               /* softmax sub-tiles per key tile */
+constexpr int NT = KSUB / 8;                  /* 8-key n tiles of S per m tile */
+constexpr int KV = KSUB / 16;                 /* k16 steps of P V per sub-tile */
+static_assert(BN % KSUB == 0 && KSUB % 16 == 0, "bad softmax sub-tile");
+
+/* The band of keys [lo, hi) that query row i sees (the same rule as
+ * fj_visible_keys in src/problem.h), clamped so 0 <= lo <= hi <= seqlen_k. */
+__device__ __forceinline__ void row_band(const fj_fwd_params &p, long long i, int &lo, int &hi)
+{
+    const long long d = i + p.diag_offset;
+    long long l = 0, h = p.seqlen_k;
+#if FJ_CAUSAL
+    if (d + 1 < h) h = d + 1;
+#endif
+#if FJ_HAS_WINDOW
+    if (p.window_right >= 0 && d + p.window_right + 1 < h) h = d + p.window_right + 1;
+    if (p.window_left >= 0 && d - p.window_left > l) l = d - p.window_left;
+#endif
+    (void)d;
+    if (l > p.seqlen_k) l = p.seqlen_k;
+    if (h < l) h = l;
+    lo = (int)l;
+    hi = (int)h;
+}
+
+/* Issues the cp.async copies of one tile of ROWS rows: row r of the tile comes
+ * from g_row0 + r * row_stride when r < rows_valid, else is zero-filled (its
+ * source address is then row 0's, which exists). Only the DCH data chunks of
+ * a row are written; the padding chunk [D, DPAD) is zeroed once up front. */
+template <int ROWS>
+__device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0,
+                                          long long row_stride, int rows_valid, int tid)
+{
+    /* (see load_kv: keeps the per-row offsets from being hoisted) */
+    asm volatile("" : "+l"(row_stride));
+    if constexpr (THREADS % DCH == 0) {
+        /* Each thread copies one fixed chunk column of every RPI-th row. */
+        constexpr int RPI = THREADS / DCH;
+        constexpr int ITERS = (ROWS + RPI - 1) / RPI;
+        const int r0 = tid / DCH, c = tid % DCH;
+        const fj_elem *row0 = g_row0 + c * 8;
+        const fj_elem *src = row0 + (long long)r0 * row_stride;
+        const long long step = (long long)RPI * row_stride;
+#pragma unroll
+        for (int it = 0; it < ITERS; ++it) {
+            const int r = it * RPI + r0;
+            if (ROWS % RPI == 0 || r < ROWS) {
+                const bool ok = r < rows_valid;
+                fj_cp_async_16(s_tile + (unsigned)(r * ROW_BYTES + c * 16), ok ? src : row0,
+                               ok ? 16u : 0u);
+            }
+            src += step;
+        }
+    } else if constexpr ((ROWS * DCH + THREADS - 1) / THREADS <= 4) {
+        /* Thread tid copies chunks tid, tid + THREADS, ... of the tile in
+           row-major chunk order, each position computed from scratch. */
+        constexpr int CHUNKS = ROWS * DCH;
+        constexpr int ITERS = (CHUNKS + THREADS - 1) / THREADS;
+#pragma unroll
+        for (int it = 0; it < ITERS; ++it) {
+            const int idx = it * THREADS + tid;
+            if (CHUNKS % THREADS == 0 || idx < CHUNKS) {
+                const int r = idx / DCH, c = idx % DCH;
+                const bool ok = r < rows_valid;
+                const fj_elem *src = g_row0 + (ok ? (long long)r * row_stride : 0ll) + c * 8;
+                fj_cp_async_16(s_tile + (unsigned)(r * ROW_BYTES + c * 16), src, ok ? 16u : 0u);
+            }
+        }
+    } else {
+        /* The same chunks, but with many per thread (e.g. D = 240: 15 per
+           tile) the from-scratch positions all stay live and spill; here
+           (row, column) and the source pointer advance incrementally. (With
+           few chunks the incremental form is the one that costs a register.) */
+        constexpr int CHUNKS = ROWS * DCH;
+        constexpr int ITERS = (CHUNKS + THREADS - 1) / THREADS;
+        constexpr int DR = THREADS / DCH, DC = THREADS % DCH;
+        int r = tid / DCH, c = tid % DCH;
+        const fj_elem *src = g_row0 + (long long)r * row_stride + c * 8;
+#pragma unroll
+        for (int it = 0; it < ITERS; ++it) {
+            if (CHUNKS % THREADS == 0 || r < ROWS) { /* chunk index < CHUNKS */
+                const bool ok = r < rows_valid;
+                fj_cp_async_16(s_tile + (unsigned)(r * ROW_BYTES + c * 16), ok ? src : g_row0,
+                               ok ? 16u : 0u);
+            }
+            r += DR;
+            c += DC;
+            src += DR * row_stride + DC * 8;
+            if (c >= DCH) {
+                c -= DCH;
+                r += 1;
+                src += row_stride - DCH * 8;
+            }
+        }
+    }
+}
+
+/* Flips the sign bit of every element of the Q chunks this thread copied (the
+ * same chunks as load_tile<BM>): a negative scale becomes a positive one on
+ * -Q, exactly, so the max-then-scale softmax below stays right. */
+__device__ __forceinline__ void negate_q_chunks(unsigned s_q, int tid)
+{
+    constexpr int CHUNKS = BM * DCH;
+    constexpr int ITERS = (CHUNKS + THREADS - 1) / THREADS;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+        int r, c;
+        if constexpr (THREADS % DCH == 0) {
+            r = it * (THREADS / DCH) + tid / DCH;
+            c = tid % DCH;
+        } else {
+            const int idx = it * THREADS + tid;
+            r = idx / DCH;
+            c = idx % DCH;
+        }
+        if (r < BM) {
+            const unsigned a = s_q + (unsigned)(r * ROW_BYTES + c * 16);
+            unsigned v[4];
+            fj_ld_shared_v4(a, v);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[j] ^= 0x80008000u;
+            fj_st_shared_v4(a, v);
+        }
+    }
+}
+
+/* The per-thread state of the key loop. */
+struct State {
+    float o[MT][NDT][4];  /* O accumulator, mma C layout */
+    float m[MT][2];       /* running row max of the scaled scores (log2 domain), rows g, g+8 */
+    float l[MT][2];       /* running row sum of exp2, this thread's columns only */
+    unsigned q[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KQ : 1][4]; /* Q A fragments when kept */
+};
+
+/* Everything a tile iteration needs that does not change across tiles. */
+struct Ctx {
+    float scale;           /* |scale_log2| */
+    int n_begin;           /* the lowest key tile this block handles (tiles run downwards) */
+};
+/* Few registers are spare (the O and S accumulators take most), so Ctx keeps
+   only what is used in every tile; whatever the loads and masks need besides
+   is recomputed from threadIdx, blockIdx and the parameters (constant
+   memory) where it is used. */
+
+/* The dynamic shared memory, and its shared-window address (a constant the
+   assembler folds into immediate offsets). */
+extern __shared__ __align__(128) unsigned char fj_smem[];
+__device__ __forceinline__ unsigned smem_base() { return fj_smem_u32(fj_smem); }
+
+/* ldmatrix lane addresses. Lane l names row l%8 of matrix l/8. For the A
+ * operand (Q) and the transposed B operand (V), matrix i covers rows
+ * +8*(i&1) and columns +8*(i>>1) of the 16x16 block, which yields registers
+ * in the order a[0..3] resp. {b0, b1} of two adjacent n8 tiles; for the
+ * non-transposed B operand (K, stored [key][dim]), matrix i covers keys
+ * +8*(i>>1) and dims +8*(i&1), giving {b0, b1} of key tile 2j, then of 2j+1.
+ * Each is recomputed where a phase starts, from a laundered lane id, rather
+ * than kept live through the softmax, where registers are scarcest. */
+__device__ __forceinline__ unsigned lane_id_opaque()
+{
+    unsigned t = threadIdx.x;
+    asm volatile("" : "+r"(t));
+    return t;
+}
+__device__ __forceinline__ unsigned lane_addr_a(unsigned tile, int row0, unsigned t)
+{
+    const unsigned l = t & 31u, mi = l >> 3, r = l & 7u;
+    return tile + (row0 + r + (mi & 1u) * 8u) * ROW_BYTES + (mi >> 1) * 16u;
+}
+__device__ __forceinline__ unsigned lane_addr_k(unsigned tile, unsigned t)
+{
+    const unsigned l = t & 31u, mi = l >> 3, r = l & 7u;
+    return tile + (r + (mi >> 1) * 8u) * ROW_BYTES + (mi & 1u) * 16u;
+}
+__device__ __forceinline__ unsigned q_lane_addr(unsigned t)
+{
+    return lane_addr_a(smem_base() + SMEM_Q, (int)(t >> 5) * WARP_ROWS, t);
+}
+
+/* Which query tile, batch and head this block computes. */
+__device__ __forceinline__ int block_m0()
+{
+#if FJ_CAUSAL
+    /* the tiles with the most keys first, so the short ones fill the tail */
+    return (int)(gridDim.x - 1 - blockIdx.x) * BM;
+#else
+    return (int)blockIdx.x * BM;
+#endif
+}
+__device__ __forceinline__ int block_batch(const fj_fwd_params &p, int z)
+{
+#if FJ_SPLIT_KV
+    return z / p.num_splits;
+#else
+    (void)p;
+    return z;
+#endif
+}
+
+/* S[mt] = Q[mt] K^T for the KSUB keys at byte offset k_off of K stage 0. */
+__device__ __forceinline__ void qk_tile(const State &st, unsigned k_off, float (&s)[MT][NT][4])
+{
+    const unsigned t = lane_id_opaque();
+    const unsigned s_k_lane = lane_addr_k(smem_base() + SMEM_K, t) + k_off;
+    const unsigned s_q_lane = Q_IN_REGS ? 0u : q_lane_addr(t);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk) {
+        unsigned a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            if constexpr (Q_IN_REGS) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) a[mt][e] = st.q[Q_IN_REGS ? mt : 0][Q_IN_REGS ? kk : 0][e];
+            } else {
+                fj_ldsm_x4(s_q_lane + (unsigned)(mt * 16 * ROW_BYTES + kk * 32), a[mt][0],
+                           a[mt][1], a[mt][2], a[mt][3]);
+            }
+        }
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            /* keys 16np..16np+15, dims 16kk..16kk+15: b0/b1 of n tiles 2np, 2np+1 */
+            unsigned b0, b1, b2, b3;
+            fj_ldsm_x4(s_k_lane + (unsigned)(np * 16 * ROW_BYTES + kk * 32), b0, b1, b2, b3);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                fj_mma_16816(s[mt][2 * np], a[mt], b0, b1);
+                fj_mma_16816(s[mt][2 * np + 1], a[mt], b2, b3);
+            }
+        }
+    }
+}
+
+/* Hides the scores of keys outside each row's band (and past seqlen_k) in
+ * the KSUB keys from n0. The band moves by exactly one key per row, so it is
+ * worked out once in 64 bits for this thread's first row, relative to its
+ * first column, then clamped to +-2^24 (far beyond the +-(256 + KSUB) that
+ * can change a comparison) and shifted per row in 32 bits. */
+__device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[MT][NT][4])
+{
+    const int tid = threadIdx.x;
+    const int col0 = n0 + 2 * (tid & 3); /* key of element (nt 0, e 0) */
+    const long long row0 = (long long)block_m0() + (tid >> 5) * WARP_ROWS + ((tid & 31) >> 2);
+    const long long d = row0 + p.diag_offset - col0; /* diagonal key of row0, relative */
+    constexpr long long BIG = 1ll << 24;
+    long long lo = -BIG, hi = BIG; /* visible: lo <= j < hi, j relative to col0 */
+#if FJ_CAUSAL
+    hi = d + 1;
+#endif
+#if FJ_HAS_WINDOW
+    if (p.window_right >= 0 && d + p.window_right + 1 < hi) hi = d + p.window_right + 1;
+    if (p.window_left >= 0) lo = d - p.window_left;
+#endif
+    (void)d;
+    lo = lo < -BIG ? -BIG : (lo > BIG ? BIG : lo);
+    hi = hi < -BIG ? -BIG : (hi > BIG ? BIG : hi);
+    const int lo0 = (int)lo, hi0 = (int)hi, end = p.seqlen_k - col0;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = mt * 16 + hh * 8;
+            const int lo_r = lo0 + r, hi_r = hi0 + r < end ? hi0 + r : end;
+            /* lo_r <= j < hi_r as one unsigned compare: (j - lo_r) wraps to a
+               huge value below the band. Two compares per score cost ptxas
+               enough predicate temporaries to spill at D = 96..128. */
+            const unsigned width = hi_r > lo_r ? (unsigned)(hi_r - lo_r) : 0u;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int j = nt * 8 + e;
+                    if ((unsigned)(j - lo_r) >= width) s[mt][nt][2 * hh + e] = FJ_NEG_INF;
+                }
+        }
+}
+
+/* Online softmax update for one sub-tile: P = exp2(S * scale - m) left in s,
+ * l += row sums of P, where m is the running row max (scaled, log2 domain).
+ *
+ * Lazy rescaling (as in FlashAttention-4): m only moves when some row of the
+ * warp sees a score above m + RESCALE_LOG2; then every row of the warp moves
+ * to its true max and O and l are rescaled by exp2(m_old - m_new). Otherwise
+ * m stays a stale lower bound, P <= 2^RESCALE_LOG2, and the O_REGS
+ * multiplies of the rescale are skipped (measured: +3% at D = 128). The result is the same function:
+ * O and l always share one m, and O / l and lse = m + log2(l) do not depend
+ * on which m it is. The test is a warp vote, so the branch is uniform.
+ *
+ * MASKED sub-tiles may hold rows whose every score so far is -inf; such a
+ * row keeps m = -inf and uses 0 in the subtraction, so exp2 gives 0, never
+ * NaN (and a row leaving -inf always triggers the rescale, with alpha 0). */
+#ifndef FJ_RESCALE_LOG2
+#define FJ_RESCALE_LOG2 8.0f
+#endif
+template <bool MASKED>
+__device__ __forceinline__ void softmax_tile(const Ctx &c, State &st, float (&s)[MT][NT][4])
+{
+    float m_new[MT][2];
+    bool grow = false;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            float mx = s[mt][0][2 * hh];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[mt][nt][2 * hh + e]);
+            mx = fj_quad_max(mx) * c.scale;
+            m_new[mt][hh] = fmaxf(st.m[mt][hh], mx);
+            grow |= mx > st.m[mt][hh] + FJ_RESCALE_LOG2;
+        }
+    if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const float m_use =
+                    (MASKED && m_new[mt][hh] == FJ_NEG_INF) ? 0.f : m_new[mt][hh];
+                const float alpha = fj_exp2(st.m[mt][hh] - m_use);
+                st.m[mt][hh] = m_new[mt][hh];
+                st.l[mt][hh] *= alpha;
+#pragma unroll
+                for (int dt = 0; dt < NDT; ++dt) {
+                    st.o[mt][dt][2 * hh] *= alpha;
+                    st.o[mt][dt][2 * hh + 1] *= alpha;
+                }
+            }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const float m_use = (MASKED && st.m[mt][hh] == FJ_NEG_INF) ? 0.f : st.m[mt][hh];
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float pv = fj_exp2(fmaf(s[mt][nt][2 * hh + e], c.scale, -m_use));
+                    s[mt][nt][2 * hh + e] = pv;
+                    sum += pv;
+                }
+            st.l[mt][hh] += sum;
+        }
+}
+
+/* O += P V for the KSUB keys at byte offset v_off of V stage 0, P = s. The C fragments of n
+ * tiles 2kk and 2kk+1 of S are exactly the A fragment of k step kk of P V
+ * (same rows g, g+8; columns 2t..2t+1 and 2t+8..2t+9 of the 16 keys), so P is
+ * only rounded and packed, never moved between lanes. Packing step by step
+ * lets each float score die as soon as it is packed. */
+__device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (&s)[MT][NT][4])
+{
+    const unsigned s_v_lane = lane_addr_a(smem_base() + SMEM_V, 0, lane_id_opaque()) + v_off;
+#pragma unroll
+    for (int kk = 0; kk < KV; ++kk) {
+        unsigned a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            a[mt][0] = fj_pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            a[mt][1] = fj_pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            a[mt][2] = fj_pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            a[mt][3] = fj_pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < (NDT + 1) / 2; ++dp) {
+            /* keys 16kk..16kk+15, columns 16dp..16dp+15 (transposed: V is [key][d]) */
+            const unsigned addr = s_v_lane + (unsigned)(kk * 16 * ROW_BYTES + dp * 32);
+            if (2 * dp + 1 < NDT) {
+                unsigned b0, b1, b2, b3;
+                fj_ldsm_x4_trans(addr, b0, b1, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    fj_mma_16816(st.o[mt][2 * dp], a[mt], b0, b1);
+                    fj_mma_16816(st.o[mt][2 * dp + 1], a[mt], b2, b3);
+                }
+            } else {
+                /* odd D/8: the last 8 columns alone, never touching [D, DPAD) */
+                unsigned b0, b1;
+                fj_ldsm_x2_trans(addr, b0, b1);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) fj_mma_16816(st.o[mt][2 * dp], a[mt], b0, b1);
+            }
+        }
+    }
+}
+
+/* Issues the copies of key tile n (K and V) into pipeline buffer `buf`. */
+__device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
+{
+    /* Each of these goes through an empty volatile asm, so nothing derived
+       from them (per-thread chunk offsets, row pointers) can be hoisted out of
+       the key loop by the compiler: kept live across the loop, those values
+       would take a dozen registers from the accumulators and spill. They are
+       recomputed per tile instead, with a few integer instructions. */
+    int tid = threadIdx.x, y = blockIdx.y, z = blockIdx.z;
+    asm volatile("" : "+r"(tid), "+r"(y), "+r"(z));
+    const int b = block_batch(p, z), hk = y / p.group;
+    const long long n_row = (long long)n * BN;
+    const fj_elem *k_rows = (const fj_elem *)p.k +
+                            (b * p.k_stride[0] + hk * p.k_stride[2] + n_row * p.k_stride[1]);
+    const fj_elem *v_rows = (const fj_elem *)p.v +
+                            (b * p.v_stride[0] + hk * p.v_stride[2] + n_row * p.v_stride[1]);
+    const int rows = p.seqlen_k - n * BN;
+    load_tile<BN>(smem_base() + (unsigned)(SMEM_K + buf * TILE_BYTES), k_rows, p.k_stride[1],
+                  rows, tid);
+    load_tile<BN>(smem_base() + (unsigned)(SMEM_V + buf * TILE_BYTES), v_rows, p.v_stride[1],
+                  rows, tid);
+}
+
+/* One key tile n in buffer `stage`, with its place in the cp.async pipeline.
+ * Tiles run from the highest down (the masked tiles at the causal diagonal or
+ * the seqlen_k tail come first, as in FlashAttention-2); call the j-th tile
+ * processed T_j, held in buffer j % STAGES. Groups are Q, T_0, T_1, ... (K and
+ * V of a tile in one group). With STAGES >= 2, T_j+STAGES-2 is the newest
+ * group when T_j starts, so waiting until STAGES-2 groups remain completes
+ * T_j; the barrier then also proves every warp is done with T_j-1, whose
+ * buffer takes T_j+STAGES-1, in flight during this tile's math. The copies
+ * are issued here, before S exists, where registers are plentiful. Empty
+ * groups are committed past the last tile so the counts stay constant.
+ * STAGES == 1 has one buffer: load, wait, compute, with no overlap. */
+template <bool MASKED>
+__device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx &c, State &st,
+                                               int n, int stage)
+{
+    if constexpr (STAGES == 1) {
+        __syncthreads(); /* every warp is done with the previous tile */
+        load_kv(p, n, 0);
+        fj_cp_async_commit();
+        fj_cp_async_wait<0>();
+        __syncthreads();
+    } else {
+        fj_cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int nn = n - (STAGES - 1);
+        if (nn >= c.n_begin) load_kv(p, nn, stage == 0 ? STAGES - 1 : stage - 1);
+        fj_cp_async_commit();
+    }
+
+    /* A rolled loop: unrolled, ptxas would overlap one sub-tile's Q K^T with
+       the previous one's P V and need both sets of registers. */
+#pragma unroll 1
+    for (int sub = 0; sub < NSUB; ++sub) {
+        const unsigned off = (unsigned)(stage * TILE_BYTES + sub * KSUB * ROW_BYTES);
+        float s[MT][NT][4];
+        qk_tile(st, off, s);
+        if constexpr (MASKED) mask_tile(p, n * BN + sub * KSUB, s);
+        softmax_tile<MASKED>(c, st, s);
+        pv_tile(st, off, s);
+    }
+}
+
+/* Output row index of the partial tensors (split-KV), and of lse. */
+__device__ __forceinline__ long long lse_index(const fj_fwd_params &p, int b, int h, long long i)
+{
+    return ((long long)b * p.heads_q + h) * p.seqlen_q + i;
+}
+
+/* A block whose rows see no key at all (or an empty split): O = 0, lse = -inf. */
+__device__ __forceinline__ void store_empty(const fj_fwd_params &p, int b, int h, int split,
+                                            int m0, int tid)
+{
+    const int rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
+    for (int idx = tid; idx < rows * DCH; idx += THREADS) {
+        const int r = idx / DCH, ch = idx % DCH;
+        const long long i = m0 + r;
+        const unsigned z[4] = {0u, 0u, 0u, 0u};
+#if FJ_SPLIT_KV
+        float *dst = p.o_partial + (lse_index(p, split * p.batch + b, h, i) * D + ch * 8);
+        fj_st_global_v4(dst, z);
+        fj_st_global_v4(dst + 4, z);
+#else
+        (void)split;
+        fj_elem *dst = (fj_elem *)p.o + (b * p.o_stride[0] + i * p.o_stride[1] +
+                                         h * p.o_stride[2] + ch * 8);
+        fj_st_global_v4(dst, z);
+#endif
+    }
+    for (int r = tid; r < rows; r += THREADS) {
+#if FJ_SPLIT_KV
+        p.lse_partial[lse_index(p, split * p.batch + b, h, m0 + r)] = FJ_NEG_INF;
+#else
+        if (p.lse) p.lse[lse_index(p, b, h, m0 + r)] = FJ_NEG_INF;
+#endif
+    }
+}
+
+/* Where this block works: batch, head, split and first query row. The
+ * epilogue re-derives them from blockIdx through an empty volatile asm, so no
+ * value (or 64-bit widening of one) computed before the key loop stays live
+ * across it; ptxas would rather spill such a value than keep it. */
+struct Where {
+    int b, h, split, m0, q_rows;
+};
+__device__ __forceinline__ Where where(const fj_fwd_params &p, bool opaque)
+{
+    int y = blockIdx.y, z = blockIdx.z;
+    if (opaque) asm volatile("" : "+r"(y), "+r"(z));
+    Where w;
+    w.h = y;
+    w.b = block_batch(p, z);
+#if FJ_SPLIT_KV
+    w.split = z - w.b * p.num_splits;
+#else
+    w.split = 0;
+#endif
+    int m0 = block_m0();
+    if (opaque) asm volatile("" : "+r"(m0));
+    w.m0 = m0;
+    w.q_rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM; /* >= 1 */
+    return w;
+}
+
+/* Epilogue: full row sums, O / l and lse, written for rows < seqlen_q. */
+__device__ __forceinline__ void store_output(const fj_fwd_params &p, const State &st)
+{
+    const Where wh = where(p, true);
+    const int b = wh.b, h = wh.h, m0 = wh.m0, q_rows = wh.q_rows;
+    const int lane = (int)(lane_id_opaque() & 31u), warp = (int)(lane_id_opaque() >> 5);
+    const int g = lane >> 2, tq = lane & 3;
+#if FJ_SPLIT_KV
+    const int split = wh.split;
+#else
+    const unsigned s_q = smem_base() + SMEM_Q;
+#endif
+    float inv[MT][2], lse[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const float l = fj_quad_sum(st.l[mt][hh]);
+            const bool any = l > 0.f;
+            inv[mt][hh] = any ? fj_rcp(l) : 0.f; /* l >= 1: its largest term is 2^(max - m) */
+            lse[mt][hh] = any ? (st.m[mt][hh] + fj_log2(l)) * FJ_LN2 : FJ_NEG_INF;
+        }
+
+#if FJ_SPLIT_KV
+    /* float partials straight from the fragments: each quad writes 32
+       contiguous bytes of a row per n8 tile */
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = warp * WARP_ROWS + mt * 16 + hh * 8 + g;
+            if (r < q_rows) {
+                const long long row = lse_index(p, split * p.batch + b, h, (long long)m0 + r);
+                float *dst = p.o_partial + row * D + 2 * tq;
+#pragma unroll
+                for (int dt = 0; dt < NDT; ++dt)
+                    fj_st_global_f2(dst + dt * 8, st.o[mt][dt][2 * hh] * inv[mt][hh],
+                                    st.o[mt][dt][2 * hh + 1] * inv[mt][hh]);
+                if (tq == 0) p.lse_partial[row] = lse[mt][hh];
+            }
+        }
+#else
+    /* Stage this warp's rows of O in its own rows of the Q tile (no other
+       warp reads them), then write whole 16-byte chunks. */
+    __syncwarp();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = warp * WARP_ROWS + mt * 16 + hh * 8 + g;
+#pragma unroll
+            for (int dt = 0; dt < NDT; ++dt)
+                fj_st_shared_b32(s_q + (unsigned)(r * ROW_BYTES + (dt * 8 + 2 * tq) * 2),
+                                 fj_pack2(st.o[mt][dt][2 * hh] * inv[mt][hh],
+                                          st.o[mt][dt][2 * hh + 1] * inv[mt][hh]));
+        }
+    __syncwarp();
+    {
+        constexpr int CHUNKS = WARP_ROWS * DCH;
+        fj_elem *o_head = (fj_elem *)p.o + (b * p.o_stride[0] + h * p.o_stride[2]);
+#pragma unroll
+        for (int it = 0; it < (CHUNKS + 31) / 32; ++it) {
+            const int idx = it * 32 + lane;
+            const int r = warp * WARP_ROWS + idx / DCH, ch = idx % DCH;
+            if ((CHUNKS % 32 == 0 || idx < CHUNKS) && r < q_rows) {
+                unsigned v[4];
+                fj_ld_shared_v4(s_q + (unsigned)(r * ROW_BYTES + ch * 16), v);
+                fj_st_global_v4(o_head + ((long long)(m0 + r) * p.o_stride[1] + ch * 8), v);
+            }
+        }
+    }
+    if (p.lse && tq == 0) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int r = warp * WARP_ROWS + mt * 16 + hh * 8 + g;
+                if (r < q_rows) p.lse[lse_index(p, b, h, (long long)m0 + r)] = lse[mt][hh];
+            }
+    }
+#endif
+}
+
+} /* namespace fj */
+
+extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_fwd_params p)
+{
+    using namespace fj;
+
+    const int tid = threadIdx.x;
+    const Where wh = where(p, false);
+    const int b = wh.b, h = wh.h, split = wh.split, m0 = wh.m0, q_rows = wh.q_rows;
+
+    /* Key tiles: [n_begin, n_end) may hold visible keys; within it, tiles in
+       [un_lo, un_hi) are visible to every row of the block and skip masking.
+       Bands move right with the row, so the first and last rows bound them. */
+    int lo_first, hi_first, lo_last, hi_last;
+    row_band(p, m0, lo_first, hi_first);
+    row_band(p, (long long)m0 + q_rows - 1, lo_last, hi_last);
+    int n_begin = lo_first / BN;
+    int n_end = hi_last > lo_first ? (hi_last + BN - 1) / BN : n_begin;
+    const int un_lo = (lo_last + BN - 1) / BN, un_hi = hi_first / BN;
+#if FJ_SPLIT_KV
+    {
+        const int tiles = n_end - n_begin;
+        const int share = (tiles + p.num_splits - 1) / p.num_splits;
+        const int first = n_begin + split * share;
+        n_end = first + share < n_end ? first + share : n_end;
+        n_begin = first;
+    }
+#endif
+    if (n_begin >= n_end) {
+        store_empty(p, b, h, split, m0, tid);
+        return;
+    }
+
+    const unsigned s_base = smem_base();
+    const unsigned s_q = s_base + SMEM_Q;
+
+    Ctx c;
+    c.n_begin = n_begin;
+    c.scale = fabsf(p.scale_log2);
+
+    /* Columns [D, DPAD) of Q and K take part in the k16 steps: zero them once
+       (cp.async only ever writes the data chunks). */
+    if constexpr (DPAD != D) {
+        for (int r = tid; r < BM + STAGES * BN; r += THREADS)
+            fj_st_shared_zero16(s_base + (unsigned)(r * ROW_BYTES + D * 2));
+    }
+
+    /* Prologue: Q, then T_0 .. T_STAGES-2, one group each. */
+    {
+        const fj_elem *q_rows0 = (const fj_elem *)p.q +
+                                 (b * p.q_stride[0] + (long long)m0 * p.q_stride[1] +
+                                  h * p.q_stride[2]);
+        load_tile<BM>(s_q, q_rows0, p.q_stride[1], q_rows, tid);
+        fj_cp_async_commit();
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            const int n = n_end - 1 - s;
+            if (n >= n_begin) load_kv(p, n, s);
+            fj_cp_async_commit();
+        }
+    }
+
+    /* Q has landed (STAGES-1 younger groups may be in flight). */
+    fj_cp_async_wait<STAGES - 1>();
+    if (p.scale_log2 < 0.f) negate_q_chunks(s_q, tid);
+    __syncthreads();
+
+    State st;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            st.m[mt][hh] = FJ_NEG_INF;
+            st.l[mt][hh] = 0.f;
+        }
+#pragma unroll
+        for (int dt = 0; dt < NDT; ++dt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st.o[mt][dt][e] = 0.f;
+    }
+    if constexpr (Q_IN_REGS) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int kk = 0; kk < KQ; ++kk)
+                fj_ldsm_x4(q_lane_addr(tid) + (unsigned)(mt * 16 * ROW_BYTES + kk * 32),
+                           st.q[Q_IN_REGS ? mt : 0][Q_IN_REGS ? kk : 0][0],
+                           st.q[Q_IN_REGS ? mt : 0][Q_IN_REGS ? kk : 0][1],
+                           st.q[Q_IN_REGS ? mt : 0][Q_IN_REGS ? kk : 0][2],
+                           st.q[Q_IN_REGS ? mt : 0][Q_IN_REGS ? kk : 0][3]);
+    }
+
+    /* Three loops rather than one with a branch: the unmasked one carries no
+       masking state, which leaves registers to the accumulators. */
+    {
+        const int u0 = un_lo < n_begin ? n_begin : (un_lo > n_end ? n_end : un_lo);
+        const int u1 = un_hi < u0 ? u0 : (un_hi > n_end ? n_end : un_hi);
+        int stage = 0, n = n_end - 1;
+        for (; n >= u1; --n) {
+            tile_iteration<true>(p, c, st, n, stage);
+            stage = stage + 1 == STAGES ? 0 : stage + 1;
+        }
+        for (; n >= u0; --n) {
+            tile_iteration<false>(p, c, st, n, stage);
+            stage = stage + 1 == STAGES ? 0 : stage + 1;
+        }
+#if FJ_HAS_WINDOW
+        /* only a left window edge leaves masked tiles below the unmasked ones */
+        for (; n >= n_begin; --n) {
+            tile_iteration<true>(p, c, st, n, stage);
+            stage = stage + 1 == STAGES ? 0 : stage + 1;
+        }
+#endif
+    }
+    fj_cp_async_wait<0>(); /* only empty groups can remain; drained for hygiene */
+
+    store_output(p, st);
+}

@@ -1,0 +1,35 @@
+/* The CPU tiled backend's row kernel: one online-softmax step on a row of a
+ * score block, in base 2.
+ *
+ * The backend folds log2(e) into the sgemm's alpha, so scores arrive as
+ * log2(e) * scale * q.k and the exponential is a plain 2^x of a non-positive
+ * argument: no range reduction by ln 2, no upper clamp, no NaN handling, and
+ * FMA in the AVX2 and AVX-512 clones. On rows of 512 scores it takes 0.38 ns
+ * a score on the development machine, a general online-softmax step on vmath.h's fj_expf (since removed)
+ * 0.86 ns: the difference between about 7% and 15% of the backend's time at
+ * head dim 128.
+ *
+ * 2^x: x = n + r with n = round(x), |r| <= 1/2, 2^r by its degree-7 Taylor
+ * polynomial, 2^n in the exponent bits: relative error within 2e-7 of 2^x
+ * (tests/cpu/test_cpu_tiled.c checks it on a sweep). Arguments below -126
+ * give 0, so no result is subnormal. */
+#ifndef FJ_CPU_TILED_SOFTMAX_H
+#define FJ_CPU_TILED_SOFTMAX_H
+
+#include <stdint.h>
+
+/* x[0..n) (n >= 1): a row's base-2 scores for the next block of keys, -inf
+ * for the keys the row does not see, at least one finite. *max: the row's
+ * largest score so far (-inf before its first step); *sum: the sum of
+ * 2^(score - *max) over its scores so far (0 before the first step). Replaces
+ * x[j] with 2^(x[j] - m), m the new running max (so unseen keys get exactly
+ * 0 and x is the row of P for the block), sets *max = m, updates *sum, and
+ * returns 2^(old max - m): the factor the row's accumulated output must be
+ * multiplied by (exactly 1 when the max did not move, 0 on the first step).
+ * Masking by -inf keeps the vector loops free of per-lane conditions. */
+float fj_tiled_softmax_step(float *x, int64_t n, float *max, float *sum);
+
+/* 2^x for x <= 0, the kernel's formula on one value (0 below -126). */
+float fj_tiled_exp2(float x);
+
+#endif

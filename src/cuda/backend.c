@@ -1,0 +1,338 @@
+/* CUDA plans: choosing the kernel for a problem, checking that the kernel
+ * can take the problem's layout and grid, and launching it. Every decision
+ * and every string is made at plan time; execute checks the pointers' alignment,
+ * copies the prepared parameters, and launches. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/module_cache.h"
+#include "kernel_desc.h"
+#include "log.h"
+#include "status.h"
+#include "tuning.h"
+/* The launch parameters: one definition shared with the generated source. */
+#include "../../kernel_templates/fwd_params.h"
+
+/* The kernel moves q, k, v and o in 16-byte vectors (cp.async, ldmatrix,
+ * vector stores): row starts must be 16-byte aligned, so strides must be
+ * multiples of 8 two-byte elements and base pointers 16-byte aligned. */
+#define ROW_ALIGN_BYTES 16
+#define ROW_ALIGN_ELEMS 8
+
+/* gridDim.y and gridDim.z limit. */
+#define GRID_YZ_MAX 65535
+
+#define LOG2E 1.4426950408889634
+
+typedef struct cuda_plan {
+    const struct fj_cuda_state *cuda;
+    const fj_cuda_kernel *kernel;
+    unsigned grid[3];
+    unsigned threads;
+    unsigned smem;
+    fj_fwd_params params; /* all but the tensors, which each execute sets */
+    char launch_what[160]; /* "cuLaunchKernel(<kernel name>)" for a failed launch */
+    char why[256];         /* where the tiles came from */
+} cuda_plan;
+
+static fj_status check_strides(const fj_problem *p)
+{
+    static const char *const axis[3] = {"batch", "seq", "head"};
+    const struct {
+        const char *name;
+        const int64_t *stride;
+    } t[4] = {{"q", p->q_stride}, {"k", p->k_stride}, {"v", p->v_stride}, {"o", p->o_stride}};
+    for (int i = 0; i < 4; i++)
+        for (int a = 0; a < 3; a++)
+            if (t[i].stride[a] % ROW_ALIGN_ELEMS)
+                return fj_fail(FJ_ERR_UNSUPPORTED,
+                               "cuda: %s_stride[%d] (the %s axis, %lld elements) is not a multiple "
+                               "of %d: the CUDA kernel moves %d-byte rows, so every stride of q, "
+                               "k, v and o must be a multiple of %d elements (use the CPU backend "
+                               "for this layout)",
+                               t[i].name, a, axis[a], (long long)t[i].stride[a], ROW_ALIGN_ELEMS,
+                               ROW_ALIGN_BYTES, ROW_ALIGN_ELEMS);
+    return FJ_OK;
+}
+
+static void fill_params(fj_fwd_params *prm, const fj_problem *p, int num_splits)
+{
+    memset(prm, 0, sizeof *prm);
+    for (int a = 0; a < 3; a++) {
+        prm->q_stride[a] = p->q_stride[a];
+        prm->k_stride[a] = p->k_stride[a];
+        prm->v_stride[a] = p->v_stride[a];
+        prm->o_stride[a] = p->o_stride[a];
+    }
+    prm->diag_offset = p->diag_offset;
+    prm->batch = p->batch;
+    prm->heads_q = p->heads_q;
+    prm->heads_kv = p->heads_kv;
+    prm->group = p->group;
+    prm->seqlen_q = p->seqlen_q;
+    prm->seqlen_k = p->seqlen_k;
+    prm->window_left = p->window_left;
+    prm->window_right = p->window_right;
+    prm->num_splits = num_splits;
+    prm->scale_log2 = (float)((double)p->scale * LOG2E);
+}
+
+/* Whether the loaded kernel can be launched with the plan's block at all. */
+static fj_status check_resources(const cuda_plan *cp, int *blocks_per_sm)
+{
+    const fj_cuda_kernel *kn = cp->kernel;
+    const fj_cuda_api *api = cp->cuda->api;
+    if ((int)cp->threads > kn->max_threads)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "cuda: kernel %s uses %d registers per thread, so it launches with at "
+                       "most %d threads per block, and its tiles need %u",
+                       kn->name, kn->num_regs, kn->max_threads, cp->threads);
+    fj_status st = fj_cuda_push(cp->cuda);
+    if (st) return st;
+    CUresult r = api->cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kn->function,
+                                                                 (int)cp->threads, cp->smem);
+    fj_cuda_pop(cp->cuda);
+    if (r != FJ_CUDA_SUCCESS) {
+        st = fj_cuda_fail(api, r, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+        return fj_fail_prefix(st, "kernel %s", kn->name);
+    }
+    if (*blocks_per_sm < 1)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "cuda: kernel %s does not fit on an SM of this device (%u threads x %d "
+                       "registers, %u + %d bytes of shared memory)",
+                       kn->name, cp->threads, kn->num_regs, cp->smem, kn->static_smem);
+    return FJ_OK;
+}
+
+static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_per_sm,
+                          fj_strbuf *d)
+{
+    const fj_cuda_kernel *kn = cp->kernel;
+    const fj_kernel_desc *k = &kn->desc;
+    const struct fj_cuda_state *s = cp->cuda;
+    fj_strbuf_printf(d, "backend: cuda (device %d: %s, sm_%d)\n", s->ordinal, s->name, s->arch);
+    fj_strbuf_printf(d, "kernel: %s\n", kn->name);
+    fj_strbuf_printf(d, "why: %s\n", cp->why);
+    fj_strbuf_printf(d, "tiles: block_m %u, block_n %u, %u warps, %u stages\n", k->block_m,
+                     k->block_n, k->warps, k->stages);
+    fj_strbuf_printf(d, "launch: grid %u x %u x %u, block %u threads, %u bytes dynamic shared memory%s\n",
+                     cp->grid[0], cp->grid[1], cp->grid[2], cp->threads, cp->smem,
+                     kn->dyn_smem_raised ? " (opted in above 48 KiB)" : "");
+    fj_strbuf_printf(d,
+                     "resources: %d registers per thread, %d bytes local memory per thread, %d "
+                     "bytes static shared memory; %d block%s per SM\n",
+                     kn->num_regs, kn->local_bytes, kn->static_smem, blocks_per_sm,
+                     blocks_per_sm == 1 ? "" : "s");
+    if (loaded_before)
+        fj_strbuf_printf(d, "image: %s %s, already loaded in this context\n",
+                         kn->is_ptx ? "PTX" : "cubin", kn->target);
+    else if (kn->from_disk_cache)
+        fj_strbuf_printf(d, "image: %s %s, from the disk cache\n", kn->is_ptx ? "PTX" : "cubin",
+                         kn->target);
+    else
+        fj_strbuf_printf(d, "image: %s %s, compiled by NVRTC in %.2f s\n",
+                         kn->is_ptx ? "PTX" : "cubin", kn->target, kn->compile_seconds);
+}
+
+/* The tiles: the given config, else the tuning entry for the point (the
+ * user's file, then the shipped table) when it passes the template's rules
+ * on this device, else the heuristic fj_kernel_desc_for_problem chose. */
+static fj_status choose_tiles(const fj_context *ctx, const fj_problem *p, const char *config,
+                              fj_kernel_desc *k, char *why, size_t n)
+{
+    const struct fj_cuda_state *s = ctx->cuda;
+    if (config) {
+        fj_status st = fj_kernel_desc_parse_tiles(config, k);
+        if (st) return fj_fail_prefix(st, "cuda");
+        snprintf(why, n, "given configuration %s", config);
+        return FJ_OK;
+    }
+    char arch[16];
+    snprintf(arch, sizeof arch, "sm_%d", s->arch);
+    fj_tuning_entry key;
+    fj_tuning_key_for(p, s->name, arch, "flash_fwd", &key);
+    const char *from;
+    const fj_tuning_entry *e = fj_tuning_find(ctx, &key, &from);
+    fj_kernel_desc tuned = *k;
+    if (e && fj_kernel_desc_parse_tiles(e->config, &tuned) == FJ_OK &&
+        fj_kernel_desc_check(&tuned, (size_t)s->smem_optin) == FJ_OK) {
+        *k = tuned;
+        snprintf(why, n, "tuned: %s entry for %s %s d%d %s %s bucket %d (%.4g ms, %s)", from,
+                 key.device, key.arch, key.head_dim, key.dtype, key.mask, key.bucket, e->ms, e->date);
+        return FJ_OK;
+    }
+    fj_clear_error();
+    if (e)
+        snprintf(why, n, "heuristic for d%u on sm_%u (%s entry '%s' is unusable here)", k->head_dim,
+                 k->arch, from, e->config);
+    else
+        snprintf(why, n, "heuristic for d%u on sm_%u (no tuning entry for %s %s d%d %s %s bucket %d)",
+                 k->head_dim, k->arch, key.device, key.arch, key.head_dim, key.dtype, key.mask,
+                 key.bucket);
+    return FJ_OK;
+}
+
+fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *config,
+                              void **state, fj_strbuf *describe)
+{
+    *state = NULL;
+    const struct fj_cuda_state *s = ctx->cuda;
+    fj_kernel_desc k;
+    char why[256];
+    fj_status st = fj_kernel_desc_for_problem(p, (uint32_t)s->arch, &k);
+    if (st) return st;
+    if ((st = choose_tiles(ctx, p, config, &k, why, sizeof why))) return st;
+    if ((st = check_strides(p))) return st;
+    const int num_splits = 1; /* split-KV (the combine kernel) is not used yet */
+    if (p->heads_q > GRID_YZ_MAX)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "cuda: heads_q (%d) is above %d, the CUDA grid's y limit (one block row "
+                       "per query head)",
+                       p->heads_q, GRID_YZ_MAX);
+    if ((int64_t)p->batch * num_splits > GRID_YZ_MAX)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "cuda: batch (%d) x num_splits (%d) is above %d, the CUDA grid's z limit",
+                       p->batch, num_splits, GRID_YZ_MAX);
+    if ((st = fj_kernel_desc_check(&k, (size_t)s->smem_optin))) return st;
+
+    cuda_plan *cp = calloc(1, sizeof *cp);
+    if (!cp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cuda: out of memory for the plan");
+    cp->cuda = s;
+    snprintf(cp->why, sizeof cp->why, "%s", why);
+    bool loaded_before;
+    if ((st = fj_module_cache_get(s->modules, s, &k, ctx->cache_dir, &cp->kernel, &loaded_before))) {
+        free(cp);
+        return st;
+    }
+    cp->grid[0] = (unsigned)((p->seqlen_q + (int64_t)k.block_m - 1) / k.block_m);
+    cp->grid[1] = (unsigned)p->heads_q;
+    cp->grid[2] = (unsigned)(p->batch * num_splits);
+    cp->threads = fj_kernel_desc_threads(&k);
+    cp->smem = cp->kernel->dyn_smem;
+    fill_params(&cp->params, p, num_splits);
+    snprintf(cp->launch_what, sizeof cp->launch_what, "cuLaunchKernel(%s)", cp->kernel->name);
+    int blocks_per_sm = 0;
+    if ((st = check_resources(cp, &blocks_per_sm))) {
+        free(cp);
+        return st;
+    }
+    describe_plan(cp, loaded_before, blocks_per_sm, describe);
+    *state = cp;
+    return FJ_OK;
+}
+
+void fj_cuda_plan_destroy(void *state) { free(state); }
+
+/* Cheap enough for every execute; says which pointer, since a misaligned
+ * one would fault the kernel with no hint. */
+static fj_status check_pointers(const void *q, const void *k, const void *v, const void *o,
+                                const float *lse)
+{
+    const struct {
+        const char *name;
+        const void *ptr;
+    } t[4] = {{"q", q}, {"k", k}, {"v", v}, {"o", o}};
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)t[i].ptr % ROW_ALIGN_BYTES)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s (%p) is not %d-byte aligned: the CUDA kernel moves %d-byte rows "
+                           "(fj_malloc'd memory is aligned)",
+                           t[i].name, t[i].ptr, ROW_ALIGN_BYTES, ROW_ALIGN_BYTES);
+    if ((uintptr_t)lse % sizeof(float))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "lse (%p) is not %zu-byte aligned (float32)",
+                       (const void *)lse, sizeof(float));
+    return FJ_OK;
+}
+
+/* One launch with the plan's context already current. */
+static fj_status launch_current(const cuda_plan *cp, fj_fwd_params *prm, CUstream stream)
+{
+    void *args[1] = {prm};
+    const fj_cuda_api *api = cp->cuda->api;
+    CUresult r = api->cuLaunchKernel(cp->kernel->function, cp->grid[0], cp->grid[1], cp->grid[2],
+                                     cp->threads, 1, 1, cp->smem, stream, args, NULL);
+    return r == FJ_CUDA_SUCCESS ? FJ_OK : fj_cuda_fail(api, r, cp->launch_what);
+}
+
+static void set_tensors(fj_fwd_params *prm, const void *q, const void *k, const void *v, void *o,
+                        float *lse)
+{
+    prm->q = q;
+    prm->k = k;
+    prm->v = v;
+    prm->o = o;
+    prm->lse = lse;
+}
+
+fj_status fj_cuda_execute(const void *state, const fj_problem *p, const void *q, const void *k,
+                          const void *v, void *o, float *lse, void *stream)
+{
+    (void)p; /* the plan's parameters were made from it */
+    const cuda_plan *cp = state;
+    fj_status st = check_pointers(q, k, v, o, lse);
+    if (st) return st;
+    fj_fwd_params prm = cp->params;
+    set_tensors(&prm, q, k, v, o, lse);
+    if ((st = fj_cuda_push(cp->cuda))) return st;
+    st = launch_current(cp, &prm, (CUstream)stream);
+    fj_cuda_pop(cp->cuda);
+    return st;
+}
+
+int fj_cuda_launches(const void *state)
+{
+    (void)state;
+    return 1; /* num_splits is 1: no combine kernel */
+}
+
+/* Device time of each run, from events around each launch on the default
+ * stream, so host overhead and launch queueing are not counted. */
+static fj_status time_current(const cuda_plan *cp, fj_fwd_params *prm, int warmup, int repeat,
+                              double *ms, CUevent ev[2])
+{
+    const fj_cuda_api *api = cp->cuda->api;
+    fj_status st = FJ_OK;
+    CUresult r;
+    for (int i = 0; i < warmup && !st; i++) st = launch_current(cp, prm, NULL);
+    for (int i = 0; i < repeat && !st; i++) {
+        float t = 0;
+        if ((r = api->cuEventRecord(ev[0], NULL))) return fj_cuda_fail(api, r, "cuEventRecord");
+        if ((st = launch_current(cp, prm, NULL))) break;
+        if ((r = api->cuEventRecord(ev[1], NULL))) return fj_cuda_fail(api, r, "cuEventRecord");
+        if ((r = api->cuEventSynchronize(ev[1])))
+            return fj_fail_prefix(fj_cuda_fail(api, r, "cuEventSynchronize"), "%s",
+                                  cp->kernel->name);
+        if ((r = api->cuEventElapsedTime(&t, ev[0], ev[1])))
+            return fj_cuda_fail(api, r, "cuEventElapsedTime");
+        ms[i] = t;
+    }
+    return st;
+}
+
+fj_status fj_cuda_time_runs(const void *state, const fj_problem *p, const void *q, const void *k,
+                            const void *v, void *o, float *lse, int warmup, int repeat,
+                            double *ms)
+{
+    (void)p;
+    const cuda_plan *cp = state;
+    const fj_cuda_api *api = cp->cuda->api;
+    fj_status st = check_pointers(q, k, v, o, lse);
+    if (st) return st;
+    fj_fwd_params prm = cp->params;
+    set_tensors(&prm, q, k, v, o, lse);
+    if ((st = fj_cuda_push(cp->cuda))) return st;
+    CUevent ev[2] = {NULL, NULL};
+    CUresult r;
+    if ((r = api->cuEventCreate(&ev[0], FJ_CU_EVENT_DEFAULT)) ||
+        (r = api->cuEventCreate(&ev[1], FJ_CU_EVENT_DEFAULT)))
+        st = fj_cuda_fail(api, r, "cuEventCreate");
+    else
+        st = time_current(cp, &prm, warmup, repeat, ms, ev);
+    if (ev[0]) api->cuEventDestroy(ev[0]);
+    if (ev[1]) api->cuEventDestroy(ev[1]);
+    fj_cuda_pop(cp->cuda);
+    return st;
+}

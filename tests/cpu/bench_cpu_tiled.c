@@ -1,0 +1,499 @@
+/* Benchmark of the CPU tiled backend (built, not run as a test).
+ *
+ *   bench_cpu_tiled [-t THREADS] [-r REPEATS] table [FILTER]
+ *       The shapes of the CPU benchmark (those whose description, as printed,
+ *       contains FILTER): tiled and reference time, GFLOP/s
+ *       (4 B Hq Sq Sk D, halved when causal with Sq == Sk), and the speed of one
+ *       large cblas_sgemm (2048^3, the same thread count) measured in the same
+ *       process, interleaved with the attention runs so load from other
+ *       processes hits both alike.
+ *   bench_cpu_tiled [-t T] [-r R] sweep DTYPE B HQ HKV SQ SK D CAUSAL [BQS [BKS]]
+ *       Tiled GFLOP/s for a grid of forced block sizes (fj_cpu_tiled_force_blocks),
+ *       the best of R runs of each (the cells are timed in turn; load from
+ *       other processes only ever slows a run down).
+ *   bench_cpu_tiled [-t T] memory DTYPE SQ D [reference]
+ *       One head, one run; prints the bytes of the inputs and output and the
+ *       process's peak RSS before and after the run. Run it under
+ *       /usr/bin/time -v: max RSS minus inputs and output is what the backend
+ *       (and the process itself) used.
+ *
+ * DTYPE is f32, f16 or bf16; CAUSAL is none, bottom-right or top-left; BQS and
+ * BKS are comma-separated block sizes (at most 8 each).
+ * Medians of REPEATS timed runs (default 5) after one warm-up run. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <cblas.h>
+
+#include "context.h"
+#include "cpu/convert.h"
+#include "cpu/tiled.h"
+#include "flashjit.h"
+
+/* Weak, as in src/cpu/blas_threads.c: present with OpenBLAS, NULL otherwise. */
+extern void openblas_set_num_threads(int n) __attribute__((weak));
+
+static int threads = 0; /* 0: one per online core, as the library's default */
+static int repeats = 5;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static float next_uniform(void) /* xorshift64*, in [-1, 1) */
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    uint64_t x = rng_state * 0x2545f4914f6cdd1dull;
+    return (float)((double)(x >> 11) * 0x1.0p-52 - 1.0);
+}
+
+static void fill(void *buf, fj_dtype t, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = next_uniform();
+        if (t == FJ_F32) ((float *)buf)[i] = x;
+        else if (t == FJ_F16) ((uint16_t *)buf)[i] = fj_f32_to_f16(x);
+        else ((uint16_t *)buf)[i] = fj_f32_to_bf16(x);
+    }
+}
+
+static bool parse_dtype(const char *s, fj_dtype *t)
+{
+    if (!strcmp(s, "f32")) *t = FJ_F32;
+    else if (!strcmp(s, "f16")) *t = FJ_F16;
+    else if (!strcmp(s, "bf16")) *t = FJ_BF16;
+    else return false;
+    return true;
+}
+
+static bool parse_causal(const char *s, fj_causal *c)
+{
+    if (!strcmp(s, "none")) *c = FJ_CAUSAL_NONE;
+    else if (!strcmp(s, "bottom-right")) *c = FJ_CAUSAL_BOTTOM_RIGHT;
+    else if (!strcmp(s, "top-left")) *c = FJ_CAUSAL_TOP_LEFT;
+    else return false;
+    return true;
+}
+
+static void die(const char *what, fj_status s)
+{
+    fprintf(stderr, "bench_cpu_tiled: %s: %s: %s\n", what, fj_status_name(s), fj_last_error());
+    exit(1);
+}
+
+static fj_context *make_context(fj_backend backend)
+{
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = backend;
+    o.cpu_threads = threads;
+    o.cache_dir = "";
+    o.tuning_file = "";
+    fj_context *ctx;
+    fj_status s = fj_context_create(&o, &ctx);
+    if (s) die("fj_context_create", s);
+    return ctx;
+}
+
+/* Dense tensors of one problem, filled once. */
+typedef struct tensors {
+    void *q, *k, *v, *o;
+    float *lse;
+    size_t in_out_bytes; /* q, k, v, o and lse */
+} tensors;
+
+static tensors make_tensors(fj_context *ctx, const fj_attention_desc *d)
+{
+    tensors t;
+    size_t es = d->dtype == FJ_F32 ? 4 : 2;
+    size_t nq = (size_t)d->batch * d->seqlen_q * d->heads_q * d->head_dim;
+    size_t nk = (size_t)d->batch * d->seqlen_k * d->heads_kv * d->head_dim;
+    size_t nl = (size_t)d->batch * d->heads_q * d->seqlen_q;
+    fj_status s;
+    if ((s = fj_malloc(ctx, nq * es, &t.q)) || (s = fj_malloc(ctx, nk * es, &t.k)) ||
+        (s = fj_malloc(ctx, nk * es, &t.v)) || (s = fj_malloc(ctx, nq * es, &t.o)) ||
+        (s = fj_malloc(ctx, nl * sizeof(float), (void **)&t.lse)))
+        die("fj_malloc", s);
+    fill(t.q, d->dtype, nq);
+    fill(t.k, d->dtype, nk);
+    fill(t.v, d->dtype, nk);
+    memset(t.o, 0, nq * es);
+    memset(t.lse, 0, nl * sizeof(float));
+    t.in_out_bytes = (2 * nq + 2 * nk) * es + nl * sizeof(float);
+    return t;
+}
+
+static void free_tensors(fj_context *ctx, tensors *t)
+{
+    fj_free(ctx, t->q);
+    fj_free(ctx, t->k);
+    fj_free(ctx, t->v);
+    fj_free(ctx, t->o);
+    fj_free(ctx, t->lse);
+}
+
+static double time_plan(const fj_plan *plan, const tensors *t)
+{
+    double t0 = now();
+    fj_status s = fj_plan_execute(plan, t->q, t->k, t->v, t->o, t->lse, NULL);
+    if (s) die("fj_plan_execute", s);
+    return now() - t0;
+}
+
+/* One 2048^3 cblas_sgemm with the benchmark's thread count. */
+typedef struct sgemm_bench {
+    int n, nthreads;
+    float *a, *b, *c;
+} sgemm_bench;
+
+static sgemm_bench sgemm_make(int nthreads)
+{
+    sgemm_bench g = {2048, nthreads, NULL, NULL, NULL};
+    size_t n2 = (size_t)g.n * g.n;
+    g.a = malloc(n2 * sizeof(float));
+    g.b = malloc(n2 * sizeof(float));
+    g.c = malloc(n2 * sizeof(float));
+    if (!g.a || !g.b || !g.c) {
+        fprintf(stderr, "bench_cpu_tiled: out of memory for the sgemm\n");
+        exit(1);
+    }
+    fill(g.a, FJ_F32, n2);
+    fill(g.b, FJ_F32, n2);
+    return g;
+}
+
+static double sgemm_time(const sgemm_bench *g)
+{
+    /* The library sets OpenBLAS to one thread during its jobs and restores the
+       count after, so set it before every measurement. */
+    if (openblas_set_num_threads) openblas_set_num_threads(g->nthreads);
+    double t0 = now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->n, g->n, g->n, 1.0f, g->a, g->n,
+                g->b, g->n, 0.0f, g->c, g->n);
+    double t = now() - t0;
+    /* OpenBLAS's own threads spin (sched_yield) for about 2^28 cycles after a
+       multithreaded call before they sleep; let them, so they do not compete
+       with the attention run timed next. */
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+    return t;
+}
+
+static double sgemm_flops(const sgemm_bench *g) { return 2.0 * g->n * g->n * (double)g->n; }
+
+static void sgemm_free(sgemm_bench *g)
+{
+    free(g->a);
+    free(g->b);
+    free(g->c);
+}
+
+/* The thread count the context resolved (the benchmark links the static
+   library, so it may look inside). */
+static int context_threads(const fj_context *ctx) { return ctx->cpu_threads; }
+
+typedef struct shape {
+    fj_dtype dtype;
+    int b, hq, hkv, sq, sk, d;
+    fj_causal causal;
+    int wl, wr;
+} shape;
+
+static fj_attention_desc shape_desc(const shape *s)
+{
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, s->b, s->hq, s->hkv, s->sq, s->sk, s->d, s->dtype);
+    d.causal = s->causal;
+    d.window_left = s->wl;
+    d.window_right = s->wr;
+    return d;
+}
+
+static const char *shape_str(const shape *s)
+{
+    static char buf[160];
+    char win[32] = "";
+    if (s->wl >= 0 || s->wr >= 0) snprintf(win, sizeof win, " w%d,%d", s->wl, s->wr);
+    snprintf(buf, sizeof buf, "%s b%d h%d/%d sq%d sk%d d%d %s%s", fj_dtype_name(s->dtype), s->b,
+             s->hq, s->hkv, s->sq, s->sk, s->d, fj_causal_name(s->causal), win);
+    return buf;
+}
+
+/* Runs tiled, reference and one sgemm in turn, repeats times; medians. */
+static void bench_shape(fj_context *tiled_ctx, fj_context *ref_ctx, const sgemm_bench *g,
+                        const shape *sh, double *sgemm_gf_all, int *sgemm_n)
+{
+    fj_attention_desc d = shape_desc(sh);
+    fj_plan *tp, *rp;
+    fj_status s;
+    if ((s = fj_plan_create(tiled_ctx, &d, &tp))) die("fj_plan_create (cpu)", s);
+    if ((s = fj_plan_create(ref_ctx, &d, &rp))) die("fj_plan_create (cpu-reference)", s);
+    tensors t = make_tensors(tiled_ctx, &d);
+    double flops = fj_attention_flops(&d);
+    time_plan(tp, &t);
+    time_plan(rp, &t);
+    double tt[64], rt[64], gt[64];
+    for (int r = 0; r < repeats; r++) {
+        gt[r] = sgemm_time(g);
+        tt[r] = time_plan(tp, &t);
+        rt[r] = time_plan(rp, &t);
+    }
+    /* Ratios per round (runs seconds apart share the machine's load), then
+       their medians. */
+    double vs_ref[64], vs_sgemm[64];
+    for (int r = 0; r < repeats; r++) {
+        sgemm_gf_all[(*sgemm_n)++] = sgemm_flops(g) / gt[r] * 1e-9;
+        vs_ref[r] = rt[r] / tt[r];
+        vs_sgemm[r] = (flops / tt[r]) / (sgemm_flops(g) / gt[r]);
+    }
+    double tm = median(tt, repeats), rm = median(rt, repeats), gm = median(gt, repeats);
+    printf("| %-44s | %8.2f | %6.1f | %8.2f | %6.1f | %5.2fx | %6.1f | %5.2f |\n", shape_str(sh),
+           tm * 1e3, flops / tm * 1e-9, rm * 1e3, flops / rm * 1e-9, median(vs_ref, repeats),
+           sgemm_flops(g) / gm * 1e-9, median(vs_sgemm, repeats));
+    fflush(stdout);
+    free_tensors(tiled_ctx, &t);
+    fj_plan_destroy(tp);
+    fj_plan_destroy(rp);
+}
+
+/* The causal/non-causal time ratio at one shape, both timed in turn. */
+static void bench_causal_ratio(fj_context *ctx, shape sh)
+{
+    sh.causal = FJ_CAUSAL_NONE;
+    fj_attention_desc dn = shape_desc(&sh);
+    sh.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    fj_attention_desc dc = shape_desc(&sh);
+    fj_plan *pn, *pc;
+    fj_status s;
+    if ((s = fj_plan_create(ctx, &dn, &pn)) || (s = fj_plan_create(ctx, &dc, &pc)))
+        die("fj_plan_create", s);
+    tensors t = make_tensors(ctx, &dn);
+    time_plan(pn, &t);
+    time_plan(pc, &t);
+    double tn[64], tc[64];
+    for (int r = 0; r < repeats; r++) {
+        tn[r] = time_plan(pn, &t);
+        tc[r] = time_plan(pc, &t);
+    }
+    double mn = median(tn, repeats), mc = median(tc, repeats);
+    printf("causal / non-causal time at %s: %.1f ms / %.1f ms = %.3f\n", shape_str(&sh), mc * 1e3,
+           mn * 1e3, mc / mn);
+    free_tensors(ctx, &t);
+    fj_plan_destroy(pn);
+    fj_plan_destroy(pc);
+}
+
+static int run_table(const char *filter)
+{
+    fj_context *tiled = make_context(FJ_BACKEND_CPU), *ref = make_context(FJ_BACKEND_CPU_REFERENCE);
+    int nthreads = context_threads(tiled);
+    sgemm_bench g = sgemm_make(nthreads);
+    sgemm_time(&g); /* warm-up: OpenBLAS starts its threads */
+    /* The foundation's CPU grid (tools/cmd_bench.c, `flashjit bench --grid
+       cpu`: batch 1, 8 heads, S 512 / 2048 / 4096, D 64 / 128, causal or not,
+       f32 and bf16, and a GQA decode row), then a few other shapes. */
+    enum { MAX_SHAPES = 40 };
+    shape shapes[MAX_SHAPES];
+    int n = 0;
+    static const int seqs[] = {512, 2048, 4096}, dims[] = {64, 128};
+    static const fj_dtype dtypes[] = {FJ_F32, FJ_BF16};
+    for (int t = 0; t < 2; t++) {
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 2; b++)
+                for (int c = 0; c < 2; c++)
+                    shapes[n++] = (shape){dtypes[t], 1, 8, 8, seqs[a], seqs[a], dims[b],
+                                          c ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1};
+        shapes[n++] = (shape){dtypes[t], 1, 32, 8, 1, 8192, 128, FJ_CAUSAL_NONE, -1, -1};
+    }
+    static const shape extra[] = {
+        {FJ_F16, 1, 8, 8, 2048, 2048, 128, FJ_CAUSAL_NONE, -1, -1},
+        {FJ_F32, 1, 8, 8, 2048, 2048, 256, FJ_CAUSAL_NONE, -1, -1},
+        {FJ_F32, 1, 8, 8, 2048, 2048, 96, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1},
+        {FJ_F32, 4, 8, 8, 512, 512, 128, FJ_CAUSAL_NONE, -1, -1},
+        {FJ_F32, 1, 32, 8, 1024, 1024, 128, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1},
+        {FJ_F32, 1, 8, 8, 4096, 4096, 128, FJ_CAUSAL_BOTTOM_RIGHT, 512, 0},
+        {FJ_F32, 1, 32, 32, 1, 8192, 128, FJ_CAUSAL_NONE, -1, -1},
+        {FJ_F32, 1, 1, 1, 16384, 16384, 64, FJ_CAUSAL_NONE, -1, -1},
+    };
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0] && n < MAX_SHAPES; i++)
+        shapes[n++] = extra[i];
+    printf("threads: %d\n\n", nthreads);
+    printf("medians of %d rounds (sgemm, cpu, cpu-reference in turn); \"vs ref\" and \"ratio\" "
+           "(cpu GFLOP/s / sgemm GFLOP/s) are medians of the per-round ratios\n\n",
+           repeats);
+    printf("| %-44s | %8s | %6s | %8s | %6s | %6s | %6s | %5s |\n", "shape", "cpu ms", "GF/s",
+           "ref ms", "GF/s", "vs ref", "sgemm", "ratio");
+    printf("| %.44s | %.8s | %.6s | %.8s | %.6s | %.6s | %.6s | %.5s |\n",
+           "---------------------------------------------", "--------", "------", "--------",
+           "------", "------", "------", "-----");
+    int ng = 0;
+    double *all = malloc(sizeof(double) * (size_t)n * (size_t)repeats);
+    for (int i = 0; i < n; i++)
+        if (!filter || strstr(shape_str(&shapes[i]), filter))
+            bench_shape(tiled, ref, &g, &shapes[i], all, &ng);
+    if (ng)
+        printf("\nsgemm 2048^3 on %d threads over the whole run: median %.1f GFLOP/s\n", nthreads,
+               median(all, ng));
+    if (!filter) bench_causal_ratio(tiled, (shape){FJ_F32, 1, 8, 8, 4096, 4096, 128, FJ_CAUSAL_NONE, -1, -1});
+    free(all);
+    sgemm_free(&g);
+    fj_context_destroy(tiled);
+    fj_context_destroy(ref);
+    return 0;
+}
+
+/* "64,128,256" into v (at most cap values in [1, FJ_CPU_TILED_MAX_BLOCK]); 0 on error. */
+static int parse_list(const char *s, int *v, int cap)
+{
+    int n = 0;
+    while (*s && n < cap) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s || x < 1 || x > FJ_CPU_TILED_MAX_BLOCK) break;
+        v[n++] = (int)x;
+        s = *end == ',' ? end + 1 : end;
+        if (!*end) return n;
+    }
+    fprintf(stderr, "bench_cpu_tiled sweep: bad block list (at most %d sizes in [1, %d])\n", cap,
+            FJ_CPU_TILED_MAX_BLOCK);
+    return 0;
+}
+
+static int run_sweep(char **argv, int argc)
+{
+    shape sh = {FJ_F32, 0, 0, 0, 0, 0, 0, FJ_CAUSAL_NONE, -1, -1};
+    if (!parse_dtype(argv[0], &sh.dtype) || !parse_causal(argv[7], &sh.causal)) {
+        fprintf(stderr, "bench_cpu_tiled sweep: bad dtype or causal\n");
+        return 2;
+    }
+    sh.b = atoi(argv[1]);
+    sh.hq = atoi(argv[2]);
+    sh.hkv = atoi(argv[3]);
+    sh.sq = atoi(argv[4]);
+    sh.sk = atoi(argv[5]);
+    sh.d = atoi(argv[6]);
+    fj_attention_desc d = shape_desc(&sh);
+    double flops = fj_attention_flops(&d);
+    enum { MAXN = 8, MAXCELLS = MAXN * MAXN + 1 };
+    int bqs[MAXN] = {32, 64, 128, 192, 256, 384}, bks[MAXN] = {64, 128, 256, 512, 1024, 2048};
+    int NQ = 6, NK = 6;
+    if (argc > 8 && !(NQ = parse_list(argv[8], bqs, MAXN))) return 2;
+    if (argc > 9 && !(NK = parse_list(argv[9], bks, MAXN))) return 2;
+    const int CELLS = NQ * NK + 1;
+    fj_context *ctx = make_context(FJ_BACKEND_CPU);
+    tensors t = make_tensors(ctx, &d);
+    /* Every cell's plan first (the last one: the heuristic), then the cells
+       timed in turn, repeats times, so a burst of load from elsewhere slows
+       one run of each cell rather than every run of a few. */
+    fj_plan *plans[MAXCELLS];
+    for (int c = 0; c < CELLS; c++) {
+        fj_status s = c < NQ * NK ? fj_cpu_tiled_force_blocks(bqs[c / NK], bks[c % NK])
+                                  : fj_cpu_tiled_force_blocks(0, 0);
+        if (s) die("fj_cpu_tiled_force_blocks", s);
+        if ((s = fj_plan_create(ctx, &d, &plans[c]))) die("fj_plan_create", s);
+        time_plan(plans[c], &t);
+    }
+    static double times[MAXCELLS][64];
+    for (int r = 0; r < repeats; r++)
+        for (int c = 0; c < CELLS; c++) times[c][r] = time_plan(plans[c], &t);
+    printf("%s: GFLOP/s (best of %d) by block_q (rows) x block_k (columns)\n%6s",
+           shape_str(&sh), repeats, "");
+    for (int c = 0; c < NK; c++) printf(" %7d", bks[c]);
+    printf("\n");
+    for (int c = 0; c < CELLS; c++) {
+        if (c == NQ * NK) printf("\nheuristic:");
+        else if (c % NK == 0) printf("%6d", bqs[c / NK]);
+        double best = times[c][0];
+        for (int r = 1; r < repeats; r++) best = times[c][r] < best ? times[c][r] : best;
+        printf(" %7.1f", flops / best * 1e-9);
+        if (c % NK == NK - 1 || c == NQ * NK) printf("\n");
+    }
+    printf("%s", fj_plan_describe(plans[NQ * NK]));
+    for (int c = 0; c < CELLS; c++) fj_plan_destroy(plans[c]);
+    free_tensors(ctx, &t);
+    fj_context_destroy(ctx);
+    return 0;
+}
+
+static long peak_rss_kib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+static int run_memory(char **argv, int argc)
+{
+    shape sh = {FJ_F32, 1, 1, 1, 0, 0, 0, FJ_CAUSAL_NONE, -1, -1};
+    if (!parse_dtype(argv[0], &sh.dtype)) {
+        fprintf(stderr, "bench_cpu_tiled memory: bad dtype\n");
+        return 2;
+    }
+    sh.sq = sh.sk = atoi(argv[1]);
+    sh.d = atoi(argv[2]);
+    bool reference = argc > 3 && !strcmp(argv[3], "reference");
+    fj_attention_desc d = shape_desc(&sh);
+    fj_context *ctx = make_context(reference ? FJ_BACKEND_CPU_REFERENCE : FJ_BACKEND_CPU);
+    tensors t = make_tensors(ctx, &d);
+    long before = peak_rss_kib();
+    fj_plan *plan;
+    fj_status s = fj_plan_create(ctx, &d, &plan);
+    if (s) die("fj_plan_create", s);
+    double secs = time_plan(plan, &t);
+    long after = peak_rss_kib();
+    printf("%s on %s: %.2f s, %.1f GFLOP/s\n", shape_str(&sh), reference ? "cpu-reference" : "cpu",
+           secs, fj_attention_flops(&d) / secs * 1e-9);
+    printf("inputs + output + lse: %.1f MiB\n", (double)t.in_out_bytes / (1 << 20));
+    printf("peak RSS: %.1f MiB with the tensors filled, %.1f MiB after the run (+%.1f MiB)\n",
+           before / 1024.0, after / 1024.0, (after - before) / 1024.0);
+    printf("%s", fj_plan_describe(plan));
+    fj_plan_destroy(plan);
+    free_tensors(ctx, &t);
+    fj_context_destroy(ctx);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int i = 1;
+    for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
+        if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-r")) repeats = atoi(argv[i + 1]);
+        else break;
+    }
+    if (repeats < 1 || repeats > 64 || threads < 0) {
+        fprintf(stderr, "bench_cpu_tiled: -r must be in [1, 64], -t >= 0\n");
+        return 2;
+    }
+    const char *mode = i < argc ? argv[i] : "table";
+    if (!strcmp(mode, "table")) return run_table(i + 1 < argc ? argv[i + 1] : NULL);
+    if (!strcmp(mode, "sweep") && argc - i - 1 >= 8) return run_sweep(argv + i + 1, argc - i - 1);
+    if (!strcmp(mode, "memory") && argc - i - 1 >= 3) return run_memory(argv + i + 1, argc - i - 1);
+    fprintf(stderr,
+            "usage: bench_cpu_tiled [-t THREADS] [-r REPEATS] table [FILTER]\n"
+            "       bench_cpu_tiled [-t T] [-r R] sweep DTYPE B HQ HKV SQ SK D CAUSAL [BQS [BKS]]\n"
+            "       bench_cpu_tiled [-t T] memory DTYPE SQ D [reference]\n");
+    return 2;
+}

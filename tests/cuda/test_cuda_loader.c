@@ -1,0 +1,1007 @@
+/* The CUDA backend without a GPU. Most tests install the fake driver and
+ * NVRTC (fake_driver.h) and drive every path of device discovery, plan
+ * creation, launch and memory, including each failure. The real loader is
+ * tested in child processes (this program re-executed with a mode and an
+ * environment), because it loads once per process and reads
+ * FLASHJIT_LIBCUDA / FLASHJIT_LIBNVRTC only then. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cuda/cuda_api.h"
+#include "fake_driver.h"
+#include "flashjit.h"
+#include "kernel_desc.h"
+#include "plan_timing.h"
+#include "problem.h"
+
+extern char **environ;
+
+#define LOG2E 1.4426950408889634
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+/* Contexts never use the disk cache here: fake images must not land where
+ * a real run could find them. */
+static fj_status make_ctx(fj_backend b, int device, fj_context **ctx)
+{
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = b;
+    o.device = device;
+    o.cache_dir = "";
+    o.tuning_file = "";
+    o.cpu_threads = 1;
+    return fj_context_create(&o, ctx);
+}
+
+#define assert_contains(haystack, needle)                                              \
+    do {                                                                               \
+        const char *h_ = (haystack);                                                   \
+        if (!strstr(h_, (needle))) fail_msg("\"%s\" does not contain \"%s\"", h_, (needle)); \
+    } while (0)
+
+static int fake_setup(void **state)
+{
+    (void)state;
+    fake_reset();
+    fj_cuda_api_override(fake_api());
+    return 0;
+}
+
+static int fake_teardown(void **state)
+{
+    (void)state;
+    fj_cuda_api_override(NULL);
+    /* Whatever a test did, every push it caused was popped. */
+    assert_int_equal(fake_ctx_depth(), 0);
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.no_context, 0);
+    return 0;
+}
+
+/* The kernel name and shared memory the backend should pick for d on sm_90. */
+static void expected_kernel(const fj_attention_desc *d, fj_kernel_desc *k, char *name, size_t n)
+{
+    fj_problem p;
+    assert_int_equal(fj_problem_init(&p, d), FJ_OK);
+    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, k), FJ_OK);
+    fj_kernel_desc_name(k, name, n);
+}
+
+typedef struct buffers {
+    void *q, *k, *v, *o;
+    float *lse;
+} buffers;
+
+static void alloc_buffers(fj_context *ctx, const fj_attention_desc *d, buffers *b)
+{
+    size_t es = d->dtype == FJ_F32 ? 4 : 2;
+    size_t q = (size_t)d->batch * d->seqlen_q * d->heads_q * d->head_dim * es;
+    size_t kv = (size_t)d->batch * d->seqlen_k * d->heads_kv * d->head_dim * es;
+    assert_int_equal(fj_malloc(ctx, q, &b->q), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, kv, &b->k), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, kv, &b->v), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, q, &b->o), FJ_OK);
+    void *lse;
+    assert_int_equal(fj_malloc(ctx, sizeof(float) * d->batch * d->heads_q * d->seqlen_q, &lse),
+                     FJ_OK);
+    b->lse = lse;
+}
+
+static void free_buffers(fj_context *ctx, buffers *b)
+{
+    fj_free(ctx, b->q);
+    fj_free(ctx, b->k);
+    fj_free(ctx, b->v);
+    fj_free(ctx, b->o);
+    fj_free(ctx, b->lse);
+}
+
+/* ---- discovery ------------------------------------------------------------------- */
+
+static void test_healthy_fake_describe(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_AUTO, 0, &ctx), FJ_OK);
+    assert_int_equal(fj_context_backend(ctx), FJ_BACKEND_CUDA);
+    const char *d = fj_context_describe(ctx);
+    assert_contains(d, "cuda: Fake GPU 0, sm_90, 132 SMs, 80 GiB; driver 13.0 "
+                       "(fake-libcuda.so.1); NVRTC 99.0 (fake-libnvrtc.so.13)");
+    assert_contains(d, "AUTO: a CUDA device, the driver and NVRTC are usable");
+    fj_context_destroy(ctx);
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.retains, 1);
+    assert_int_equal(c.releases, 1);
+}
+
+static void test_no_driver_auto_falls_back(void **state)
+{
+    (void)state;
+    fake_remove_driver();
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_AUTO, 0, &ctx), FJ_OK);
+    assert_int_equal(fj_context_backend(ctx), FJ_BACKEND_CPU);
+    const char *d = fj_context_describe(ctx);
+    assert_contains(d, "AUTO: CUDA is not usable");
+    assert_contains(d, "has no cuInit");
+    assert_string_equal(fj_last_error(), "");
+    fj_context_destroy(ctx);
+}
+
+static void test_no_driver_explicit(void **state)
+{
+    (void)state;
+    fake_remove_driver();
+    fj_context *ctx = (fj_context *)1;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_ERR_NO_DEVICE);
+    assert_null(ctx);
+    assert_contains(fj_last_error(), "CUDA driver");
+    assert_contains(fj_last_error(), "has no cuInit");
+}
+
+static void test_env_backend_cuda(void **state)
+{
+    (void)state;
+    fake_remove_driver();
+    const char *old = getenv("FLASHJIT_BACKEND");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("FLASHJIT_BACKEND", "cuda", 1);
+    fj_context *ctx;
+    fj_status s = make_ctx(FJ_BACKEND_AUTO, 0, &ctx);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", fj_last_error());
+    if (saved) setenv("FLASHJIT_BACKEND", saved, 1);
+    else unsetenv("FLASHJIT_BACKEND");
+    free(saved);
+    assert_int_equal(s, FJ_ERR_NO_DEVICE);
+    assert_null(ctx);
+    assert_contains(msg, "has no cuInit");
+}
+
+static void test_old_driver(void **state)
+{
+    (void)state;
+    fake_set_driver_version(11080);
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_ERR_NO_DEVICE);
+    assert_contains(fj_last_error(), "version 11.8 (11080)");
+    assert_contains(fj_last_error(), "12.0 (12000) or newer");
+}
+
+static void test_no_nvrtc(void **state)
+{
+    (void)state;
+    fake_remove_nvrtc();
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_ERR_NO_DEVICE);
+    assert_contains(fj_last_error(), "NVRTC");
+    assert_contains(fj_last_error(), "missing");
+    assert_contains(fj_last_error(), "has no nvrtcVersion");
+    assert_int_equal(make_ctx(FJ_BACKEND_AUTO, 0, &ctx), FJ_OK);
+    assert_int_equal(fj_context_backend(ctx), FJ_BACKEND_CPU);
+    assert_contains(fj_context_describe(ctx), "NVRTC");
+    fj_context_destroy(ctx);
+}
+
+static void test_cuinit_fails(void **state)
+{
+    (void)state;
+    fake_fail("cuInit", 100);
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_ERR_NO_DEVICE);
+    assert_contains(fj_last_error(),
+                    "cuInit failed: CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)");
+    assert_int_equal(make_ctx(FJ_BACKEND_AUTO, 0, &ctx), FJ_OK);
+    assert_int_equal(fj_context_backend(ctx), FJ_BACKEND_CPU);
+    assert_contains(fj_context_describe(ctx), "cuInit failed");
+    fj_context_destroy(ctx);
+}
+
+static void test_unknown_error_code(void **state)
+{
+    (void)state;
+    fake_fail("cuInit", 12345);
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_ERR_NO_DEVICE);
+    assert_contains(fj_last_error(), "cuInit failed: CUDA error 12345");
+}
+
+static void test_zero_devices(void **state)
+{
+    (void)state;
+    fake_set_device_count(0);
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_ERR_NO_DEVICE);
+    assert_string_equal(fj_last_error(), "no CUDA device (cuDeviceGetCount returned 0)");
+}
+
+static void test_device_out_of_range(void **state)
+{
+    (void)state;
+    fake_set_device_count(2);
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 2, &ctx), FJ_ERR_NO_DEVICE);
+    assert_contains(fj_last_error(), "device (2) is out of range");
+    assert_contains(fj_last_error(), "2 CUDA devices (ordinals 0..1)");
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 1, &ctx), FJ_OK);
+    assert_contains(fj_context_describe(ctx), "cuda: Fake GPU 1");
+    fj_context_destroy(ctx);
+}
+
+static void test_old_arch(void **state)
+{
+    (void)state;
+    fake_set_arch(7, 5);
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_ERR_NO_DEVICE);
+    assert_contains(fj_last_error(), "sm_75");
+    assert_contains(fj_last_error(), "sm_80");
+    /* Nothing retained stays retained. */
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.retains, c.releases);
+}
+
+static void test_primary_ctx_retain_fails(void **state)
+{
+    (void)state;
+    fake_fail("cuDevicePrimaryCtxRetain", 2);
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_ERR_OUT_OF_MEMORY);
+    assert_contains(fj_last_error(), "cuDevicePrimaryCtxRetain failed: CUDA_ERROR_OUT_OF_MEMORY");
+}
+
+/* ---- plans and launches -------------------------------------------------------- */
+
+static void test_plan_launch_records(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 2, 8, 2, 100, 300, 128, FJ_F16);
+    d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    fj_kernel_desc k;
+    char name[128];
+    expected_kernel(&d, &k, name, sizeof name);
+
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    const char *desc = fj_plan_describe(plan);
+    assert_contains(desc, name);
+    assert_contains(desc, "why: heuristic for d128 on sm_90");
+    assert_contains(desc, "registers per thread");
+    assert_contains(desc, "compiled by NVRTC");
+
+    buffers b;
+    alloc_buffers(ctx, &d, &b);
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
+    fake_launch l = fake_last_launch();
+    assert_int_equal(fake_get_counts().launches, 1);
+    assert_int_equal(l.grid[0], (100 + k.block_m - 1) / k.block_m);
+    assert_int_equal(l.grid[1], 8);
+    assert_int_equal(l.grid[2], 2);
+    assert_int_equal(l.block[0], 32 * k.warps);
+    assert_int_equal(l.block[1], 1);
+    assert_int_equal(l.block[2], 1);
+    assert_int_equal(l.smem, fj_kernel_desc_smem_bytes(&k));
+    assert_null(l.stream);
+    assert_ptr_equal(l.ctx, fake_primary_context(0));
+    const fj_fwd_params *p = &l.params;
+    assert_ptr_equal(p->q, b.q);
+    assert_ptr_equal(p->k, b.k);
+    assert_ptr_equal(p->v, b.v);
+    assert_ptr_equal(p->o, b.o);
+    assert_ptr_equal(p->lse, b.lse);
+    assert_null(p->o_partial);
+    assert_null(p->lse_partial);
+    /* dense [b, s, h, d] */
+    assert_int_equal(p->q_stride[0], 100 * 8 * 128);
+    assert_int_equal(p->q_stride[1], 8 * 128);
+    assert_int_equal(p->q_stride[2], 128);
+    assert_int_equal(p->k_stride[0], 300 * 2 * 128);
+    assert_int_equal(p->k_stride[1], 2 * 128);
+    assert_int_equal(p->v_stride[2], 128);
+    assert_int_equal(p->o_stride[1], 8 * 128);
+    assert_int_equal(p->diag_offset, 200);
+    assert_int_equal(p->batch, 2);
+    assert_int_equal(p->heads_q, 8);
+    assert_int_equal(p->heads_kv, 2);
+    assert_int_equal(p->group, 4);
+    assert_int_equal(p->seqlen_q, 100);
+    assert_int_equal(p->seqlen_k, 300);
+    assert_int_equal(p->window_left, -1);
+    assert_int_equal(p->window_right, -1);
+    assert_int_equal(p->num_splits, 1);
+    assert_true(fabs(p->scale_log2 - LOG2E / sqrt(128.0)) < 1e-6);
+
+    /* A stream is passed through; lse NULL stays NULL. */
+    int stream_token;
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, NULL, &stream_token), FJ_OK);
+    l = fake_last_launch();
+    assert_ptr_equal(l.stream, (CUstream)(void *)&stream_token);
+    assert_null(l.params.lse);
+
+    free_buffers(ctx, &b);
+    fj_plan_destroy(plan);
+    fj_context_destroy(ctx);
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.module_loads, 1);
+    assert_int_equal(c.module_unloads, 1);
+    assert_int_equal(c.allocs, c.frees);
+}
+
+static void test_window_and_top_left_params(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 4, 4, 64, 96, 64, FJ_BF16);
+    d.causal = FJ_CAUSAL_TOP_LEFT;
+    d.window_left = 16;
+    d.window_right = 3;
+    d.scale = 0.5f;
+    /* BHSD */
+    int64_t qs[3] = {4 * 64 * 64, 64, 64 * 64};
+    int64_t ks[3] = {4 * 96 * 64, 64, 96 * 64};
+    memcpy(d.q_stride, qs, sizeof qs);
+    memcpy(d.o_stride, qs, sizeof qs);
+    memcpy(d.k_stride, ks, sizeof ks);
+    memcpy(d.v_stride, ks, sizeof ks);
+    fj_kernel_desc k;
+    char name[128];
+    expected_kernel(&d, &k, name, sizeof name);
+    assert_int_equal(k.mask, FJ_MASK_CAUSAL_WINDOW);
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    buffers b;
+    alloc_buffers(ctx, &d, &b);
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
+    fake_launch l = fake_last_launch();
+    const fj_fwd_params *p = &l.params;
+    assert_int_equal(p->diag_offset, 0);
+    assert_int_equal(p->window_left, 16);
+    assert_int_equal(p->window_right, 3);
+    assert_int_equal(p->q_stride[1], 64);
+    assert_int_equal(p->q_stride[2], 64 * 64);
+    assert_int_equal(p->k_stride[2], 96 * 64);
+    assert_true(fabs(p->scale_log2 - 0.5 * LOG2E) < 1e-6);
+    free_buffers(ctx, &b);
+    fj_plan_destroy(plan);
+    fj_context_destroy(ctx);
+}
+
+/* Above 48 KiB of dynamic shared memory the function must be opted in, once,
+ * at load; below, it must not be touched (the fake refuses a launch whose
+ * shared memory exceeds what the function allows). */
+static void test_dynamic_smem_opt_in(void **state)
+{
+    (void)state;
+    static const int dims[] = {8, 64, 256};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fake_reset();
+        fj_cuda_api_override(fake_api());
+        fj_context *ctx;
+        assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+        fj_attention_desc d;
+        fj_attention_desc_init(&d, 1, 1, 1, 16, 16, dims[i], FJ_F16);
+        fj_kernel_desc k;
+        char name[128];
+        expected_kernel(&d, &k, name, sizeof name);
+        size_t smem = fj_kernel_desc_smem_bytes(&k);
+        fj_plan *plan;
+        assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+        buffers b;
+        alloc_buffers(ctx, &d, &b);
+        assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
+        fake_counts c = fake_get_counts();
+        if (smem > 48 * 1024) {
+            assert_int_equal(c.max_dyn_smem_set, (int)smem);
+            assert_contains(fj_plan_describe(plan), "opted in above 48 KiB");
+        } else {
+            assert_int_equal(c.max_dyn_smem_set, 0);
+        }
+        assert_int_equal(fake_last_launch().smem, smem);
+        free_buffers(ctx, &b);
+        fj_plan_destroy(plan);
+        fj_context_destroy(ctx);
+    }
+}
+
+static void test_module_cache_reuse(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d1, d2, d3;
+    fj_attention_desc_init(&d1, 1, 2, 2, 64, 64, 64, FJ_F16);
+    fj_attention_desc_init(&d2, 3, 4, 1, 1000, 17, 64, FJ_F16); /* other shape, same kernel */
+    fj_attention_desc_init(&d3, 1, 2, 2, 64, 64, 96, FJ_F16);   /* other kernel */
+    fj_plan *p1, *p2, *p3;
+    assert_int_equal(fj_plan_create(ctx, &d1, &p1), FJ_OK);
+    assert_int_equal(fj_plan_create(ctx, &d2, &p2), FJ_OK);
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.compiles, 1);
+    assert_int_equal(c.module_loads, 1);
+    assert_contains(fj_plan_describe(p2), "already loaded in this context");
+    assert_int_equal(fj_plan_create(ctx, &d3, &p3), FJ_OK);
+    c = fake_get_counts();
+    assert_int_equal(c.compiles, 2);
+    assert_int_equal(c.module_loads, 2);
+    fj_plan_destroy(p1);
+    fj_plan_destroy(p2);
+    fj_plan_destroy(p3);
+    /* Modules belong to the context, not to plans. */
+    assert_int_equal(fake_get_counts().module_unloads, 0);
+    fj_context_destroy(ctx);
+    assert_int_equal(fake_get_counts().module_unloads, 2);
+}
+
+typedef struct racer {
+    fj_context *ctx;
+    const fj_attention_desc *d;
+    fj_status status;
+    fj_plan *plan;
+} racer;
+
+static void *race_plan(void *arg)
+{
+    racer *r = arg;
+    r->status = fj_plan_create(r->ctx, r->d, &r->plan);
+    return NULL;
+}
+
+static void test_module_cache_concurrent(void **state)
+{
+    (void)state;
+    fake_set_compile_delay_us(50000);
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2, 2, 33, 65, 32, FJ_BF16);
+    enum { N = 6 };
+    racer r[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = (racer){ctx, &d, FJ_ERR_INTERNAL, NULL};
+        assert_int_equal(pthread_create(&t[i], NULL, race_plan, &r[i]), 0);
+    }
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r[i].status, FJ_OK);
+        fj_plan_destroy(r[i].plan);
+    }
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.compiles, 1);
+    assert_int_equal(c.module_loads, 1);
+    assert_int_equal(c.no_context, 0);
+    fj_context_destroy(ctx);
+}
+
+static void test_module_load_fails(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fake_fail("cuModuleLoadData", 200);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 128, FJ_BF16);
+    fj_kernel_desc k;
+    char name[128];
+    expected_kernel(&d, &k, name, sizeof name);
+    fj_plan *plan = (fj_plan *)1;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_DRIVER);
+    assert_null(plan);
+    assert_contains(fj_last_error(), name);
+    assert_contains(fj_last_error(),
+                    "cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE (device kernel image is "
+                    "invalid)");
+    /* A failed build is not cached: the next attempt builds again. */
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_DRIVER);
+    assert_int_equal(fake_get_counts().compiles, 2);
+    fj_context_destroy(ctx);
+    assert_int_equal(fake_get_counts().module_unloads, 0);
+}
+
+static void test_get_function_fails(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fake_fail("cuModuleGetFunction", 500);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 128, FJ_BF16);
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_DRIVER);
+    assert_contains(fj_last_error(), "cuModuleGetFunction failed: CUDA_ERROR_NOT_FOUND");
+    assert_contains(fj_last_error(), "fj_flash_fwd");
+    /* The module that was loaded was unloaded again. */
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.module_loads, c.module_unloads);
+    fj_context_destroy(ctx);
+}
+
+static void test_compile_fails(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fake_fail("nvrtcCompileProgram", 6);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 40, FJ_F16);
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_COMPILE);
+    assert_contains(fj_last_error(), "compilation failed on demand");
+    assert_int_equal(fake_get_counts().module_loads, 0);
+    fj_context_destroy(ctx);
+}
+
+static void test_launch_fails(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 80, FJ_F16);
+    fj_kernel_desc k;
+    char name[128];
+    expected_kernel(&d, &k, name, sizeof name);
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    buffers b;
+    alloc_buffers(ctx, &d, &b);
+    fake_fail("cuLaunchKernel", 719);
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_ERR_DRIVER);
+    char want[256];
+    snprintf(want, sizeof want,
+             "cuLaunchKernel(%s) failed: CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)",
+             name);
+    assert_string_equal(fj_last_error(), want);
+    /* fj_attention goes the same way */
+    assert_int_equal(fj_attention(ctx, &d, b.q, b.k, b.v, b.o, NULL, NULL), FJ_ERR_DRIVER);
+    assert_contains(fj_last_error(), name);
+    assert_int_equal(fake_ctx_depth(), 0);
+    free_buffers(ctx, &b);
+    fj_plan_destroy(plan);
+    fj_context_destroy(ctx);
+}
+
+static void test_unsupported_problems(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_plan *plan;
+    fj_attention_desc d;
+
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 64, FJ_F32);
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "f32");
+
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 20, FJ_F16);
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "head_dim 20");
+
+    /* a seq stride of 2*64+4 elements: rows 8 bytes off 16-byte alignment */
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 64, FJ_F16);
+    int64_t bad[3] = {64 * 132, 132, 64};
+    memcpy(d.q_stride, bad, sizeof bad);
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "q_stride[1] (the seq axis, 132 elements)");
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 64, FJ_F16);
+    int64_t bad_v[3] = {64 * 2 * 64 + 4, 2 * 64, 64};
+    memcpy(d.v_stride, bad_v, sizeof bad_v);
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "v_stride[0]");
+
+    fj_attention_desc_init(&d, 1, 65536, 1, 1, 1, 8, FJ_F16);
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "heads_q (65536)");
+
+    fj_attention_desc_init(&d, 65536, 1, 1, 1, 1, 8, FJ_F16);
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "batch (65536)");
+
+    /* every one was refused before any compile */
+    assert_int_equal(fake_get_counts().compiles, 0);
+    fj_context_destroy(ctx);
+}
+
+static void test_too_many_registers(void **state)
+{
+    (void)state;
+    /* 2048 registers per thread: one warp per block at most */
+    fake_set_num_regs(2048);
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 64, FJ_F16);
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "2048 registers per thread");
+    fj_context_destroy(ctx);
+}
+
+static void test_misaligned_pointers(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 64, FJ_F16);
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    buffers b;
+    alloc_buffers(ctx, &d, &b);
+    char *q = b.q, *v = b.v, *o = b.o;
+    assert_int_equal(fj_plan_execute(plan, q + 8, b.k, b.v, b.o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "q (");
+    assert_contains(fj_last_error(), "16-byte aligned");
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, v + 2, b.o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "v (");
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, o + 4, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "o (");
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, (float *)(void *)(q + 2), NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "lse (");
+    assert_int_equal(fake_get_counts().launches, 0);
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
+    assert_string_equal(fj_last_error(), "");
+    free_buffers(ctx, &b);
+    fj_plan_destroy(plan);
+    fj_context_destroy(ctx);
+}
+
+static void test_two_devices(void **state)
+{
+    (void)state;
+    fake_set_device_count(2);
+    fj_context *c0, *c1;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &c0), FJ_OK);
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 1, &c1), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 64, FJ_F16);
+    fj_plan *p0, *p1;
+    assert_int_equal(fj_plan_create(c0, &d, &p0), FJ_OK);
+    assert_int_equal(fj_plan_create(c1, &d, &p1), FJ_OK);
+    assert_contains(fj_plan_describe(p1), "device 1: Fake GPU 1");
+    buffers b0, b1;
+    alloc_buffers(c0, &d, &b0);
+    alloc_buffers(c1, &d, &b1);
+    assert_int_equal(fj_plan_execute(p1, b1.q, b1.k, b1.v, b1.o, NULL, NULL), FJ_OK);
+    assert_ptr_equal(fake_last_launch().ctx, fake_primary_context(1));
+    assert_int_equal(fj_plan_execute(p0, b0.q, b0.k, b0.v, b0.o, NULL, NULL), FJ_OK);
+    assert_ptr_equal(fake_last_launch().ctx, fake_primary_context(0));
+    free_buffers(c0, &b0);
+    free_buffers(c1, &b1);
+    fj_plan_destroy(p0);
+    fj_plan_destroy(p1);
+    fj_context_destroy(c1);
+    fj_context_destroy(c0);
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.retains, 2);
+    assert_int_equal(c.releases, 2);
+    assert_int_equal(c.module_loads, c.module_unloads);
+}
+
+static void test_time_runs(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 64, FJ_F16);
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    assert_int_equal(fj_plan_launches(plan), 1);
+    buffers b;
+    alloc_buffers(ctx, &d, &b);
+    double ms[3] = {0, 0, 0};
+    assert_int_equal(fj_plan_time(plan, b.q, b.k, b.v, b.o, b.lse, 2, 3, ms), FJ_OK);
+    assert_int_equal(fake_get_counts().launches, 5);
+    for (int i = 0; i < 3; i++) assert_true(fabs(ms[i] - 0.25) < 1e-9);
+    fake_fail("cuEventCreate", 2);
+    assert_int_equal(fj_plan_time(plan, b.q, b.k, b.v, b.o, b.lse, 0, 1, ms), FJ_ERR_OUT_OF_MEMORY);
+    assert_contains(fj_last_error(), "cuEventCreate failed");
+    free_buffers(ctx, &b);
+    fj_plan_destroy(plan);
+    fj_context_destroy(ctx);
+}
+
+/* ---- memory ---------------------------------------------------------------------- */
+
+static void test_memory_round_trip(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    char host[300], back[300];
+    for (int i = 0; i < 300; i++) host[i] = (char)(i * 7);
+    void *dev;
+    assert_int_equal(fj_malloc(ctx, sizeof host, &dev), FJ_OK);
+    assert_int_equal((uintptr_t)dev % 64, 0);
+    assert_int_equal(fj_copy_to_device(ctx, dev, host, sizeof host), FJ_OK);
+    memset(back, 0, sizeof back);
+    assert_int_equal(fj_copy_to_host(ctx, back, dev, sizeof back), FJ_OK);
+    assert_memory_equal(host, back, sizeof host);
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+    int token;
+    assert_int_equal(fj_synchronize(ctx, &token), FJ_OK);
+    void *empty;
+    assert_int_equal(fj_malloc(ctx, 0, &empty), FJ_OK);
+    assert_non_null(empty);
+    fj_free(ctx, empty);
+    fj_free(ctx, dev);
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.ctx_syncs, 1);
+    assert_int_equal(c.stream_syncs, 1);
+    assert_int_equal(c.allocs, 2);
+    assert_int_equal(c.frees, 2);
+    fj_context_destroy(ctx);
+}
+
+static void test_malloc_out_of_memory(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fake_fail("cuMemAlloc", 2);
+    void *p = (void *)1;
+    assert_int_equal(fj_malloc(ctx, 1 << 20, &p), FJ_ERR_OUT_OF_MEMORY);
+    assert_null(p);
+    assert_contains(fj_last_error(), "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+    assert_contains(fj_last_error(), "1048576 bytes");
+    fj_context_destroy(ctx);
+}
+
+static void test_copy_and_sync_fail(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    void *dev;
+    char host[16] = {0};
+    assert_int_equal(fj_malloc(ctx, 16, &dev), FJ_OK);
+    fake_fail("cuMemcpyHtoD", 1);
+    fake_fail("cuMemcpyDtoH", 1);
+    fake_fail("cuCtxSynchronize", 719);
+    assert_int_equal(fj_copy_to_device(ctx, dev, host, 16), FJ_ERR_DRIVER);
+    assert_contains(fj_last_error(), "cuMemcpyHtoD failed: CUDA_ERROR_INVALID_VALUE");
+    assert_int_equal(fj_copy_to_host(ctx, host, dev, 16), FJ_ERR_DRIVER);
+    assert_contains(fj_last_error(), "cuMemcpyDtoH failed");
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_ERR_DRIVER);
+    assert_contains(fj_last_error(), "cuCtxSynchronize failed: CUDA_ERROR_LAUNCH_FAILED");
+    fj_free(ctx, dev);
+    fj_context_destroy(ctx);
+}
+
+static void test_push_fails(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fake_fail("cuCtxPushCurrent", 201);
+    void *p;
+    assert_int_equal(fj_malloc(ctx, 64, &p), FJ_ERR_DRIVER);
+    assert_contains(fj_last_error(), "cuCtxPushCurrent failed: CUDA_ERROR_INVALID_CONTEXT");
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_ERR_DRIVER);
+    fj_context_destroy(ctx);
+}
+
+/* ---- the real loader, in child processes -------------------------------------- */
+
+static int child_failures;
+
+#define CHECK(cond, ...)                                 \
+    do {                                                 \
+        if (!(cond)) {                                   \
+            printf("CHILD CHECK FAILED (%s): ", #cond);  \
+            printf(__VA_ARGS__);                         \
+            printf("\n");                                \
+            child_failures++;                            \
+        }                                                \
+    } while (0)
+
+static void child_missing_driver(void)
+{
+    const char *path = getenv("FLASHJIT_LIBCUDA");
+    const fj_cuda_api *api;
+    CHECK(fj_cuda_driver(&api) == FJ_ERR_NO_DEVICE, "fj_cuda_driver succeeded");
+    char first[2048];
+    snprintf(first, sizeof first, "%s", fj_last_error());
+    CHECK(strstr(first, path) != NULL, "message \"%s\" lacks the path %s", first, path);
+    CHECK(strstr(first, "FLASHJIT_LIBCUDA") != NULL, "message \"%s\" lacks FLASHJIT_LIBCUDA",
+          first);
+    /* Loaded once: the second attempt reports the same reason. */
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_CUDA;
+    o.cache_dir = "";
+    fj_context *ctx;
+    CHECK(fj_context_create(&o, &ctx) == FJ_ERR_NO_DEVICE, "CUDA context created");
+    CHECK(strcmp(fj_last_error(), first) == 0, "second message \"%s\" differs from \"%s\"",
+          fj_last_error(), first);
+    o.backend = FJ_BACKEND_AUTO;
+    CHECK(fj_context_create(&o, &ctx) == FJ_OK, "AUTO failed: %s", fj_last_error());
+    if (ctx) {
+        CHECK(fj_context_backend(ctx) != FJ_BACKEND_CUDA, "AUTO chose CUDA");
+        CHECK(strstr(fj_context_describe(ctx), path) != NULL, "describe lacks %s:\n%s", path,
+              fj_context_describe(ctx));
+        fj_context_destroy(ctx);
+    }
+    printf("# real loader, FLASHJIT_LIBCUDA=%s: %s\n", path, first);
+}
+
+static void child_not_a_driver(void)
+{
+    const fj_cuda_api *api;
+    CHECK(fj_cuda_driver(&api) == FJ_ERR_NO_DEVICE, "fj_cuda_driver succeeded");
+    CHECK(strstr(fj_last_error(), "cuDriverGetVersion") != NULL, "message \"%s\"",
+          fj_last_error());
+    CHECK(strstr(fj_last_error(), "FLASHJIT_LIBCUDA") != NULL, "message \"%s\"", fj_last_error());
+    printf("# real loader, FLASHJIT_LIBCUDA=%s: %s\n", getenv("FLASHJIT_LIBCUDA"),
+           fj_last_error());
+}
+
+static void child_missing_nvrtc(void)
+{
+    const char *path = getenv("FLASHJIT_LIBNVRTC");
+    const fj_cuda_api *api;
+    CHECK(fj_cuda_nvrtc(&api) == FJ_ERR_NO_DEVICE, "fj_cuda_nvrtc succeeded");
+    CHECK(strstr(fj_last_error(), path) != NULL, "message \"%s\" lacks %s", fj_last_error(), path);
+    CHECK(strstr(fj_last_error(), "FLASHJIT_LIBNVRTC") != NULL, "message \"%s\"",
+          fj_last_error());
+    printf("# real loader, FLASHJIT_LIBNVRTC=%s: %s\n", path, fj_last_error());
+}
+
+static void child_not_nvrtc(void)
+{
+    const fj_cuda_api *api;
+    CHECK(fj_cuda_nvrtc(&api) == FJ_ERR_NO_DEVICE, "fj_cuda_nvrtc succeeded");
+    CHECK(strstr(fj_last_error(), "has no nvrtcVersion") != NULL, "message \"%s\"",
+          fj_last_error());
+    printf("# real loader, FLASHJIT_LIBNVRTC=%s: %s\n", getenv("FLASHJIT_LIBNVRTC"),
+           fj_last_error());
+}
+
+/* NVRTC loads without a driver (compile-all): when an NVRTC is installed
+ * (the test looks the same way the loader does), it must load even though
+ * the driver cannot. */
+static void child_nvrtc_without_driver(void)
+{
+    const fj_cuda_api *api;
+    CHECK(fj_cuda_driver(&api) == FJ_ERR_NO_DEVICE, "fj_cuda_driver succeeded");
+    static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+    const char *found = NULL;
+    for (int i = 0; i < 3 && !found; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (h) found = names[i]; /* kept open, as the loader keeps it */
+    }
+    fj_status s = fj_cuda_nvrtc(&api);
+    if (!found) {
+        CHECK(s == FJ_ERR_NO_DEVICE, "NVRTC loaded though none was found");
+        printf("# no NVRTC installed: %s\n", fj_last_error());
+        return;
+    }
+    CHECK(s == FJ_OK, "NVRTC (%s is installed) did not load: %s", found, fj_last_error());
+    if (s == FJ_OK) {
+        CHECK(api->nvrtc_major >= 12, "NVRTC version %d.%d", api->nvrtc_major, api->nvrtc_minor);
+        CHECK(api->nvrtc_path[0] == '/', "NVRTC path \"%s\" is not a resolved path",
+              api->nvrtc_path);
+        CHECK(api->driver_path[0] == '\0', "driver path set: %s", api->driver_path);
+        printf("# NVRTC %d.%d from %s, without a driver\n", api->nvrtc_major, api->nvrtc_minor,
+               api->nvrtc_path);
+    }
+}
+
+static const struct {
+    const char *mode;
+    void (*run)(void);
+    const char *env[2];
+} children[] = {
+    {"missing-driver", child_missing_driver, {"FLASHJIT_LIBCUDA=/nonexistent/libcuda.so.1", NULL}},
+    {"not-a-driver", child_not_a_driver, {"FLASHJIT_LIBCUDA=libm.so.6", NULL}},
+    {"missing-nvrtc", child_missing_nvrtc, {"FLASHJIT_LIBNVRTC=/nonexistent/libnvrtc.so.13", NULL}},
+    {"not-nvrtc", child_not_nvrtc, {"FLASHJIT_LIBNVRTC=libm.so.6", NULL}},
+    {"nvrtc-without-driver", child_nvrtc_without_driver,
+     {"FLASHJIT_LIBCUDA=/nonexistent/libcuda.so.1", NULL}},
+};
+
+#define NUM_CHILDREN (int)(sizeof children / sizeof children[0])
+
+static int run_child(const char *mode)
+{
+    for (int i = 0; i < NUM_CHILDREN; i++)
+        if (!strcmp(children[i].mode, mode)) {
+            children[i].run();
+            return child_failures ? 1 : 0;
+        }
+    printf("unknown child mode %s\n", mode);
+    return 2;
+}
+
+/* Re-executes this program as child `mode` with the loader variables
+ * replaced by the child's own. */
+static void spawn_child(int which)
+{
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 3, sizeof *env);
+    assert_non_null(env);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "FLASHJIT_LIBCUDA=", 17) && strncmp(environ[i], "FLASHJIT_LIBNVRTC=", 18))
+            env[m++] = environ[i];
+    for (int j = 0; j < 2 && children[which].env[j]; j++) env[m++] = (char *)children[which].env[j];
+    env[m] = NULL;
+    char *argv[] = {(char *)"test_cuda_loader", (char *)"--child", (char *)children[which].mode,
+                    NULL};
+    fflush(stdout);
+    pid_t pid;
+    int rc = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, env);
+    free(env);
+    assert_int_equal(rc, 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("child %s failed (status 0x%x)", children[which].mode, status);
+}
+
+static void test_real_loader_children(void **state)
+{
+    (void)state;
+    for (int i = 0; i < NUM_CHILDREN; i++) spawn_child(i);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--child")) return run_child(argv[2]);
+#define FAKE(t) cmocka_unit_test_setup_teardown(t, fake_setup, fake_teardown)
+    const struct CMUnitTest tests[] = {
+        FAKE(test_healthy_fake_describe),
+        FAKE(test_no_driver_auto_falls_back),
+        FAKE(test_no_driver_explicit),
+        FAKE(test_env_backend_cuda),
+        FAKE(test_old_driver),
+        FAKE(test_no_nvrtc),
+        FAKE(test_cuinit_fails),
+        FAKE(test_unknown_error_code),
+        FAKE(test_zero_devices),
+        FAKE(test_device_out_of_range),
+        FAKE(test_old_arch),
+        FAKE(test_primary_ctx_retain_fails),
+        FAKE(test_plan_launch_records),
+        FAKE(test_window_and_top_left_params),
+        FAKE(test_dynamic_smem_opt_in),
+        FAKE(test_module_cache_reuse),
+        FAKE(test_module_cache_concurrent),
+        FAKE(test_module_load_fails),
+        FAKE(test_get_function_fails),
+        FAKE(test_compile_fails),
+        FAKE(test_launch_fails),
+        FAKE(test_unsupported_problems),
+        FAKE(test_too_many_registers),
+        FAKE(test_misaligned_pointers),
+        FAKE(test_two_devices),
+        FAKE(test_time_runs),
+        FAKE(test_memory_round_trip),
+        FAKE(test_malloc_out_of_memory),
+        FAKE(test_copy_and_sync_fail),
+        FAKE(test_push_fails),
+        cmocka_unit_test(test_real_loader_children),
+    };
+    return cmocka_run_group_tests_name("cuda_loader", tests, NULL, NULL);
+}

@@ -1,0 +1,544 @@
+/* The kernel descriptor and the code generator, without NVRTC or a GPU:
+ * canonical names round-trip, every malformed name and every broken rule is
+ * rejected with a message naming the part and the rule, the problem ->
+ * descriptor mapping and heuristic, and the rendered source (deterministic,
+ * macros equal to the descriptor, templates in order). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "kernel_desc.h"
+#include "problem.h"
+#include "templates.h"
+
+static fj_kernel_desc base_desc(void)
+{
+    fj_kernel_desc k;
+    fj_kernel_desc_init(&k);
+    k.template_id = FJ_TEMPLATE_FLASH_FWD;
+    k.head_dim = 128;
+    k.dtype = FJ_BF16;
+    k.mask = FJ_MASK_CAUSAL;
+    k.block_m = 128;
+    k.block_n = 64;
+    k.warps = 4;
+    k.stages = 2;
+    k.arch = 90;
+    return k;
+}
+
+#define assert_contains(text, part)                                                           \
+    do {                                                                                      \
+        if (!strstr((text), (part))) fail_msg("'%s'\n  does not contain '%s'", (text), (part)); \
+    } while (0)
+
+/* ---- names ------------------------------------------------------------------- */
+
+static void test_name_example(void **state)
+{
+    (void)state;
+    fj_kernel_desc k = base_desc();
+    char name[128];
+    int n = fj_kernel_desc_name(&k, name, sizeof name);
+    assert_string_equal(name, "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90");
+    assert_int_equal(n, (int)strlen(name));
+    k.split_kv = 1;
+    k.template_id = FJ_TEMPLATE_COMBINE;
+    k.mask = FJ_MASK_CAUSAL_WINDOW;
+    k.dtype = FJ_F16;
+    fj_kernel_desc_name(&k, name, sizeof name);
+    assert_string_equal(name, "combine.d128.f16.causal_window.m128n64w4s2.split.sm_90");
+    /* A short buffer still gets a terminated prefix, and the full length. */
+    char small[10];
+    assert_int_equal(fj_kernel_desc_name(&k, small, sizeof small), (int)strlen(name));
+    assert_int_equal(strlen(small), sizeof small - 1);
+}
+
+static void test_name_round_trip(void **state)
+{
+    (void)state;
+    static const uint32_t tiles[][4] = {{16, 16, 1, 1},  {64, 64, 4, 2},  {128, 128, 8, 4},
+                                        {256, 256, 8, 3}, {32, 48, 2, 1}, {128, 64, 4, 2}};
+    static const uint32_t archs[] = {80, 86, 89, 90, 100, 120, 1000};
+    int count = 0;
+    for (uint32_t t = 1; t <= 2; t++)
+        for (uint32_t d = 8; d <= 256; d += 8)
+            for (uint32_t dt = FJ_F16; dt <= FJ_BF16; dt++)
+                for (uint32_t m = 0; m < 4; m++)
+                    for (size_t ti = 0; ti < sizeof tiles / sizeof tiles[0]; ti++)
+                        for (uint32_t split = 0; split <= 1; split++)
+                            for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+                                fj_kernel_desc k;
+                                fj_kernel_desc_init(&k);
+                                k.template_id = t;
+                                k.head_dim = d;
+                                k.dtype = dt;
+                                k.mask = m;
+                                k.block_m = tiles[ti][0];
+                                k.block_n = tiles[ti][1];
+                                k.warps = tiles[ti][2];
+                                k.stages = tiles[ti][3];
+                                k.split_kv = split;
+                                k.arch = archs[a];
+                                char name[128], again[128];
+                                fj_kernel_desc_name(&k, name, sizeof name);
+                                fj_kernel_desc back;
+                                memset(&back, 0xa5, sizeof back);
+                                if (fj_kernel_desc_parse(name, &back) != FJ_OK)
+                                    fail_msg("%s does not parse: %s", name, fj_last_error());
+                                if (memcmp(&back, &k, sizeof k))
+                                    fail_msg("%s parses to a different descriptor", name);
+                                fj_kernel_desc_name(&back, again, sizeof again);
+                                assert_string_equal(again, name);
+                                count++;
+                            }
+    assert_true(count > 10000);
+}
+
+typedef struct bad_name {
+    const char *name, *message;
+} bad_name;
+
+static void test_parse_rejections(void **state)
+{
+    (void)state;
+    static const bad_name cases[] = {
+        {"", "kernel name '': 1 dot-separated parts; expected 6 or 7: <template>.d<head_dim>."
+             "<dtype>.<mask>.m<M>n<N>w<W>s<S>[.split].sm_<arch>"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2", "5 dot-separated parts; expected 6 or 7"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2.split.sm_90.x", "8 dot-separated parts"},
+        {"a.b.c.d.e.f.g.h.i.j.k", "11 dot-separated parts"},
+        {"flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90",
+         "kernel name 'flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90': 'flash_bwd' is not a "
+         "template name (flash_fwd, combine)"},
+        {"flash_fwd.d7.bf16.causal.m128n64w4s2.sm_90",
+         "kernel name 'flash_fwd.d7.bf16.causal.m128n64w4s2.sm_90': 'd7' is not d<head_dim> with "
+         "head_dim a multiple of 8 in 8..256"},
+        {"flash_fwd.d0.bf16.causal.m128n64w4s2.sm_90", "'d0' is not d<head_dim>"},
+        {"flash_fwd.d264.bf16.causal.m128n64w4s2.sm_90", "'d264' is not d<head_dim>"},
+        {"flash_fwd.d0128.bf16.causal.m128n64w4s2.sm_90", "'d0128' is not d<head_dim>"},
+        {"flash_fwd.d+128.bf16.causal.m128n64w4s2.sm_90", "'d+128' is not d<head_dim>"},
+        {"flash_fwd.128.bf16.causal.m128n64w4s2.sm_90", "'128' is not d<head_dim>"},
+        {"flash_fwd.d128x.bf16.causal.m128n64w4s2.sm_90", "'d128x' is not d<head_dim>"},
+        {"flash_fwd.d128.f32.causal.m128n64w4s2.sm_90",
+         "'f32' is not a kernel dtype (f16, bf16)"},
+        {"flash_fwd.d128.BF16.causal.m128n64w4s2.sm_90", "'BF16' is not a kernel dtype"},
+        {"flash_fwd.d128.bf16.causal_br.m128n64w4s2.sm_90",
+         "'causal_br' is not a mask kind (nomask, causal, window, causal_window)"},
+        {"flash_fwd.d128.bf16..m128n64w4s2.sm_90", "'' is not a mask kind"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4.sm_90",
+         "'m128n64w4' is not m<block_m>n<block_n>w<warps>s<stages>"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2x.sm_90", "'m128n64w4s2x' is not m<block_m>"},
+        {"flash_fwd.d128.bf16.causal.n64m128w4s2.sm_90", "'n64m128w4s2' is not m<block_m>"},
+        {"flash_fwd.d128.bf16.causal.m0128n64w4s2.sm_90", "'m0128n64w4s2' is not m<block_m>"},
+        {"flash_fwd.d128.bf16.causal.m1234567n64w4s2.sm_90", "'m1234567n64w4s2' is not"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2.splitkv.sm_90",
+         "'splitkv' is not 'split', the only optional part"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2.sm90", "'sm90' is not sm_<arch>"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90a", "'sm_90a' is not sm_<arch>"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2.compute_90", "'compute_90' is not sm_<arch>"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2.sm_", "'sm_' is not sm_<arch>"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj_kernel_desc k = base_desc(), before = k;
+        fj_status s = fj_kernel_desc_parse(cases[i].name, &k);
+        if (s != FJ_ERR_INVALID_ARGUMENT)
+            fail_msg("'%s' gave %s, not FJ_ERR_INVALID_ARGUMENT", cases[i].name,
+                     fj_status_name(s));
+        assert_contains(fj_last_error(), cases[i].message);
+        /* A failed parse leaves the output alone. */
+        assert_memory_equal(&k, &before, sizeof k);
+    }
+    fj_kernel_desc k;
+    assert_int_equal(fj_kernel_desc_parse(NULL, &k), FJ_ERR_INVALID_ARGUMENT);
+    assert_string_equal(fj_last_error(), "kernel name is NULL");
+    char longname[300];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    assert_int_equal(fj_kernel_desc_parse(longname, &k), FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "is 299 characters long: the limit is 127");
+}
+
+/* ---- rules ------------------------------------------------------------------- */
+
+typedef struct bad_desc {
+    const char *what;
+    void (*mutate)(fj_kernel_desc *k);
+    const char *message;
+} bad_desc;
+
+static void m_version(fj_kernel_desc *k) { k->generator_version = 0; }
+static void m_template(fj_kernel_desc *k) { k->template_id = 3; }
+static void m_dim_small(fj_kernel_desc *k) { k->head_dim = 0; }
+static void m_dim_odd(fj_kernel_desc *k) { k->head_dim = 100; }
+static void m_dim_big(fj_kernel_desc *k) { k->head_dim = 264; }
+static void m_dtype(fj_kernel_desc *k) { k->dtype = FJ_F32; }
+static void m_mask(fj_kernel_desc *k) { k->mask = 4; }
+static void m_warps3(fj_kernel_desc *k) { k->warps = 3; }
+static void m_warps16(fj_kernel_desc *k) { k->warps = 16; }
+static void m_bm_warps(fj_kernel_desc *k) { k->block_m = 32; } /* 4 warps need 64 */
+static void m_bm_big(fj_kernel_desc *k) { k->block_m = 320; }
+static void m_bm_zero(fj_kernel_desc *k) { k->block_m = 0; }
+static void m_bn_odd(fj_kernel_desc *k) { k->block_n = 40; }
+static void m_bn_big(fj_kernel_desc *k) { k->block_n = 272; }
+static void m_bn_zero(fj_kernel_desc *k) { k->block_n = 0; }
+static void m_stages0(fj_kernel_desc *k) { k->stages = 0; }
+static void m_stages5(fj_kernel_desc *k) { k->stages = 5; }
+static void m_split(fj_kernel_desc *k) { k->split_kv = 2; }
+static void m_arch(fj_kernel_desc *k) { k->arch = 75; }
+static void m_smem90(fj_kernel_desc *k) { k->head_dim = 256, k->block_n = 128, k->stages = 4; }
+static void m_smem86(fj_kernel_desc *k) { k->arch = 86; }
+
+static void test_check_rejections(void **state)
+{
+    (void)state;
+    static const bad_desc cases[] = {
+        {"version", m_version, "generator_version 0 is not this generator's (1)"},
+        {"template", m_template, "template_id 3 is not a template (1 flash_fwd, 2 combine)"},
+        {"head_dim 0", m_dim_small, "head_dim 0 is not a multiple of 8 in 8..256"},
+        {"head_dim 100", m_dim_odd, "head_dim 100 is not a multiple of 8 in 8..256"},
+        {"head_dim 264", m_dim_big, "head_dim 264 is not a multiple of 8 in 8..256"},
+        {"dtype", m_dtype, "dtype 0 is not f16 or bf16"},
+        {"mask", m_mask, "mask 4 is not a mask kind (0..3)"},
+        {"warps 3", m_warps3, "warps 3 is not 1, 2, 4 or 8"},
+        {"warps 16", m_warps16, "warps 16 is not 1, 2, 4 or 8"},
+        {"block_m per warp", m_bm_warps,
+         "block_m 32 is not in 16..256 and a multiple of 16 * warps (64)"},
+        {"block_m 320", m_bm_big, "block_m 320 is not in 16..256"},
+        {"block_m 0", m_bm_zero, "block_m 0 is not in 16..256"},
+        {"block_n 40", m_bn_odd, "block_n 40 is not a multiple of 16 in 16..256"},
+        {"block_n 272", m_bn_big, "block_n 272 is not a multiple of 16 in 16..256"},
+        {"block_n 0", m_bn_zero, "block_n 0 is not a multiple of 16 in 16..256"},
+        {"stages 0", m_stages0, "stages 0 is not in 1..4"},
+        {"stages 5", m_stages5, "stages 5 is not in 1..4"},
+        {"split_kv", m_split, "split_kv 2 is not 0 or 1"},
+        {"arch", m_arch, "arch sm_75 is older than sm_80"},
+        /* (128 + 2*4*128) * 264 * 2 = 608256 > 227 KiB */
+        {"smem sm_90", m_smem90, "needs 608256 bytes of shared memory"},
+        /* (128 + 2*2*64) * 136 * 2 = 104448 > 99 KiB */
+        {"smem sm_86", m_smem86,
+         "kernel flash_fwd.d128.bf16.causal.m128n64w4s2.sm_86: needs 104448 bytes of shared "
+         "memory ((block_m + 2 * stages * block_n) * (head_dim rounded up to 16 + 8) * 2), more "
+         "than the 101376 bytes the arch allows a block"},
+    };
+    fj_kernel_desc ok = base_desc();
+    assert_int_equal(fj_kernel_desc_check(&ok, 0), FJ_OK);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj_kernel_desc k = base_desc();
+        cases[i].mutate(&k);
+        fj_status s = fj_kernel_desc_check(&k, 0);
+        if (s != FJ_ERR_UNSUPPORTED)
+            fail_msg("%s: %s, not FJ_ERR_UNSUPPORTED", cases[i].what, fj_status_name(s));
+        assert_contains(fj_last_error(), cases[i].message);
+        /* Every message starts with the kernel's name. */
+        assert_true(!strncmp(fj_last_error(), "kernel ", 7));
+    }
+}
+
+static void test_smem(void **state)
+{
+    (void)state;
+    fj_kernel_desc k = base_desc();
+    assert_int_equal(fj_kernel_desc_smem_bytes(&k), (128 + 2 * 2 * 64) * (128 + 8) * 2);
+    k.head_dim = 72; /* rounds up to 80 */
+    assert_int_equal(fj_kernel_desc_smem_bytes(&k), (128 + 2 * 2 * 64) * (80 + 8) * 2);
+    k.head_dim = 8;
+    k.block_m = 16, k.block_n = 16, k.warps = 1, k.stages = 1;
+    assert_int_equal(fj_kernel_desc_smem_bytes(&k), (16 + 2 * 16) * (16 + 8) * 2);
+
+    /* The opt-in limits per arch, at their exact edges: d256 m64n64w4s1
+       needs (64 + 128) * 264 * 2 = 101376 = 99 KiB exactly. */
+    k = base_desc();
+    k.head_dim = 256, k.block_m = 64, k.stages = 1;
+    assert_int_equal(fj_kernel_desc_smem_bytes(&k), 101376);
+    static const uint32_t archs[] = {80, 86, 87, 89, 90, 100, 120};
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        k.arch = archs[i];
+        assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
+        assert_int_equal(fj_kernel_desc_check(&k, 101376), FJ_OK);
+        assert_int_equal(fj_kernel_desc_check(&k, 101375), FJ_ERR_UNSUPPORTED);
+        assert_contains(fj_last_error(), "more than the 101375 bytes allowed");
+    }
+    /* s2: 168960, over sm_80's 166912 and under sm_90's 232448. */
+    k.stages = 2;
+    k.arch = 80;
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "needs 168960 bytes");
+    assert_contains(fj_last_error(), "than the 166912 bytes");
+    k.arch = 87;
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_ERR_UNSUPPORTED);
+    k.arch = 90;
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
+    k.arch = 100;
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
+    k.arch = 1000; /* unknown, newer: 227 KiB */
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
+    k.arch = 86;
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_ERR_UNSUPPORTED);
+    /* An explicit limit wins over the arch's. */
+    assert_int_equal(fj_kernel_desc_check(&k, 168960), FJ_OK);
+
+    assert_int_equal(fj_kernel_desc_threads(&k), 128);
+}
+
+/* ---- from a problem ---------------------------------------------------------- */
+
+static fj_status desc_for(int head_dim, fj_dtype t, fj_causal c, int wl, int wr, uint32_t arch,
+                          fj_kernel_desc *k)
+{
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 2, 8, 2, 100, 300, head_dim, t);
+    d.causal = c;
+    d.window_left = wl;
+    d.window_right = wr;
+    fj_problem p;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    return fj_kernel_desc_for_problem(&p, arch, k);
+}
+
+static void test_for_problem_rejections(void **state)
+{
+    (void)state;
+    fj_kernel_desc k;
+    assert_int_equal(desc_for(128, FJ_F32, FJ_CAUSAL_NONE, -1, -1, 90, &k), FJ_ERR_UNSUPPORTED);
+    assert_string_equal(fj_last_error(),
+                        "the CUDA backend computes f16 and bf16; for f32 use the CPU backend "
+                        "(FJ_BACKEND_CPU) or convert the tensors to bf16");
+    assert_int_equal(desc_for(100, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), FJ_ERR_UNSUPPORTED);
+    assert_string_equal(fj_last_error(),
+                        "head_dim 100: the CUDA backend needs a multiple of 8 in 8..256; the "
+                        "nearest supported head dims are 96 and 104 (zero-pad q and k), or use "
+                        "the CPU backend (FJ_BACKEND_CPU)");
+    assert_int_equal(desc_for(255, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 90, &k), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "nearest supported head dims are 248 and 256");
+    assert_int_equal(desc_for(3, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 90, &k), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "the nearest supported head dim is 8 (zero-pad");
+    assert_int_equal(desc_for(128, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 75, &k), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "arch sm_75 is older than sm_80");
+}
+
+static void test_for_problem_mask(void **state)
+{
+    (void)state;
+    static const struct {
+        fj_causal c;
+        int wl, wr;
+        uint32_t mask;
+    } cases[] = {
+        {FJ_CAUSAL_NONE, -1, -1, FJ_MASK_NONE},
+        {FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJ_MASK_CAUSAL},
+        {FJ_CAUSAL_TOP_LEFT, -1, -1, FJ_MASK_CAUSAL},
+        {FJ_CAUSAL_NONE, 16, -1, FJ_MASK_WINDOW},
+        {FJ_CAUSAL_NONE, -1, 0, FJ_MASK_WINDOW},
+        {FJ_CAUSAL_NONE, 0, 0, FJ_MASK_WINDOW},
+        {FJ_CAUSAL_BOTTOM_RIGHT, 64, -1, FJ_MASK_CAUSAL_WINDOW},
+        {FJ_CAUSAL_TOP_LEFT, -1, 3, FJ_MASK_CAUSAL_WINDOW},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj_kernel_desc k;
+        assert_int_equal(desc_for(64, FJ_BF16, cases[i].c, cases[i].wl, cases[i].wr, 90, &k),
+                         FJ_OK);
+        assert_int_equal(k.mask, cases[i].mask);
+        assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
+        assert_int_equal(k.head_dim, 64);
+        assert_int_equal(k.dtype, FJ_BF16);
+        assert_int_equal(k.arch, 90);
+        assert_int_equal(k.split_kv, 0);
+        assert_int_equal(k.generator_version, FJ_GENERATOR_VERSION);
+    }
+}
+
+static void tiles_are(const fj_kernel_desc *k, uint32_t m, uint32_t n, uint32_t w, uint32_t s)
+{
+    char name[128];
+    fj_kernel_desc_name(k, name, sizeof name);
+    if (k->block_m != m || k->block_n != n || k->warps != w || k->stages != s)
+        fail_msg("%s: expected m%un%uw%us%u", name, m, n, w, s);
+}
+
+static void test_heuristic(void **state)
+{
+    (void)state;
+    fj_kernel_desc k;
+    /* The table, on sm_90 where everything fits. */
+    desc_for(64, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
+    desc_for(64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
+    desc_for(64, FJ_F16, FJ_CAUSAL_TOP_LEFT, 32, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
+    desc_for(8, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
+    desc_for(128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
+    desc_for(136, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 8, 2);
+    desc_for(256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 8, 2);
+    /* Smaller shared memory: fewer stages first, then narrower key tiles. */
+    desc_for(256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 80, &k), tiles_are(&k, 128, 64, 8, 1);
+    desc_for(128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 80, &k), tiles_are(&k, 128, 64, 4, 2);
+    desc_for(128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 86, &k), tiles_are(&k, 128, 64, 4, 1);
+    desc_for(64, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 86, &k), tiles_are(&k, 128, 64, 4, 2);
+    /* (128 + 2 * 32) * 264 * 2 is exactly sm_86's 99 KiB. */
+    desc_for(256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 86, &k), tiles_are(&k, 128, 32, 8, 1);
+
+    /* Every problem the backend takes gives a descriptor that passes the
+       rules on every arch, and heuristic() alone gives the same tiles. */
+    static const uint32_t archs[] = {80, 86, 87, 89, 90, 100, 120, 121, 1000};
+    static const fj_causal causals[] = {FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT};
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+        for (int d = 8; d <= 256; d += 8)
+            for (int c = 0; c < 2; c++)
+                for (int w = -1; w <= 0; w++) {
+                    if (desc_for(d, FJ_F16, causals[c], w, -1, archs[a], &k) != FJ_OK)
+                        fail_msg("d%d arch %u: %s", d, archs[a], fj_last_error());
+                    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
+                    fj_kernel_desc h = k;
+                    h.block_m = h.block_n = h.warps = h.stages = 0;
+                    fj_kernel_desc_heuristic(&h);
+                    assert_memory_equal(&h, &k, sizeof k);
+                }
+}
+
+/* ---- codegen ------------------------------------------------------------------- */
+
+/* The value of "#define NAME value" in src; fails the test when absent or
+ * defined twice. */
+static long macro_value(const char *src, const char *name)
+{
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\n#define %s ", name);
+    const char *p = strstr(src, pattern);
+    if (!p) {
+        fail_msg("the source defines no %s", name);
+        return -1;
+    }
+    const char *value = p + strlen(pattern);
+    if (strstr(value, pattern)) fail_msg("the source defines %s twice", name);
+    return strtol(value, NULL, 10);
+}
+
+static void test_codegen_macros(void **state)
+{
+    (void)state;
+    static const uint32_t masks[] = {FJ_MASK_NONE, FJ_MASK_CAUSAL, FJ_MASK_WINDOW,
+                                     FJ_MASK_CAUSAL_WINDOW};
+    for (size_t m = 0; m < 4; m++)
+        for (uint32_t dt = FJ_F16; dt <= FJ_BF16; dt++)
+            for (uint32_t d = 8; d <= 256; d += 40) {
+                fj_kernel_desc k = base_desc();
+                k.mask = masks[m];
+                k.dtype = dt;
+                k.head_dim = d;
+                k.split_kv = m & 1;
+                k.block_m = 64 << (m & 1);
+                k.stages = 1 + (uint32_t)m;
+                k.block_n = 32;
+                char *src;
+                size_t len;
+                if (fj_codegen_render(&k, &src, &len) != FJ_OK) fail_msg("%s", fj_last_error());
+                assert_int_equal(strlen(src), len);
+                char name[128], head[256];
+                fj_kernel_desc_name(&k, name, sizeof name);
+                snprintf(head, sizeof head,
+                         "// flashjit generated kernel %s\n// generator version %d\n", name,
+                         FJ_GENERATOR_VERSION);
+                assert_true(!strncmp(src, head, strlen(head)));
+                assert_int_equal(macro_value(src, "FJ_HEAD_DIM"), d);
+                assert_int_equal(macro_value(src, "FJ_DTYPE_F16"), dt == FJ_F16);
+                assert_int_equal(macro_value(src, "FJ_DTYPE_BF16"), dt == FJ_BF16);
+                assert_int_equal(macro_value(src, "FJ_CAUSAL"), masks[m] & 1);
+                assert_int_equal(macro_value(src, "FJ_HAS_WINDOW"), (masks[m] >> 1) & 1);
+                assert_int_equal(macro_value(src, "FJ_BLOCK_M"), k.block_m);
+                assert_int_equal(macro_value(src, "FJ_BLOCK_N"), k.block_n);
+                assert_int_equal(macro_value(src, "FJ_WARPS"), k.warps);
+                assert_int_equal(macro_value(src, "FJ_STAGES"), k.stages);
+                assert_int_equal(macro_value(src, "FJ_SPLIT_KV"), k.split_kv);
+                assert_int_equal(macro_value(src, "FJ_SMEM_BYTES"),
+                                 (long)fj_kernel_desc_smem_bytes(&k));
+                free(src);
+            }
+}
+
+static void test_codegen_layout(void **state)
+{
+    (void)state;
+    fj_kernel_desc k = base_desc();
+    char *a, *b;
+    size_t na, nb;
+    assert_int_equal(fj_codegen_render(&k, &a, &na), FJ_OK);
+    assert_int_equal(fj_codegen_render(&k, &b, &nb), FJ_OK);
+    /* Deterministic: the bytes are hashed into the cache key. */
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);
+    /* The templates, whole and in order, each after its #line marker. */
+    static const char *const files[] = {"fwd_params.h", "common.cuh", "flash_fwd.cu"};
+    const char *at = a;
+    for (size_t i = 0; i < 3; i++) {
+        const fj_template *t = fj_template_find(files[i]);
+        if (!t) fail_msg("template %s is not embedded", files[i]);
+        char marker[64];
+        snprintf(marker, sizeof marker, "#line 1 \"%s\"\n", files[i]);
+        const char *m = strstr(at, marker);
+        if (!m) fail_msg("no '%s' after offset %td", marker, at - a);
+        m += strlen(marker);
+        assert_memory_equal(m, t->text, t->size);
+        at = m + t->size;
+    }
+    assert_int_equal(strlen(at), na - (size_t)(at - a)); /* nothing but maybe a newline left */
+    assert_true(strlen(at) <= 1);
+    free(b);
+    /* A different descriptor gives a different source. */
+    k.block_n = 128;
+    assert_int_equal(fj_codegen_render(&k, &b, &nb), FJ_OK);
+    assert_true(na != nb || memcmp(a, b, na));
+    free(a);
+    free(b);
+    assert_string_equal(fj_codegen_entry(&k), "fj_flash_fwd");
+}
+
+static void test_codegen_rejections(void **state)
+{
+    (void)state;
+    fj_kernel_desc k = base_desc();
+    k.warps = 3;
+    char *src = (char *)1;
+    size_t len = 1;
+    assert_int_equal(fj_codegen_render(&k, &src, &len), FJ_ERR_UNSUPPORTED);
+    assert_null(src);
+    assert_int_equal(len, 0);
+    assert_contains(fj_last_error(), "warps 3 is not 1, 2, 4 or 8");
+    /* Rendering ignores the device's shared memory limit: sm_86 cannot run
+       this one, but its source is what the rules allow. */
+    k = base_desc();
+    k.arch = 86;
+    assert_int_equal(fj_codegen_render(&k, &src, &len), FJ_OK);
+    free(src);
+    /* A template the build does not embed is an internal error naming it. */
+    k.template_id = FJ_TEMPLATE_COMBINE;
+    if (fj_template_find("combine.cu")) {
+        assert_int_equal(fj_codegen_render(&k, &src, &len), FJ_OK);
+        free(src);
+    } else {
+        assert_int_equal(fj_codegen_render(&k, &src, &len), FJ_ERR_INTERNAL);
+        assert_contains(fj_last_error(), "kernel template 'combine.cu' is not embedded");
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_name_example),
+        cmocka_unit_test(test_name_round_trip),
+        cmocka_unit_test(test_parse_rejections),
+        cmocka_unit_test(test_check_rejections),
+        cmocka_unit_test(test_smem),
+        cmocka_unit_test(test_for_problem_rejections),
+        cmocka_unit_test(test_for_problem_mask),
+        cmocka_unit_test(test_heuristic),
+        cmocka_unit_test(test_codegen_macros),
+        cmocka_unit_test(test_codegen_layout),
+        cmocka_unit_test(test_codegen_rejections),
+    };
+    return cmocka_run_group_tests_name("kernel_desc", tests, NULL, NULL);
+}
