@@ -38,6 +38,9 @@ typedef struct cli_result {
     double rel_err;      /* vs the CPU reference, relative Frobenius; < 0: not checked */
     double tolerance;    /* the dtype's tolerance used for `ok` */
     bool ok;             /* checked and within tolerance (true when not checked) */
+    double plan_ms;      /* the first fj_plan_create */
+    char plan_note[64];  /* compiled / from the disk cache / in memory (CUDA), or "" */
+    double host_us;      /* host time of one execute call (CUDA: the launch) */
     char backend[32];
     char kernel[192];    /* kernel name or CPU method */
 } cli_result;
