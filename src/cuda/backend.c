@@ -27,12 +27,29 @@
 
 #define LOG2E 1.4426950408889634
 
+/* Split-KV (flash-decoding): when the grid of one block per (query tile,
+ * head, batch) would leave the SMs idle, the keys of each row are split over
+ * num_splits blocks that write float partials, and a combine kernel merges
+ * them with their lse weights. Splits are sized so the grid fills
+ * SPLIT_WAVES waves of resident blocks, with at least SPLIT_MIN_TILES key
+ * tiles per split (fewer would spend more on partials than they save), and
+ * the partials workspace within SPLIT_MAX_WORKSPACE bytes. */
+#define SPLIT_WAVES 2
+#define SPLIT_MIN_TILES 4
+#define SPLIT_MAX 128
+#define SPLIT_MAX_WORKSPACE ((size_t)256 << 20)
+#define COMBINE_WARPS 4
+
 typedef struct cuda_plan {
     const struct fj_cuda_state *cuda;
     const fj_cuda_kernel *kernel;
+    const fj_cuda_kernel *combine; /* split-KV only */
     unsigned grid[3];
+    unsigned combine_grid[3];
     unsigned threads;
     unsigned smem;
+    int num_splits;
+    CUdeviceptr partials; /* o_partial then lse_partial (split-KV only) */
     fj_fwd_params params; /* all but the tensors, which each execute sets */
     char launch_what[160]; /* "cuLaunchKernel(<kernel name>)" for a failed launch */
     char why[256];         /* where the tiles came from */
@@ -126,6 +143,15 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
                      "bytes static shared memory; %d block%s per SM\n",
                      kn->num_regs, kn->local_bytes, kn->static_smem, blocks_per_sm,
                      blocks_per_sm == 1 ? "" : "s");
+    if (cp->num_splits > 1)
+        fj_strbuf_printf(d,
+                         "split-KV: %d splits of the keys (%u blocks alone would not fill %d SMs), then "
+                         "%s; a %zu-byte partials workspace of the plan's own, so executes of this "
+                         "plan on different streams must not overlap\n",
+                         cp->num_splits, cp->grid[0] * cp->grid[1] * (cp->grid[2] / cp->num_splits),
+                         s->sm_count, cp->combine->name,
+                         (size_t)cp->params.batch * cp->params.heads_q * cp->params.seqlen_q *
+                             cp->num_splits * (k->head_dim + 1) * sizeof(float));
     if (loaded_before)
         fj_strbuf_printf(d, "image: %s %s, already loaded in this context\n",
                          kn->is_ptx ? "PTX" : "cubin", kn->target);
@@ -175,6 +201,61 @@ static fj_status choose_tiles(const fj_context *ctx, const fj_problem *p, const 
     return FJ_OK;
 }
 
+static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kernel_desc *k,
+                         int blocks_per_sm)
+{
+    int64_t blocks = (int64_t)cp->grid[0] * cp->grid[1] * cp->grid[2];
+    int64_t want = (int64_t)SPLIT_WAVES * blocks_per_sm * cp->cuda->sm_count;
+    if (blocks >= want) return 1;
+    int64_t tiles = (p->seqlen_k + (int64_t)k->block_n - 1) / k->block_n;
+    int64_t splits = (want + blocks - 1) / blocks;
+    if (splits > tiles / SPLIT_MIN_TILES) splits = tiles / SPLIT_MIN_TILES;
+    if (splits > SPLIT_MAX) splits = SPLIT_MAX;
+    if (splits * p->batch > GRID_YZ_MAX) splits = GRID_YZ_MAX / p->batch;
+    size_t per_split = (size_t)p->batch * p->heads_q * p->seqlen_q * (k->head_dim + 1) * sizeof(float);
+    while (splits > 1 && per_split * (size_t)splits > SPLIT_MAX_WORKSPACE) splits--;
+    return splits < 2 ? 1 : (int)splits;
+}
+
+/* Loads the split variant and the combine kernel and allocates the partials. */
+static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p,
+                             const fj_kernel_desc *k, int splits, int *blocks_per_sm)
+{
+    const struct fj_cuda_state *s = cp->cuda;
+    fj_kernel_desc ks = *k, kc = *k;
+    ks.split_kv = 1;
+    kc.template_id = FJ_TEMPLATE_COMBINE;
+    kc.split_kv = 1;
+    kc.warps = COMBINE_WARPS;
+    bool before;
+    fj_status st;
+    if ((st = fj_module_cache_get(s->modules, s, &ks, ctx->cache_dir, &cp->kernel, &before)) ||
+        (st = fj_module_cache_get(s->modules, s, &kc, ctx->cache_dir, &cp->combine, &before)))
+        return st;
+    cp->num_splits = splits;
+    cp->grid[2] = (unsigned)(p->batch * splits);
+    cp->smem = cp->kernel->dyn_smem;
+    cp->combine_grid[0] = (unsigned)((p->seqlen_q + COMBINE_WARPS - 1) / COMBINE_WARPS);
+    cp->combine_grid[1] = (unsigned)p->heads_q;
+    cp->combine_grid[2] = (unsigned)p->batch;
+    snprintf(cp->launch_what, sizeof cp->launch_what, "cuLaunchKernel(%s)", cp->kernel->name);
+    if ((st = check_resources(cp, blocks_per_sm))) return st;
+    size_t rows = (size_t)splits * p->batch * p->heads_q * p->seqlen_q;
+    size_t o_bytes = rows * (size_t)k->head_dim * sizeof(float);
+    if ((st = fj_cuda_push(s))) return st;
+    CUresult r = s->api->cuMemAlloc(&cp->partials, o_bytes + rows * sizeof(float));
+    fj_cuda_pop(s);
+    if (r != FJ_CUDA_SUCCESS) {
+        cp->partials = 0;
+        return fj_fail_prefix(fj_cuda_fail(s->api, r, "cuMemAlloc"),
+                              "cuda: split-KV partials for %d splits", splits);
+    }
+    cp->params.num_splits = splits;
+    cp->params.o_partial = (float *)(uintptr_t)cp->partials;
+    cp->params.lse_partial = (float *)(uintptr_t)(cp->partials + o_bytes);
+    return FJ_OK;
+}
+
 fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *config,
                               void **state, fj_strbuf *describe)
 {
@@ -186,16 +267,14 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     if (st) return st;
     if ((st = choose_tiles(ctx, p, config, &k, why, sizeof why))) return st;
     if ((st = check_strides(p))) return st;
-    const int num_splits = 1; /* split-KV (the combine kernel) is not used yet */
     if (p->heads_q > GRID_YZ_MAX)
         return fj_fail(FJ_ERR_UNSUPPORTED,
                        "cuda: heads_q (%d) is above %d, the CUDA grid's y limit (one block row "
                        "per query head)",
                        p->heads_q, GRID_YZ_MAX);
-    if ((int64_t)p->batch * num_splits > GRID_YZ_MAX)
-        return fj_fail(FJ_ERR_UNSUPPORTED,
-                       "cuda: batch (%d) x num_splits (%d) is above %d, the CUDA grid's z limit",
-                       p->batch, num_splits, GRID_YZ_MAX);
+    if (p->batch > GRID_YZ_MAX)
+        return fj_fail(FJ_ERR_UNSUPPORTED, "cuda: batch (%d) is above %d, the CUDA grid's z limit",
+                       p->batch, GRID_YZ_MAX);
     if ((st = fj_kernel_desc_check(&k, (size_t)s->smem_optin))) return st;
 
     cuda_plan *cp = calloc(1, sizeof *cp);
@@ -209,14 +288,20 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     }
     cp->grid[0] = (unsigned)((p->seqlen_q + (int64_t)k.block_m - 1) / k.block_m);
     cp->grid[1] = (unsigned)p->heads_q;
-    cp->grid[2] = (unsigned)(p->batch * num_splits);
+    cp->grid[2] = (unsigned)p->batch;
     cp->threads = fj_kernel_desc_threads(&k);
     cp->smem = cp->kernel->dyn_smem;
-    fill_params(&cp->params, p, num_splits);
+    cp->num_splits = 1;
+    fill_params(&cp->params, p, 1);
     snprintf(cp->launch_what, sizeof cp->launch_what, "cuLaunchKernel(%s)", cp->kernel->name);
     int blocks_per_sm = 0;
     if ((st = check_resources(cp, &blocks_per_sm))) {
         free(cp);
+        return st;
+    }
+    int splits = config ? 1 : choose_splits(cp, p, &k, blocks_per_sm);
+    if (splits > 1 && (st = setup_split(cp, ctx, p, &k, splits, &blocks_per_sm))) {
+        fj_cuda_plan_destroy(cp);
         return st;
     }
     describe_plan(cp, loaded_before, blocks_per_sm, describe);
@@ -224,7 +309,16 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     return FJ_OK;
 }
 
-void fj_cuda_plan_destroy(void *state) { free(state); }
+void fj_cuda_plan_destroy(void *state)
+{
+    cuda_plan *cp = state;
+    if (!cp) return;
+    if (cp->partials && fj_cuda_push(cp->cuda) == FJ_OK) {
+        cp->cuda->api->cuMemFree(cp->partials);
+        fj_cuda_pop(cp->cuda);
+    }
+    free(cp);
+}
 
 /* Cheap enough for every execute; says which pointer, since a misaligned
  * one would fault the kernel with no hint. */
@@ -247,14 +341,19 @@ static fj_status check_pointers(const void *q, const void *k, const void *v, con
     return FJ_OK;
 }
 
-/* One launch with the plan's context already current. */
+/* The plan's launches (the kernel, and the combine kernel after a split)
+ * with its context already current. */
 static fj_status launch_current(const cuda_plan *cp, fj_fwd_params *prm, CUstream stream)
 {
     void *args[1] = {prm};
     const fj_cuda_api *api = cp->cuda->api;
     CUresult r = api->cuLaunchKernel(cp->kernel->function, cp->grid[0], cp->grid[1], cp->grid[2],
                                      cp->threads, 1, 1, cp->smem, stream, args, NULL);
-    return r == FJ_CUDA_SUCCESS ? FJ_OK : fj_cuda_fail(api, r, cp->launch_what);
+    if (r != FJ_CUDA_SUCCESS) return fj_cuda_fail(api, r, cp->launch_what);
+    if (cp->num_splits == 1) return FJ_OK;
+    r = api->cuLaunchKernel(cp->combine->function, cp->combine_grid[0], cp->combine_grid[1],
+                            cp->combine_grid[2], 32 * COMBINE_WARPS, 1, 1, 0, stream, args, NULL);
+    return r == FJ_CUDA_SUCCESS ? FJ_OK : fj_cuda_fail(api, r, "cuLaunchKernel(combine)");
 }
 
 static void set_tensors(fj_fwd_params *prm, const void *q, const void *k, const void *v, void *o,
@@ -284,8 +383,8 @@ fj_status fj_cuda_execute(const void *state, const fj_problem *p, const void *q,
 
 int fj_cuda_launches(const void *state)
 {
-    (void)state;
-    return 1; /* num_splits is 1: no combine kernel */
+    const cuda_plan *cp = state;
+    return cp->num_splits > 1 ? 2 : 1;
 }
 
 /* Device time of each run, from events around each launch on the default

@@ -651,6 +651,46 @@ static void test_plans_repeat_and_share(void **state)
     fjt_problem_free(&p);
 }
 
+/* ---- split-KV: few query tiles, many keys --------------------------------- */
+
+/* Whether the GPU plan for d splits its keys (so the case tests that path). */
+static bool plan_splits(const fj_attention_desc *d)
+{
+    fj_plan *plan;
+    if (fj_plan_create(gpu, d, &plan) != FJ_OK) return false;
+    bool split = strstr(fj_plan_describe(plan), "split-KV: ") != NULL;
+    fj_plan_destroy(plan);
+    return split;
+}
+
+static void test_split_kv(void **state)
+{
+    (void)state;
+    REQUIRE_GPU();
+    /* decode with and without GQA, short query blocks against long keys,
+       masks whose band leaves whole splits empty, every head-dim class */
+    const grid_case cases[] = {
+        make_case("split-decode-mha", 1, 32, 32, 1, 4096, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, DENSE, true),
+        make_case("split-decode-gqa", 2, 32, 8, 1, 32768, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, DENSE, true),
+        make_case("split-decode-mqa-f16", 1, 8, 1, 1, 5000, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, BHSD, true),
+        make_case("split-sq3-causal", 2, 4, 1, 3, 3001, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, PADDED, true),
+        make_case("split-window", 1, 2, 2, 17, 5000, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, 0, DENSE, true),
+        make_case("split-window-tl", 1, 2, 2, 17, 5000, 256, FJ_F16, FJ_CAUSAL_TOP_LEFT, 300, 5, DENSE, true),
+        make_case("split-empty-rows", 1, 4, 4, 200, 6000, 80, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, -1, DENSE, true),
+        make_case("split-prefill", 1, 2, 2, 100, 9000, 160, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, KV_BROADCAST, false),
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]), failures = 0, unsplit = 0;
+    for (int i = 0; i < n; i++) {
+        if (!plan_splits(&cases[i].d)) {
+            printf("FAIL %s: the plan does not split its keys, so this case does not test split-KV\n",
+                   cases[i].label);
+            unsplit++;
+        }
+        failures += !run_case(&cases[i]);
+    }
+    report("split-KV", n, failures + unsplit);
+}
+
 /* ---- setup -------------------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -695,6 +735,9 @@ static int group_teardown(void **state)
 
 int main(void)
 {
+    /* FLASHJIT_GRID_TESTS=test_split_kv runs one group (cmocka's filter). */
+    const char *filter = getenv("FLASHJIT_GRID_TESTS");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unsupported_on_gpu),
         cmocka_unit_test(test_misaligned_pointer_on_gpu),
@@ -704,6 +747,7 @@ int main(void)
         cmocka_unit_test(test_masks),
         cmocka_unit_test(test_heads_and_layouts),
         cmocka_unit_test(test_sampled),
+        cmocka_unit_test(test_split_kv),
     };
     int failed = cmocka_run_group_tests_name("cuda_grid", tests, group_setup, group_teardown);
     /* All skipped: tell meson (77 = skipped) rather than report a pass. */

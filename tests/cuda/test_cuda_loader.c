@@ -343,6 +343,48 @@ static void test_plan_launch_records(void **state)
     assert_int_equal(c.allocs, c.frees);
 }
 
+/* Few blocks and many keys: the keys are split, two launches (the split
+ * kernel, then combine) share the plan's partials workspace. */
+static void test_split_kv_launches(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 32, 8, 1, 4096, 128, FJ_BF16);
+    fj_plan *plan;
+    int allocs_before = fake_get_counts().allocs;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    const char *desc = fj_plan_describe(plan);
+    assert_contains(desc, "split-KV: ");
+    assert_contains(desc, ".split.sm_90");
+    assert_contains(desc, "combine.d128.bf16");
+    assert_int_equal(fake_get_counts().allocs, allocs_before + 1); /* the partials */
+    buffers b;
+    alloc_buffers(ctx, &d, &b);
+    int launches = fake_get_counts().launches;
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
+    assert_int_equal(fake_get_counts().launches, launches + 2);
+    fake_launch l = fake_last_launch(); /* the combine kernel */
+    assert_int_equal(l.grid[0], 1);
+    assert_int_equal(l.grid[1], 32);
+    assert_int_equal(l.grid[2], 1);
+    assert_int_equal(l.block[0], 128);
+    assert_int_equal(l.smem, 0);
+    int splits = l.params.num_splits;
+    assert_true(splits >= 2 && splits <= 4096 / 64 / 4);
+    assert_non_null(l.params.o_partial);
+    assert_non_null(l.params.lse_partial);
+    assert_true((char *)l.params.lse_partial - (char *)l.params.o_partial ==
+                (ptrdiff_t)((size_t)splits * 32 * 128 * sizeof(float)));
+    assert_ptr_equal(l.params.o, b.o);
+    free_buffers(ctx, &b);
+    fj_plan_destroy(plan);
+    fj_context_destroy(ctx);
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.allocs, c.frees);
+}
+
 static void test_window_and_top_left_params(void **state)
 {
     (void)state;
@@ -984,6 +1026,7 @@ int main(int argc, char **argv)
         FAKE(test_old_arch),
         FAKE(test_primary_ctx_retain_fails),
         FAKE(test_plan_launch_records),
+        FAKE(test_split_kv_launches),
         FAKE(test_window_and_top_left_params),
         FAKE(test_dynamic_smem_opt_in),
         FAKE(test_module_cache_reuse),
