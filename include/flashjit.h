@@ -30,7 +30,12 @@
  *    the last call on it (destroy its plans first).
  *  - fj_plan: owned by the caller from fj_plan_create to fj_plan_destroy; it is
  *    immutable, so fj_plan_execute and fj_plan_describe may run concurrently
- *    from any threads; it must not outlive its context.
+ *    from any threads; it must not outlive its context. One exception on the
+ *    device side: a CUDA plan that splits its keys (split-KV, for few query
+ *    rows over many keys; its describe text has a "split-KV:" line) owns a
+ *    workspace for the partial results, so its executes must not overlap on
+ *    the GPU: issue them on one stream (from any threads), or create one plan
+ *    per stream (each has its own workspace), as with a cuBLAS workspace.
  *  - strings returned by the library (describe, status names, last error) are
  *    owned by the library: describe strings live as long as their object,
  *    status names forever, fj_last_error until this thread's next call.
@@ -212,7 +217,8 @@ FJ_API fj_status fj_plan_create(fj_context *ctx, const fj_attention_desc *d, fj_
  * log of each row's softmax denominator; -inf for a row that sees no key).
  * stream: a CUstream on CUDA (NULL: the default stream; the call is
  * asynchronous), ignored on CPU (the call returns when done). Allocates
- * nothing. Thread-safe; concurrent executes must not share an output. */
+ * nothing. Thread-safe; concurrent executes must not share an output, and
+ * those of a split-KV plan must be on one stream (see fj_plan above). */
 FJ_API fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k, const void *v,
                                  void *o, float *lse, void *stream);
 
@@ -222,8 +228,9 @@ FJ_API const char *fj_plan_describe(const fj_plan *p);
 /* Frees the plan (NULL: no-op). */
 FJ_API void fj_plan_destroy(fj_plan *p);
 
-/* One shot: a plan cached in the context per distinct desc, then execute.
- * Thread-safe. */
+/* One shot: a plan cached in the context per distinct (desc, stream), then
+ * execute. Thread-safe, split-KV problems included: calls on different
+ * streams use different cached plans. */
 FJ_API fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *q,
                               const void *k, const void *v, void *o, float *lse, void *stream);
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gqa_pack.h"
 #include "status.h"
 
 /* Longest name fj_kernel_desc_parse accepts: it must fit the 128-byte name
@@ -272,6 +273,16 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
 
 /* ---- choice ---------------------------------------------------------------- */
 
+/* Fits the arch's shared memory: first gives up pipelining depth (the tile
+   shape sets the work per synchronisation, which matters more), then
+   narrows the key tiles. m64n16s1 fits every arch at head dim 256. */
+static void fit_arch_smem(fj_kernel_desc *k)
+{
+    size_t limit = arch_smem_optin_max(k->arch);
+    while (fj_kernel_desc_smem_bytes(k) > limit && k->stages > 1) k->stages--;
+    while (fj_kernel_desc_smem_bytes(k) > limit && k->block_n > 16) k->block_n /= 2;
+}
+
 void fj_kernel_desc_heuristic(fj_kernel_desc *k)
 {
     /* Measured on the H200 (bf16, B*S = 16384, S = 4096; kernel_templates
@@ -283,12 +294,32 @@ void fj_kernel_desc_heuristic(fj_kernel_desc *k)
     k->block_m = 128;
     k->block_n = 64;
     k->warps = k->head_dim <= 128 ? 4 : 8;
-    /* Fit the arch's shared memory: first give up pipelining depth (the tile
-       shape sets the work per synchronisation, which matters more), then
-       narrow the key tiles. m64n16s1 fits every arch at head dim 256. */
-    size_t limit = arch_smem_optin_max(k->arch);
-    while (fj_kernel_desc_smem_bytes(k) > limit && k->stages > 1) k->stages--;
-    while (fj_kernel_desc_smem_bytes(k) > limit && k->block_n > 16) k->block_n /= 2;
+    fit_arch_smem(k);
+}
+
+/* Decode-like problems (at most 16 rows per head, after GQA packing) are
+   bound by reading K and V; a 128-row tile would spend 8x the MMA work of
+   the rows that exist and cap the rate near 2.5 TB/s. Small tiles read the
+   same bytes with a fraction of the math: measured on the H200 (bf16 d128,
+   split-KV, b64 h32 sk32768) 4.45 TB/s for m16n64w1s2 and m16n32w1s4 and
+   4.32 for m32n64w2s2 against 2.60 for m128n64w4s2. One warp with 64-key
+   tiles spills at d96 and d120 (its share of each tile load needs too many
+   registers), two warps with 32-key tiles spill nowhere up to d128; above
+   it four warps of 16 rows each with 64-key tiles (m32 spills 16-96 bytes
+   at d192-d256). */
+static void decode_heuristic(fj_kernel_desc *k)
+{
+    k->stages = 2;
+    if (k->head_dim <= 128) {
+        k->block_m = 32;
+        k->block_n = 32;
+        k->warps = 2;
+    } else {
+        k->block_m = 64;
+        k->block_n = 64;
+        k->warps = 4;
+    }
+    fit_arch_smem(k);
 }
 
 fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
@@ -318,6 +349,10 @@ fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kern
                        "CPU backend (FJ_BACKEND_CPU)",
                        p->head_dim, FJ_MAX_HEAD_DIM, lo, hi);
     }
+    /* The kernel sees the packed problem when GQA packing applies. */
+    fj_problem packed;
+    fj_gqa_pack(p, &packed);
+    p = &packed;
     bool causal = p->causal != FJ_CAUSAL_NONE;
     bool window = p->window_left >= 0 || p->window_right >= 0;
     k->template_id = FJ_TEMPLATE_FLASH_FWD;
@@ -327,8 +362,22 @@ fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kern
                      : (window ? FJ_MASK_WINDOW : FJ_MASK_NONE);
     k->split_kv = 0;
     k->arch = arch;
-    fj_kernel_desc_heuristic(k);
+    if (p->seqlen_q <= FJ_DECODE_MAX_ROWS)
+        decode_heuristic(k);
+    else
+        fj_kernel_desc_heuristic(k);
     return fj_kernel_desc_check(k, 0);
+}
+
+void fj_kernel_desc_combine_for(const fj_kernel_desc *k, fj_kernel_desc *c)
+{
+    *c = *k;
+    c->template_id = FJ_TEMPLATE_COMBINE;
+    c->split_kv = 1;
+    c->warps = FJ_COMBINE_WARPS;
+    c->block_m = 16 * FJ_COMBINE_WARPS;
+    c->block_n = 64;
+    c->stages = 1;
 }
 
 /* ---- tiles alone (the tuning file's config field) ------------------------- */

@@ -66,9 +66,15 @@ size_t fj_kernel_desc_smem_bytes(const fj_kernel_desc *k);
 /* Threads per block. */
 static inline unsigned fj_kernel_desc_threads(const fj_kernel_desc *k) { return 32u * k->warps; }
 
-/* Fills template, head dim, dtype, mask and arch for the problem, and the
- * built-in heuristic's tiles for (head dim, arch, mask). FJ_ERR_UNSUPPORTED
- * with what to do for F32 or a head dim that is not a multiple of 8. */
+/* Query rows per head at most (after GQA packing) for which the decode
+ * tiles (one warp of 16 rows) are chosen over the prefill heuristic's. */
+#define FJ_DECODE_MAX_ROWS 16
+
+/* Fills template, head dim, dtype, mask and arch for the problem as the
+ * kernel sees it (after fj_gqa_pack), and the built-in heuristic's tiles:
+ * decode tiles for at most FJ_DECODE_MAX_ROWS rows, else
+ * fj_kernel_desc_heuristic's. FJ_ERR_UNSUPPORTED with what to do for F32 or
+ * a head dim that is not a multiple of 8. */
 fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kernel_desc *k);
 
 /* The tiles alone, "m128n64w4s2" (the tuning file's config field), and back:
@@ -77,11 +83,19 @@ fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kern
 int fj_kernel_desc_tiles_name(const fj_kernel_desc *k, char *buf, size_t n);
 fj_status fj_kernel_desc_parse_tiles(const char *tiles, fj_kernel_desc *k);
 
+/* Warps of the split-KV combine kernel: one query row per warp. */
+#define FJ_COMBINE_WARPS 4
+
+/* The combine kernel for the split-KV kernel k: same head dim, dtype, mask
+ * and arch; the combine template uses warps only, so its tile fields are
+ * fixed and one combine kernel serves every tile configuration. */
+void fj_kernel_desc_combine_for(const fj_kernel_desc *k, fj_kernel_desc *combine);
+
 /* "nomask", "causal", "window", "causal_window"; NULL out of range. */
 const char *fj_kernel_desc_mask_name(uint32_t mask);
 
-/* Sets the heuristic's tiles (block_m, block_n, warps, stages) for the
- * descriptor's head dim, arch and mask. */
+/* Sets the prefill heuristic's tiles (block_m, block_n, warps, stages) for
+ * the descriptor's head dim, arch and mask. */
 void fj_kernel_desc_heuristic(fj_kernel_desc *k);
 
 #endif

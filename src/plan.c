@@ -88,7 +88,7 @@ fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *
     if (s) return s;
     const fj_plan *plan;
     void *handle;
-    if ((s = fj_plan_cache_acquire(ctx, d, &plan, &handle))) return s;
+    if ((s = fj_plan_cache_acquire(ctx, d, stream, &plan, &handle))) return s;
     s = plan->ops->execute(plan->state, &plan->problem, q, k, v, o, lse, stream);
     fj_plan_cache_release(ctx, handle);
     return s;

@@ -11,18 +11,17 @@
 
 struct fj_plan_cache_entry {
     fj_problem key; /* zero-initialized by fj_problem_init, so memcmp is exact */
+    const void *stream;
     fj_plan *plan;
     int users;
     uint64_t last_use;
     struct fj_plan_cache_entry *next;
 };
 
-
-
-static struct fj_plan_cache_entry *find(fj_context *ctx, const fj_problem *key)
+static struct fj_plan_cache_entry *find(fj_context *ctx, const fj_problem *key, const void *stream)
 {
     for (struct fj_plan_cache_entry *e = ctx->plans; e; e = e->next)
-        if (!memcmp(&e->key, key, sizeof *key)) return e;
+        if (e->stream == stream && !memcmp(&e->key, key, sizeof *key)) return e;
     return NULL;
 }
 
@@ -41,8 +40,8 @@ static struct fj_plan_cache_entry *evict_one(fj_context *ctx)
     return e;
 }
 
-fj_status fj_plan_cache_acquire(fj_context *ctx, const fj_attention_desc *d, const fj_plan **out,
-                                void **handle)
+fj_status fj_plan_cache_acquire(fj_context *ctx, const fj_attention_desc *d, const void *stream,
+                                const fj_plan **out, void **handle)
 {
     *out = NULL;
     *handle = NULL;
@@ -51,7 +50,7 @@ fj_status fj_plan_cache_acquire(fj_context *ctx, const fj_attention_desc *d, con
     if (s) return s;
 
     pthread_mutex_lock(&ctx->plan_lock);
-    struct fj_plan_cache_entry *e = find(ctx, &key);
+    struct fj_plan_cache_entry *e = find(ctx, &key, stream);
     if (e) {
         e->users++;
         e->last_use = ++ctx->plan_clock;
@@ -65,9 +64,10 @@ fj_status fj_plan_cache_acquire(fj_context *ctx, const fj_attention_desc *d, con
             return s;
         }
         fresh->key = key;
+        fresh->stream = stream;
         struct fj_plan_cache_entry *evicted = NULL;
         pthread_mutex_lock(&ctx->plan_lock);
-        e = find(ctx, &key); /* another thread may have made the same plan meanwhile */
+        e = find(ctx, &key, stream); /* another thread may have made the same plan meanwhile */
         if (!e) {
             e = fresh;
             e->next = ctx->plans;

@@ -32,10 +32,13 @@
 #define USAGE_TEXT \
     "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n" \
     "                            [--head-dims 64,128] [--mask nomask,causal,window,causal_window]\n" \
-    "                            [--cache-dir DIR] [--max-spill BYTES]\n" \
+    "                            [--kinds prefill,decode,split] [--cache-dir DIR]\n" \
+    "                            [--max-spill BYTES]\n" \
     "\n" \
     "Compiles every kernel the runtime chooses without a tuning file (head dims 8..256\n" \
-    "step 8, f16 and bf16, four mask kinds, the heuristic's tiles) for each arch\n" \
+    "step 8, f16 and bf16, four mask kinds, the heuristic's tiles; --kinds: the prefill\n" \
+    "tiles, the decode tiles (at most 16 query rows per head), and 'split': the split-KV\n" \
+    "variants of both and the combine kernel; default prefill,decode) for each arch\n" \
     "(default sm_90), on N threads (default: one per core), through the disk cache the\n" \
     "library uses (FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit;\n" \
     "--cache-dir overrides, \"\" turns it off), so a rerun is fast. Prints each\n" \
@@ -67,12 +70,19 @@ typedef struct job {
 
 /* ---- flags ----------------------------------------------------------------- */
 
+/* What a plan can launch for one (head dim, dtype, mask): the prefill tiles,
+ * the decode tiles (seqlen_q <= 16 after GQA packing), and with split-KV the
+ * split variants of both and the combine kernel. */
+typedef enum variant_kind { KIND_PREFILL, KIND_DECODE, KIND_SPLIT, KIND_COUNT } variant_kind;
+static const char *const kind_names[KIND_COUNT] = {"prefill", "decode", "split"};
+
 typedef struct flags {
     uint32_t archs[MAX_ARCHS];
     int narchs;
     bool dtype[3];          /* by fj_dtype */
     bool mask[4];           /* by fj_mask_kind */
     bool head_dim[FJ_MAX_HEAD_DIM + 1];
+    bool kind[KIND_COUNT];  /* by variant_kind */
     int jobs;
     int max_spill;          /* stack frame bytes per thread a kernel may have */
     const char *cache_dir;  /* NULL: the library's default chain */
@@ -116,6 +126,13 @@ static bool mask_item(const char *t, flags *f)
     return false;
 }
 
+static bool kind_item(const char *t, flags *f)
+{
+    for (int i = 0; i < KIND_COUNT; i++)
+        if (!strcmp(t, kind_names[i])) return f->kind[i] = true;
+    return false;
+}
+
 static bool head_dim_item(const char *t, flags *f)
 {
     char *end;
@@ -130,7 +147,7 @@ static int parse_flags(int argc, char **argv, flags *f)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     f->jobs = cores > 0 ? (int)cores : 1;
     f->max_spill = FJ_CUBIN_MAX_SPILL_BYTES;
-    bool any_dtype = false, any_mask = false, any_dim = false;
+    bool any_dtype = false, any_mask = false, any_dim = false, any_kind = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -159,6 +176,12 @@ static int parse_flags(int argc, char **argv, flags *f)
                                        "--head-dims: '%s' is not a list of multiples of 8 in 8..%d",
                                        val ? val : "", FJ_MAX_HEAD_DIM);
             any_dim = true;
+        } else if (!strcmp(a, "--kinds")) {
+            if (!each_token(val, kind_item, f))
+                return cli_usage_error("compile-all",
+                                       "--kinds: '%s' is not a list of prefill, decode, split",
+                                       val ? val : "");
+            any_kind = true;
         } else if (!strcmp(a, "--jobs")) {
             if (!cli_parse_int("compile-all", a, val, 1, 1024, &f->jobs)) return 2;
         } else if (!strcmp(a, "--max-spill")) {
@@ -177,18 +200,19 @@ static int parse_flags(int argc, char **argv, flags *f)
         for (int m = 0; m < 4; m++) f->mask[m] = true;
     if (!any_dim)
         for (int d = 8; d <= FJ_MAX_HEAD_DIM; d += 8) f->head_dim[d] = true;
+    if (!any_kind) f->kind[KIND_PREFILL] = f->kind[KIND_DECODE] = true;
     return 0;
 }
 
 /* ---- variants ---------------------------------------------------------------- */
 
-/* The descriptor the runtime chooses for a problem of this shape and mask:
- * built from a problem, exactly as a plan does. */
-static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, uint32_t arch,
+/* The descriptor the runtime chooses for a problem of this shape and mask
+ * with seqlen_q queries: built from a problem, exactly as a plan does. */
+static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, int seqlen_q, uint32_t arch,
                               fj_kernel_desc *k)
 {
     fj_attention_desc d;
-    fj_attention_desc_init(&d, 1, 1, 1, 1, 1, head_dim, dtype);
+    fj_attention_desc_init(&d, 1, 1, 1, seqlen_q, seqlen_q, head_dim, dtype);
     if (mask == FJ_MASK_CAUSAL || mask == FJ_MASK_CAUSAL_WINDOW) d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
     if (mask == FJ_MASK_WINDOW || mask == FJ_MASK_CAUSAL_WINDOW) d.window_left = 0;
     fj_problem p;
@@ -196,9 +220,36 @@ static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, uint32_t a
     return s == FJ_OK ? fj_kernel_desc_for_problem(&p, arch, k) : s;
 }
 
+/* Appends the kernels of one point the selected kinds need to v[*n]. */
+static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mask, uint32_t arch,
+                           variant *v, size_t *n)
+{
+    fj_kernel_desc prefill, decode;
+    fj_status s;
+    if ((s = runtime_desc(head_dim, dtype, mask, 128, arch, &prefill)) ||
+        (s = runtime_desc(head_dim, dtype, mask, 1, arch, &decode)))
+        return s;
+    fj_kernel_desc out[5];
+    int m = 0;
+    if (f->kind[KIND_PREFILL]) out[m++] = prefill;
+    if (f->kind[KIND_DECODE]) out[m++] = decode;
+    if (f->kind[KIND_SPLIT]) {
+        prefill.split_kv = decode.split_kv = 1;
+        out[m++] = prefill;
+        out[m++] = decode;
+        fj_kernel_desc_combine_for(&decode, &out[m++]);
+    }
+    for (int i = 0; i < m; i++) {
+        v[*n].desc = out[i];
+        fj_kernel_desc_name(&out[i], v[*n].name, sizeof v[*n].name);
+        (*n)++;
+    }
+    return FJ_OK;
+}
+
 static fj_status make_variants(const flags *f, variant **out, size_t *count)
 {
-    size_t n = 0, cap = (size_t)f->narchs * 2 * 4 * (FJ_MAX_HEAD_DIM / 8);
+    size_t n = 0, cap = (size_t)f->narchs * 2 * 4 * (FJ_MAX_HEAD_DIM / 8) * 5;
     variant *v = calloc(cap, sizeof *v);
     if (!v) return FJ_ERR_OUT_OF_MEMORY;
     static const fj_dtype dtypes[2] = {FJ_F16, FJ_BF16};
@@ -207,13 +258,11 @@ static fj_status make_variants(const flags *f, variant **out, size_t *count)
             for (int t = 0; t < 2; t++)
                 for (int m = 0; m < 4; m++) {
                     if (!f->head_dim[d] || !f->dtype[dtypes[t]] || !f->mask[m]) continue;
-                    fj_status s = runtime_desc(d, dtypes[t], m, f->archs[a], &v[n].desc);
+                    fj_status s = add_point(f, d, dtypes[t], m, f->archs[a], v, &n);
                     if (s != FJ_OK) {
                         free(v);
                         return s;
                     }
-                    fj_kernel_desc_name(&v[n].desc, v[n].name, sizeof v[n].name);
-                    n++;
                 }
     *out = v;
     *count = n;

@@ -162,7 +162,7 @@ def main():
     fj = Flashjit(args.lib)
     torch.manual_seed(0)
     results = []
-    names = args.backends.split(",")
+    names = [n for n in args.backends.split(",") if n]
     print("%-5s %-32s %9s %9s" % ("dtype", "shape", "flashjit", "err") +
           "".join(" %9s" % n for n in names) + "  (TFLOP/s; decode rows: TB/s of K+V)  kernel")
     for dt in args.dtypes.split(","):
@@ -206,10 +206,24 @@ def main():
                   "".join(" " + f(row.get(n)) for n in names) + "  " + row.get("kernel", row.get("error", "")),
                   flush=True)
             del q, k, v, o
+    copy = None
+    if "decode" in args.grid or args.grid == "all":
+        copy = copy_tbps()
+        print("copy bandwidth: %.2f TB/s (device-to-device copy of 4 GiB, read + write bytes); "
+              "decode rows at 80%% of it: %.2f TB/s" % (copy, 0.8 * copy))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "rows": results}, fh, indent=1)
+                       "copy_tbps": copy, "rows": results}, fh, indent=1)
+
+
+def copy_tbps():
+    """The decode rows' yardstick: HBM bandwidth of a large device-to-device
+    copy (bytes read plus bytes written per second), median of the runs."""
+    src = torch.randn(2 << 30, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), reps=20)
+    return 2.0 * src.numel() * src.element_size() / ms / 1e9
 
 
 if __name__ == "__main__":

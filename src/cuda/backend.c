@@ -9,6 +9,7 @@
 
 #include "cuda/cuda_backend.h"
 #include "cuda/module_cache.h"
+#include "gqa_pack.h"
 #include "kernel_desc.h"
 #include "log.h"
 #include "status.h"
@@ -36,9 +37,11 @@
  * the partials workspace within SPLIT_MAX_WORKSPACE bytes. */
 #define SPLIT_WAVES 2
 #define SPLIT_MIN_TILES 4
+/* Tried 256 for batch-1 GQA decode (32 query heads packed into 8 blocks,
+   1024 blocks at 128 splits): b1 h32/8 sk32768 went from 1.59 to 1.44 TB/s
+   on the H200, so more, shorter splits are not what limits it. */
 #define SPLIT_MAX 128
 #define SPLIT_MAX_WORKSPACE ((size_t)256 << 20)
-#define COMBINE_WARPS 4
 
 typedef struct cuda_plan {
     const struct fj_cuda_state *cuda;
@@ -49,6 +52,7 @@ typedef struct cuda_plan {
     unsigned threads;
     unsigned smem;
     int num_splits;
+    int gqa_packed; /* query heads per block row when GQA-packed (fj_gqa_pack), else 0 */
     CUdeviceptr partials; /* o_partial then lse_partial (split-KV only) */
     fj_fwd_params params; /* all but the tensors, which each execute sets */
     char launch_what[160]; /* "cuLaunchKernel(<kernel name>)" for a failed launch */
@@ -143,6 +147,11 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
                      "bytes static shared memory; %d block%s per SM\n",
                      kn->num_regs, kn->local_bytes, kn->static_smem, blocks_per_sm,
                      blocks_per_sm == 1 ? "" : "s");
+    if (cp->gqa_packed)
+        fj_strbuf_printf(d,
+                         "GQA packing: the %d query heads of each kv head are the rows of one "
+                         "query tile (%d rows per kv head), so K and V are read once per kv head\n",
+                         cp->gqa_packed, cp->params.seqlen_q);
     if (cp->num_splits > 1)
         fj_strbuf_printf(d,
                          "split-KV: %d splits of the keys (%u blocks alone would not fill %d SMs), then "
@@ -222,11 +231,9 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
                              const fj_kernel_desc *k, int splits, int *blocks_per_sm)
 {
     const struct fj_cuda_state *s = cp->cuda;
-    fj_kernel_desc ks = *k, kc = *k;
+    fj_kernel_desc ks = *k, kc;
     ks.split_kv = 1;
-    kc.template_id = FJ_TEMPLATE_COMBINE;
-    kc.split_kv = 1;
-    kc.warps = COMBINE_WARPS;
+    fj_kernel_desc_combine_for(&ks, &kc);
     bool before;
     fj_status st;
     if ((st = fj_module_cache_get(s->modules, s, &ks, ctx->cache_dir, &cp->kernel, &before)) ||
@@ -235,7 +242,7 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
     cp->num_splits = splits;
     cp->grid[2] = (unsigned)(p->batch * splits);
     cp->smem = cp->kernel->dyn_smem;
-    cp->combine_grid[0] = (unsigned)((p->seqlen_q + COMBINE_WARPS - 1) / COMBINE_WARPS);
+    cp->combine_grid[0] = (unsigned)((p->seqlen_q + FJ_COMBINE_WARPS - 1) / FJ_COMBINE_WARPS);
     cp->combine_grid[1] = (unsigned)p->heads_q;
     cp->combine_grid[2] = (unsigned)p->batch;
     snprintf(cp->launch_what, sizeof cp->launch_what, "cuLaunchKernel(%s)", cp->kernel->name);
@@ -265,8 +272,14 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     char why[256];
     fj_status st = fj_kernel_desc_for_problem(p, (uint32_t)s->arch, &k);
     if (st) return st;
+    /* Tuning entries are keyed by the user's problem; the kernel and its
+       launch see the packed one. */
     if ((st = choose_tiles(ctx, p, config, &k, why, sizeof why))) return st;
     if ((st = check_strides(p))) return st;
+    fj_problem packed;
+    bool gqa_packed = fj_gqa_pack(p, &packed);
+    const fj_problem *user = p;
+    p = &packed;
     if (p->heads_q > GRID_YZ_MAX)
         return fj_fail(FJ_ERR_UNSUPPORTED,
                        "cuda: heads_q (%d) is above %d, the CUDA grid's y limit (one block row "
@@ -280,6 +293,7 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     cuda_plan *cp = calloc(1, sizeof *cp);
     if (!cp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cuda: out of memory for the plan");
     cp->cuda = s;
+    cp->gqa_packed = gqa_packed ? user->group : 0;
     snprintf(cp->why, sizeof cp->why, "%s", why);
     bool loaded_before;
     if ((st = fj_module_cache_get(s->modules, s, &k, ctx->cache_dir, &cp->kernel, &loaded_before))) {
@@ -299,7 +313,7 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
         free(cp);
         return st;
     }
-    int splits = config ? 1 : choose_splits(cp, p, &k, blocks_per_sm);
+    int splits = choose_splits(cp, p, &k, blocks_per_sm);
     if (splits > 1 && (st = setup_split(cp, ctx, p, &k, splits, &blocks_per_sm))) {
         fj_cuda_plan_destroy(cp);
         return st;
@@ -352,7 +366,7 @@ static fj_status launch_current(const cuda_plan *cp, fj_fwd_params *prm, CUstrea
     if (r != FJ_CUDA_SUCCESS) return fj_cuda_fail(api, r, cp->launch_what);
     if (cp->num_splits == 1) return FJ_OK;
     r = api->cuLaunchKernel(cp->combine->function, cp->combine_grid[0], cp->combine_grid[1],
-                            cp->combine_grid[2], 32 * COMBINE_WARPS, 1, 1, 0, stream, args, NULL);
+                            cp->combine_grid[2], 32 * FJ_COMBINE_WARPS, 1, 1, 0, stream, args, NULL);
     return r == FJ_CUDA_SUCCESS ? FJ_OK : fj_cuda_fail(api, r, "cuLaunchKernel(combine)");
 }
 

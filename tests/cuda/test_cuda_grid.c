@@ -678,6 +678,13 @@ static void test_split_kv(void **state)
         make_case("split-window-tl", 1, 2, 2, 17, 5000, 256, FJ_F16, FJ_CAUSAL_TOP_LEFT, 300, 5, DENSE, true),
         make_case("split-empty-rows", 1, 4, 4, 200, 6000, 80, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, -1, DENSE, true),
         make_case("split-prefill", 1, 2, 2, 100, 9000, 160, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, KV_BROADCAST, false),
+        /* GQA packing (src/gqa_pack.h): several queries per head, heads
+           seqlen_q rows apart; a causal mask that hides nothing; one that
+           hides all but key 0 (not packed); d256 decode tiles */
+        make_case("pack-gqa-sq3-bhsd", 2, 32, 8, 3, 7000, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, BHSD, true),
+        make_case("pack-gqa-causal-br", 1, 16, 2, 1, 9000, 96, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, DENSE, true),
+        make_case("nopack-gqa-top-left", 1, 8, 2, 1, 5000, 64, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, -1, DENSE, true),
+        make_case("pack-mqa-d256", 1, 8, 1, 1, 6000, 256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, DENSE, false),
     };
     int n = (int)(sizeof cases / sizeof cases[0]), failures = 0, unsplit = 0;
     for (int i = 0; i < n; i++) {

@@ -366,13 +366,20 @@ static void test_split_kv_launches(void **state)
     assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
     assert_int_equal(fake_get_counts().launches, launches + 2);
     fake_launch l = fake_last_launch(); /* the combine kernel */
+    /* GQA-packed: 8 kv heads of 4 rows (the 4 query heads of each) */
+    assert_contains(desc, "GQA packing: the 4 query heads of each kv head");
     assert_int_equal(l.grid[0], 1);
-    assert_int_equal(l.grid[1], 32);
+    assert_int_equal(l.grid[1], 8);
     assert_int_equal(l.grid[2], 1);
+    assert_int_equal(l.params.heads_q, 8);
+    assert_int_equal(l.params.group, 1);
+    assert_int_equal(l.params.seqlen_q, 4);
+    assert_int_equal(l.params.q_stride[1], 128); /* one query head to the next */
+    assert_int_equal(l.params.q_stride[2], 4 * 128);
     assert_int_equal(l.block[0], 128);
     assert_int_equal(l.smem, 0);
     int splits = l.params.num_splits;
-    assert_true(splits >= 2 && splits <= 4096 / 64 / 4);
+    assert_true(splits >= 2 && splits <= 4096 / 32 / 4); /* >= 4 tiles of 32 keys each */
     assert_non_null(l.params.o_partial);
     assert_non_null(l.params.lse_partial);
     assert_true((char *)l.params.lse_partial - (char *)l.params.o_partial ==
@@ -380,6 +387,31 @@ static void test_split_kv_launches(void **state)
     assert_ptr_equal(l.params.o, b.o);
     free_buffers(ctx, &b);
     fj_plan_destroy(plan);
+    fj_context_destroy(ctx);
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.allocs, c.frees);
+}
+
+/* The one-shot call keys its cached plans by stream: a split-KV plan's
+ * workspace is never shared by executes on two streams. */
+static void test_one_shot_split_plans_per_stream(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 32, 8, 1, 4096, 128, FJ_BF16);
+    buffers b;
+    alloc_buffers(ctx, &d, &b);
+    void *s1 = (void *)(uintptr_t)0x1000, *s2 = (void *)(uintptr_t)0x2000;
+    int allocs = fake_get_counts().allocs;
+    assert_int_equal(fj_attention(ctx, &d, b.q, b.k, b.v, b.o, NULL, s1), FJ_OK);
+    assert_int_equal(fake_get_counts().allocs, allocs + 1); /* the plan's partials */
+    assert_int_equal(fj_attention(ctx, &d, b.q, b.k, b.v, b.o, NULL, s1), FJ_OK);
+    assert_int_equal(fake_get_counts().allocs, allocs + 1); /* same stream: same plan */
+    assert_int_equal(fj_attention(ctx, &d, b.q, b.k, b.v, b.o, NULL, s2), FJ_OK);
+    assert_int_equal(fake_get_counts().allocs, allocs + 2); /* its own workspace */
+    free_buffers(ctx, &b);
     fj_context_destroy(ctx);
     fake_counts c = fake_get_counts();
     assert_int_equal(c.allocs, c.frees);
@@ -649,7 +681,8 @@ static void test_unsupported_problems(void **state)
     assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
     assert_contains(fj_last_error(), "v_stride[0]");
 
-    fj_attention_desc_init(&d, 1, 65536, 1, 1, 1, 8, FJ_F16);
+    /* (65536 query heads over one kv head would be GQA-packed into one) */
+    fj_attention_desc_init(&d, 1, 65536, 65536, 1, 1, 8, FJ_F16);
     assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
     assert_contains(fj_last_error(), "heads_q (65536)");
 
@@ -1027,6 +1060,7 @@ int main(int argc, char **argv)
         FAKE(test_primary_ctx_retain_fails),
         FAKE(test_plan_launch_records),
         FAKE(test_split_kv_launches),
+        FAKE(test_one_shot_split_plans_per_stream),
         FAKE(test_window_and_top_left_params),
         FAKE(test_dynamic_smem_opt_in),
         FAKE(test_module_cache_reuse),

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "codegen.h"
+#include "gqa_pack.h"
 #include "kernel_desc.h"
 #include "problem.h"
 #include "templates.h"
@@ -287,6 +288,98 @@ static void test_smem(void **state)
     assert_int_equal(fj_kernel_desc_threads(&k), 128);
 }
 
+/* ---- GQA packing and decode tiles ------------------------------------------ */
+
+static fj_problem gqa_problem(int hq, int hkv, int sq, fj_causal c, int wl, bool bhsd)
+{
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 2, hq, hkv, sq, 1000, 128, FJ_BF16);
+    d.causal = c;
+    d.window_left = wl;
+    if (bhsd) { /* [batch, heads, seq, dim] for q and o */
+        int64_t st[3] = {(int64_t)hq * sq * 128, 128, (int64_t)sq * 128};
+        memcpy(d.q_stride, st, sizeof st);
+        memcpy(d.o_stride, st, sizeof st);
+    }
+    fj_problem p;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    return p;
+}
+
+static void test_gqa_pack_rules(void **state)
+{
+    (void)state;
+    fj_problem q;
+    /* decode, dense [b, s, h, d]: row g is query head kv*4+g, one head apart */
+    fj_problem p = gqa_problem(32, 8, 1, FJ_CAUSAL_NONE, -1, false);
+    assert_true(fj_gqa_pack(&p, &q));
+    assert_int_equal(q.heads_q, 8);
+    assert_int_equal(q.group, 1);
+    assert_int_equal(q.seqlen_q, 4);
+    assert_int_equal(q.q_stride[FJ_AXIS_SEQ], 128);
+    assert_int_equal(q.q_stride[FJ_AXIS_HEAD], 4 * 128);
+    assert_int_equal(q.o_stride[FJ_AXIS_HEAD], 4 * 128);
+    assert_int_equal(q.q_stride[FJ_AXIS_BATCH], p.q_stride[FJ_AXIS_BATCH]);
+    assert_int_equal(q.k_stride[FJ_AXIS_HEAD], p.k_stride[FJ_AXIS_HEAD]);
+    /* bottom-right causal with one query hides nothing: packed, unmasked */
+    p = gqa_problem(32, 8, 1, FJ_CAUSAL_BOTTOM_RIGHT, -1, false);
+    assert_true(fj_gqa_pack(&p, &q));
+    assert_int_equal(q.causal, FJ_CAUSAL_NONE);
+    /* several queries: packed only when heads are seqlen_q rows apart */
+    p = gqa_problem(32, 8, 3, FJ_CAUSAL_NONE, -1, true);
+    assert_true(fj_gqa_pack(&p, &q));
+    assert_int_equal(q.seqlen_q, 12);
+    assert_int_equal(q.q_stride[FJ_AXIS_SEQ], 128);
+    assert_int_equal(q.q_stride[FJ_AXIS_HEAD], 4 * 3 * 128);
+    p = gqa_problem(32, 8, 3, FJ_CAUSAL_NONE, -1, false);
+    assert_false(fj_gqa_pack(&p, &q));
+    /* masks that differ per query row, windows, MHA, long queries: never */
+    p = gqa_problem(32, 8, 1, FJ_CAUSAL_TOP_LEFT, -1, false);
+    assert_false(fj_gqa_pack(&p, &q));
+    p = gqa_problem(32, 8, 3, FJ_CAUSAL_BOTTOM_RIGHT, -1, true);
+    assert_false(fj_gqa_pack(&p, &q));
+    p = gqa_problem(32, 8, 1, FJ_CAUSAL_NONE, 100, false);
+    assert_false(fj_gqa_pack(&p, &q));
+    p = gqa_problem(32, 32, 1, FJ_CAUSAL_NONE, -1, false);
+    assert_false(fj_gqa_pack(&p, &q));
+    p = gqa_problem(32, 8, 17, FJ_CAUSAL_NONE, -1, true);
+    assert_false(fj_gqa_pack(&p, &q));
+    assert_int_equal(q.seqlen_q, 17); /* a copy when not packed */
+}
+
+static void test_decode_tiles(void **state)
+{
+    (void)state;
+    fj_kernel_desc k;
+    char tiles[32];
+    /* one query of an MHA head, and GQA 32:8 packed to 4 rows: decode tiles */
+    fj_problem p = gqa_problem(32, 32, 1, FJ_CAUSAL_NONE, -1, false);
+    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
+    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
+    assert_string_equal(tiles, "m32n32w2s2");
+    p = gqa_problem(32, 8, 1, FJ_CAUSAL_BOTTOM_RIGHT, -1, false);
+    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
+    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
+    assert_string_equal(tiles, "m32n32w2s2");
+    assert_int_equal(k.mask, FJ_MASK_NONE); /* the packed problem's */
+    /* 16 queries of 4 heads packed are 64 rows: the prefill tiles */
+    p = gqa_problem(32, 8, 16, FJ_CAUSAL_NONE, -1, true);
+    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
+    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
+    assert_string_equal(tiles, "m128n64w4s2");
+    /* decode tiles at head dim 256: four warps (one would spill), and they
+       fit every arch */
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 4, 4, 1, 100, 256, FJ_F16);
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    for (uint32_t arch = 80; arch <= 90; arch++) {
+        if (fj_kernel_desc_for_problem(&p, arch, &k) != FJ_OK) continue; /* not an arch */
+        assert_int_equal(k.block_m, 64);
+        assert_int_equal(k.warps, 4);
+        assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
+    }
+}
+
 /* ---- from a problem ---------------------------------------------------------- */
 
 static fj_status desc_for(int head_dim, fj_dtype t, fj_causal c, int wl, int wr, uint32_t arch,
@@ -539,6 +632,8 @@ int main(void)
         cmocka_unit_test(test_codegen_macros),
         cmocka_unit_test(test_codegen_layout),
         cmocka_unit_test(test_codegen_rejections),
+        cmocka_unit_test(test_gqa_pack_rules),
+        cmocka_unit_test(test_decode_tiles),
     };
     return cmocka_run_group_tests_name("kernel_desc", tests, NULL, NULL);
 }
