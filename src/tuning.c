@@ -149,6 +149,11 @@ static const fj_tuning_entry *find_in(const fj_tuning *t, const fj_tuning_entry 
     return NULL;
 }
 
+const fj_tuning_entry *fj_tuning_find_in(const fj_tuning *t, const fj_tuning_entry *key)
+{
+    return find_in(t, key);
+}
+
 int fj_tuning_count_matching(const fj_tuning *t, const char *device, const char *arch)
 {
     int n = 0;

@@ -54,6 +54,11 @@ const fj_tuning_entry *fj_tuning_find(const fj_context *ctx, const fj_tuning_ent
 void fj_tuning_key_for(const fj_problem *p, const char *device, const char *arch,
                        const char *template_name, fj_tuning_entry *key);
 
+/* The entry of t (a parsed file, not the context's lookup chain) with the
+ * key fields of key, the last one when several match; NULL: none. For the
+ * tuner, which skips points its output file already has. */
+const fj_tuning_entry *fj_tuning_find_in(const fj_tuning *t, const fj_tuning_entry *key);
+
 /* Entries in t whose device and arch are these (for `flashjit info`). */
 int fj_tuning_count_matching(const fj_tuning *t, const char *device, const char *arch);
 int fj_tuning_count(const fj_tuning *t);

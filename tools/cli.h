@@ -21,6 +21,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_source(int argc, char **argv);
 int cmd_compile_all(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 
 /* Prints "flashjit <cmd>: FJ_ERR_...: <message>" to stderr; returns 1 (the
  * exit status for any library error). */

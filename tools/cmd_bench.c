@@ -1,9 +1,15 @@
 /* flashjit bench: a grid of problems on one or more backends. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
 
 #include "cli.h"
 #include "cli_problem.h"
+#include "context.h"
+#include "cuda/cuda_backend.h"
+#include "svg_plot.h"
 
 typedef struct grid_row {
     int batch, hq, hkv, sq, sk, d;
@@ -67,17 +73,50 @@ static int grid_cpu(grid_row *rows, int cap)
     return n;
 }
 
+/* Tiny problems that run in milliseconds even under sanitizers: for tests
+ * and a quick look at a build. One of each kind: plain, causal, GQA decode. */
+static int grid_smoke(grid_row *rows, int cap)
+{
+    static const grid_row smoke[] = {
+        {1, 2, 2, 64, 64, 64, FJ_CAUSAL_NONE},
+        {1, 2, 2, 64, 64, 64, FJ_CAUSAL_BOTTOM_RIGHT},
+        {1, 4, 2, 1, 128, 64, FJ_CAUSAL_NONE},
+    };
+    int n = 0;
+    for (size_t i = 0; i < sizeof smoke / sizeof smoke[0] && n < cap; i++) rows[n++] = smoke[i];
+    return n;
+}
+
+#define MAX_ROWS 64
+#define MAX_BACKENDS 4
+#define MAX_DTYPES 3
+
+static int grid_rows(const char *grid, grid_row *rows)
+{
+    int n = 0;
+    bool gpu = !strcmp(grid, "gpu");
+    if (gpu || !strcmp(grid, "prefill")) n += grid_prefill(rows + n, MAX_ROWS - n);
+    if (gpu || !strcmp(grid, "extra")) n += grid_extra(rows + n, MAX_ROWS - n);
+    if (gpu || !strcmp(grid, "decode")) n += grid_decode(rows + n, MAX_ROWS - n);
+    if (!strcmp(grid, "cpu")) n += grid_cpu(rows + n, MAX_ROWS - n);
+    if (!strcmp(grid, "smoke")) n += grid_smoke(rows + n, MAX_ROWS - n);
+    return n;
+}
+
 static void help(void)
 {
     printf("usage: flashjit bench [--grid NAME] [--backends LIST] [--dtypes LIST] [--repeat N]\n"
-           "                      [--warmup N] [--check] [--json | --csv]\n\n"
+           "                      [--warmup N] [--check] [--json | --csv] [--plot FILE.svg]\n\n"
            "Times a grid of problems: median ms, TFLOP/s (4*B*H*Sq*Sk*D, halved for causal\n"
            "when Sq == Sk), GB/s of the fewest bytes (q, k, v read once, o written once),\n"
            "kernel launches per call, and the kernel or CPU method.\n\n"
-           "  --grid prefill|extra|decode|gpu|cpu   gpu = prefill + extra + decode\n"
-           "         (default: gpu on a CUDA context, cpu otherwise)\n"
+           "  --grid prefill|extra|decode|gpu|cpu|smoke   gpu = prefill + extra + decode;\n"
+           "         smoke = three tiny problems (default: gpu on a CUDA context, cpu otherwise)\n"
            "  --backends auto,cuda,cpu,reference    (default: auto)\n"
-           "  --dtypes bf16,f16,f32                 (default: bf16,f16 on CUDA; f32,bf16 on CPU)\n");
+           "  --dtypes bf16,f16,f32                 (default: bf16,f16 on CUDA; f32,bf16 on CPU)\n"
+           "  --plot FILE.svg   also write a bar chart of TFLOP/s: one group per shape and\n"
+           "         dtype, one bar per backend (a self-contained SVG, replaced atomically;\n"
+           "         combines with --json and --csv)\n");
 }
 
 static bool parse_list(const char *cmd, const char *val, const char *what, int *n, int cap,
@@ -96,8 +135,8 @@ static bool parse_list(const char *cmd, const char *val, const char *what, int *
     return *n > 0;
 }
 
-static fj_backend backends[4];
-static fj_dtype dtypes[3];
+static fj_backend backends[MAX_BACKENDS];
+static fj_dtype dtypes[MAX_DTYPES];
 static bool one_backend(const char *cmd, const char *tok, int *n)
 {
     return cli_parse_backend(cmd, tok, &backends[(*n)++]);
@@ -107,127 +146,313 @@ static bool one_dtype(const char *cmd, const char *tok, int *n)
     return cli_parse_dtype(cmd, tok, &dtypes[(*n)++]);
 }
 
-int cmd_bench(int argc, char **argv)
+typedef enum output_format { OUTPUT_TABLE, OUTPUT_JSON, OUTPUT_CSV } output_format;
+
+typedef struct bench_options {
+    const char *grid;      /* NULL: by the first context's backend */
+    const char *plot_path; /* NULL: no plot */
+    int nb, nd, repeat, warmup;
+    output_format format;
+    bool check;
+} bench_options;
+
+/* -1: go on; otherwise the exit status (0 after --help, 2 on a usage error). */
+static int parse_options(int argc, char **argv, bench_options *o)
 {
-    const char *grid = NULL;
-    int nb = 1, nd = 0, repeat = 30, warmup = 5;
-    bool json = false, csv = false, check = false;
+    *o = (bench_options){.nb = 1, .repeat = 30, .warmup = 5};
     backends[0] = FJ_BACKEND_AUTO;
+    bool json = false, csv = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             help();
             return 0;
         } else if (!strcmp(a, "--grid") && val) {
-            grid = argv[++i];
+            o->grid = argv[++i];
         } else if (!strcmp(a, "--backends")) {
-            if (!parse_list("bench", val, a, &nb, 4, one_backend)) return 2;
+            if (!parse_list("bench", val, a, &o->nb, MAX_BACKENDS, one_backend)) return 2;
             i++;
         } else if (!strcmp(a, "--dtypes")) {
-            if (!parse_list("bench", val, a, &nd, 3, one_dtype)) return 2;
+            if (!parse_list("bench", val, a, &o->nd, MAX_DTYPES, one_dtype)) return 2;
             i++;
         } else if (!strcmp(a, "--repeat")) {
-            if (!cli_parse_int("bench", a, val, 1, 100000, &repeat)) return 2;
+            if (!cli_parse_int("bench", a, val, 1, 100000, &o->repeat)) return 2;
             i++;
         } else if (!strcmp(a, "--warmup")) {
-            if (!cli_parse_int("bench", a, val, 0, 100000, &warmup)) return 2;
+            if (!cli_parse_int("bench", a, val, 0, 100000, &o->warmup)) return 2;
             i++;
+        } else if (!strcmp(a, "--plot")) {
+            if (!val || !*val) return cli_usage_error("bench", "--plot needs a file name");
+            o->plot_path = argv[++i];
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--csv")) {
             csv = true;
         } else if (!strcmp(a, "--check")) {
-            check = true;
+            o->check = true;
         } else {
             return cli_usage_error("bench", "unknown option '%s' (flashjit bench --help)", a);
         }
     }
     if (json && csv) return cli_usage_error("bench", "--json and --csv exclude each other");
+    o->format = json ? OUTPUT_JSON : csv ? OUTPUT_CSV : OUTPUT_TABLE;
+    return -1;
+}
 
-    fj_context *ctxs[4] = {0}, *ref = NULL;
+/* ---- --plot --------------------------------------------------------------- */
+
+#define MAX_GROUPS (MAX_DTYPES * MAX_ROWS)
+
+/* What --plot draws: TFLOP/s of each (shape and dtype, backend), in the
+ * order the benchmark ran them. */
+typedef struct bench_plot {
+    int groups, series;
+    char labels[MAX_GROUPS][128];
+    char names[MAX_BACKENDS][40];
+    double tflops[MAX_GROUPS * MAX_BACKENDS]; /* group-major; NAN: failed, no bar */
+} bench_plot;
+
+/* "b1 h8 s4096 d128 causal bf16": heads and lengths once when q and kv agree. */
+static void plot_label(const fj_attention_desc *d, char *buf, size_t n)
+{
+    char heads[32], seqs[32];
+    if (d->heads_q == d->heads_kv) snprintf(heads, sizeof heads, "h%d", d->heads_q);
+    else snprintf(heads, sizeof heads, "h%d/%d", d->heads_q, d->heads_kv);
+    if (d->seqlen_q == d->seqlen_k) snprintf(seqs, sizeof seqs, "s%d", d->seqlen_q);
+    else snprintf(seqs, sizeof seqs, "s%d/%d", d->seqlen_q, d->seqlen_k);
+    const char *mask = d->causal == FJ_CAUSAL_NONE ? "" : d->causal == FJ_CAUSAL_TOP_LEFT ? " causal-tl" : " causal";
+    snprintf(buf, n, "b%d %s %s d%d%s %s", d->batch, heads, seqs, d->head_dim, mask, fj_dtype_name(d->dtype));
+}
+
+/* The legend: the backend a context resolved to, marked when AUTO chose it
+ * so that "--backends auto,cpu" gives two names. */
+static void plot_series(bench_plot *p, fj_context *const *ctxs, int nb)
+{
+    p->series = nb;
+    for (int b = 0; b < nb; b++) {
+        const char *name = fj_backend_name(fj_context_backend(ctxs[b]));
+        snprintf(p->names[b], sizeof p->names[b], "%s%s", name, backends[b] == FJ_BACKEND_AUTO ? " (auto)" : "");
+    }
+}
+
+/* The CPU's model from /proc/cpuinfo, else the machine type (uname). */
+static void cpu_model(char *buf, size_t n)
+{
+    struct utsname u;
+    snprintf(buf, n, "%s", uname(&u) == 0 ? u.machine : "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        const char *v = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !v) continue;
+        v += 1 + strspn(v + 1, " \t");
+        snprintf(buf, n, "%.*s", (int)strcspn(v, "\n"), v);
+        break;
+    }
+    fclose(f);
+}
+
+static void device_of(const fj_context *ctx, char *buf, size_t n)
+{
+    if (ctx->backend == FJ_BACKEND_CUDA && ctx->cuda) {
+        snprintf(buf, n, "%s (sm_%d)", ctx->cuda->name, ctx->cuda->arch);
+        return;
+    }
+    char model[128];
+    cpu_model(model, sizeof model);
+    snprintf(buf, n, "CPU %s, %d threads", model, ctx->cpu_threads);
+}
+
+/* "2026-12-02, NVIDIA H200 (sm_90); CPU AMD EPYC, 16 threads, median of 30 runs":
+ * each distinct device of the benchmarked contexts once. */
+static void plot_subtitle(fj_context *const *ctxs, int nb, int repeat, char *buf, size_t n)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    size_t len = localtime_r(&now, &tm) ? strftime(buf, n, "%Y-%m-%d", &tm) : 0;
+    if (!len) len = (size_t)snprintf(buf, n, "(no date)");
+    char seen[MAX_BACKENDS][320];
+    int nseen = 0;
+    for (int b = 0; b < nb && len < n; b++) {
+        device_of(ctxs[b], seen[nseen], sizeof seen[nseen]);
+        bool dup = false;
+        for (int i = 0; i < nseen; i++) dup |= !strcmp(seen[i], seen[nseen]);
+        if (dup) continue;
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", nseen ? "; " : ", ", seen[nseen]);
+        nseen++;
+    }
+    if (len < n) snprintf(buf + len, n - len, ", median of %d runs", repeat);
+}
+
+static int write_plot(const bench_plot *p, const char *path, const char *subtitle)
+{
+    const char *labels[MAX_GROUPS], *names[MAX_BACKENDS];
+    for (int g = 0; g < p->groups; g++) labels[g] = p->labels[g];
+    for (int s = 0; s < p->series; s++) names[s] = p->names[s];
+    svg_bar_chart chart = {.title = "flashjit bench: TFLOP/s per shape and backend",
+                           .subtitle = subtitle, .y_label = "TFLOP/s",
+                           .groups = p->groups, .series = p->series,
+                           .group_labels = labels, .series_labels = names, .values = p->tflops};
+    char *svg = svg_bar_chart_render(&chart);
+    if (!svg) {
+        fprintf(stderr, "flashjit bench: --plot %s: out of memory rendering the chart\n", path);
+        return 1;
+    }
+    int err = svg_plot_write_file(path, svg);
+    free(svg);
+    if (err) {
+        fprintf(stderr, "flashjit bench: --plot %s: cannot write the chart: %s\n", path, strerror(err));
+        return 1;
+    }
+    /* stderr: stdout may be JSON or CSV for a program to read */
+    fprintf(stderr, "flashjit bench: wrote the chart to %s\n", path);
+    return 0;
+}
+
+/* ---- one measurement -------------------------------------------------------- */
+
+static void print_header(output_format format)
+{
+    if (format == OUTPUT_JSON) printf("[\n");
+    else if (format == OUTPUT_CSV) printf("backend,dtype,batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal,ms,tflops,gbps,launches,rel_err,kernel\n");
+    else printf("%-14s %-38s %10s %9s %9s %4s %9s  %s\n", "backend", "shape", "ms", "TFLOP/s", "GB/s", "lnch", "rel.err", "kernel");
+}
+
+static void print_result(output_format format, bool first, const fj_attention_desc *d, const cli_result *res)
+{
+    if (format == OUTPUT_JSON) {
+        printf("%s  {\"backend\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, \"heads_q\": %d, "
+               "\"heads_kv\": %d, \"seqlen_q\": %d, \"seqlen_k\": %d, \"head_dim\": %d, "
+               "\"causal\": \"%s\", \"ms\": %.6f, \"ms_min\": %.6f, \"tflops\": %.4f, "
+               "\"gbps\": %.2f, \"launches\": %d, \"rel_err\": %.3e, \"kernel\": \"%s\"}",
+               first ? "" : ",\n", res->backend, fj_dtype_name(d->dtype), d->batch, d->heads_q,
+               d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim, fj_causal_name(d->causal),
+               res->ms_median, res->ms_min, res->tflops, res->gbps, res->launches, res->rel_err,
+               res->kernel);
+    } else if (format == OUTPUT_CSV) {
+        printf("%s,%s,%d,%d,%d,%d,%d,%d,%s,%.6f,%.4f,%.2f,%d,%.3e,%s\n", res->backend,
+               fj_dtype_name(d->dtype), d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k,
+               d->head_dim, fj_causal_name(d->causal), res->ms_median, res->tflops, res->gbps,
+               res->launches, res->rel_err, res->kernel);
+    } else {
+        char shape[128], err[32] = "-";
+        cli_shape_str(d, shape, sizeof shape);
+        if (res->rel_err >= 0) snprintf(err, sizeof err, "%.2e%s", res->rel_err, res->ok ? "" : "!");
+        printf("%-14s %-38s %10.4f %9.2f %9.1f %4d %9s  %s\n", res->backend, shape,
+               res->ms_median, res->tflops, res->gbps, res->launches, err, res->kernel);
+    }
+    fflush(stdout);
+}
+
+/* Measures d on ctx and prints the result; *tflops is NAN when it failed.
+ * Returns 1 on failure or a failed check, else 0. */
+static int bench_one(fj_context *ctx, fj_context *ref, const fj_attention_desc *d, const bench_options *o,
+                     bool *first, double *tflops)
+{
+    cli_result res;
+    *tflops = NAN;
+    fj_status s = cli_measure(ctx, ref, d, o->warmup, o->repeat, false, 1, &res);
+    if (s) {
+        char shape[128];
+        cli_shape_str(d, shape, sizeof shape);
+        fprintf(stderr, "flashjit bench: %s on %s: %s: %s\n", shape,
+                fj_backend_name(fj_context_backend(ctx)), fj_status_name(s), fj_last_error());
+        return 1;
+    }
+    print_result(o->format, *first, d, &res);
+    *first = false;
+    *tflops = res.tflops;
+    return res.ok ? 0 : 1;
+}
+
+static fj_status create_contexts(const bench_options *o, fj_context **ctxs, fj_context **ref)
+{
     fj_status s = FJ_OK;
+    for (int b = 0; b < o->nb && !s; b++) {
+        fj_context_options co;
+        fj_context_options_init(&co);
+        co.backend = backends[b];
+        s = fj_context_create(&co, &ctxs[b]);
+    }
+    if (!s && o->check) {
+        fj_context_options co;
+        fj_context_options_init(&co);
+        co.backend = FJ_BACKEND_CPU_REFERENCE;
+        s = fj_context_create(&co, ref);
+    }
+    return s;
+}
+
+/* Every dtype, shape and backend in that nesting; fills plot as it goes. */
+static int run_grid(fj_context *const *ctxs, fj_context *ref, const grid_row *rows, int nrows,
+                    const bench_options *o, bench_plot *plot)
+{
     int rc = 0;
-    for (int b = 0; b < nb && !s; b++) {
-        fj_context_options o;
-        fj_context_options_init(&o);
-        o.backend = backends[b];
-        s = fj_context_create(&o, &ctxs[b]);
-    }
-    if (!s && check) {
-        fj_context_options o;
-        fj_context_options_init(&o);
-        o.backend = FJ_BACKEND_CPU_REFERENCE;
-        s = fj_context_create(&o, &ref);
-    }
+    bool first = true;
+    print_header(o->format);
+    plot->groups = 0;
+    for (int t = 0; t < o->nd; t++)
+        for (int r = 0; r < nrows; r++) {
+            fj_attention_desc d;
+            fj_attention_desc_init(&d, rows[r].batch, rows[r].hq, rows[r].hkv, rows[r].sq, rows[r].sk,
+                                   rows[r].d, dtypes[t]);
+            d.causal = rows[r].causal;
+            int g = plot->groups++;
+            plot_label(&d, plot->labels[g], sizeof plot->labels[g]);
+            for (int b = 0; b < o->nb; b++)
+                rc |= bench_one(ctxs[b], ref, &d, o, &first, &plot->tflops[g * o->nb + b]);
+        }
+    if (o->format == OUTPUT_JSON) printf("\n]\n");
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0) return rc;
+    /* Before the benchmark, which may run for minutes, rather than after it. */
+    int err = o.plot_path ? svg_plot_check_path(o.plot_path) : 0;
+    if (err) return cli_usage_error("bench", "--plot %s: cannot create a file there: %s", o.plot_path, strerror(err));
+
+    fj_context *ctxs[MAX_BACKENDS] = {0}, *ref = NULL;
+    bench_plot *plot = NULL;
+    rc = 0;
+    fj_status s = create_contexts(&o, ctxs, &ref);
     if (s) {
         rc = cli_fail("bench", s);
         goto out;
     }
     bool on_cuda = fj_context_backend(ctxs[0]) == FJ_BACKEND_CUDA;
-    if (!grid) grid = on_cuda ? "gpu" : "cpu";
-    if (!nd) {
-        nd = 2;
+    if (!o.grid) o.grid = on_cuda ? "gpu" : "cpu";
+    if (!o.nd) {
+        o.nd = 2;
         dtypes[0] = on_cuda ? FJ_BF16 : FJ_F32;
         dtypes[1] = on_cuda ? FJ_F16 : FJ_BF16;
     }
-    grid_row rows[64];
-    int nrows = 0;
-    if (!strcmp(grid, "prefill") || !strcmp(grid, "gpu")) nrows += grid_prefill(rows + nrows, 64 - nrows);
-    if (!strcmp(grid, "extra") || !strcmp(grid, "gpu")) nrows += grid_extra(rows + nrows, 64 - nrows);
-    if (!strcmp(grid, "decode") || !strcmp(grid, "gpu")) nrows += grid_decode(rows + nrows, 64 - nrows);
-    if (!strcmp(grid, "cpu")) nrows += grid_cpu(rows + nrows, 64 - nrows);
+    grid_row rows[MAX_ROWS];
+    int nrows = grid_rows(o.grid, rows);
     if (!nrows) {
-        rc = cli_usage_error("bench", "--grid: '%s' is not one of prefill, extra, decode, gpu, cpu", grid);
+        rc = cli_usage_error("bench", "--grid: '%s' is not one of prefill, extra, decode, gpu, cpu, smoke", o.grid);
         goto out;
     }
-
-    if (json) printf("[\n");
-    else if (csv) printf("backend,dtype,batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal,ms,tflops,gbps,launches,rel_err,kernel\n");
-    else printf("%-14s %-38s %10s %9s %9s %4s %9s  %s\n", "backend", "shape", "ms", "TFLOP/s", "GB/s", "lnch", "rel.err", "kernel");
-    bool first = true;
-    for (int t = 0; t < nd; t++)
-        for (int r = 0; r < nrows; r++)
-            for (int b = 0; b < nb; b++) {
-                fj_attention_desc d;
-                fj_attention_desc_init(&d, rows[r].batch, rows[r].hq, rows[r].hkv, rows[r].sq, rows[r].sk, rows[r].d, dtypes[t]);
-                d.causal = rows[r].causal;
-                cli_result res;
-                char shape[128];
-                cli_shape_str(&d, shape, sizeof shape);
-                s = cli_measure(ctxs[b], ref, &d, warmup, repeat, false, 1, &res);
-                if (s) {
-                    fprintf(stderr, "flashjit bench: %s on %s: %s: %s\n", shape,
-                            fj_backend_name(fj_context_backend(ctxs[b])), fj_status_name(s), fj_last_error());
-                    rc = 1;
-                    continue;
-                }
-                if (!res.ok) rc = 1;
-                if (json) {
-                    printf("%s  {\"backend\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, \"heads_q\": %d, "
-                           "\"heads_kv\": %d, \"seqlen_q\": %d, \"seqlen_k\": %d, \"head_dim\": %d, "
-                           "\"causal\": \"%s\", \"ms\": %.6f, \"ms_min\": %.6f, \"tflops\": %.4f, "
-                           "\"gbps\": %.2f, \"launches\": %d, \"rel_err\": %.3e, \"kernel\": \"%s\"}",
-                           first ? "" : ",\n", res.backend, fj_dtype_name(d.dtype), d.batch, d.heads_q,
-                           d.heads_kv, d.seqlen_q, d.seqlen_k, d.head_dim, fj_causal_name(d.causal),
-                           res.ms_median, res.ms_min, res.tflops, res.gbps, res.launches, res.rel_err,
-                           res.kernel);
-                } else if (csv) {
-                    printf("%s,%s,%d,%d,%d,%d,%d,%d,%s,%.6f,%.4f,%.2f,%d,%.3e,%s\n", res.backend,
-                           fj_dtype_name(d.dtype), d.batch, d.heads_q, d.heads_kv, d.seqlen_q, d.seqlen_k,
-                           d.head_dim, fj_causal_name(d.causal), res.ms_median, res.tflops, res.gbps,
-                           res.launches, res.rel_err, res.kernel);
-                } else {
-                    char err[32] = "-";
-                    if (res.rel_err >= 0) snprintf(err, sizeof err, "%.2e%s", res.rel_err, res.ok ? "" : "!");
-                    printf("%-14s %-38s %10.4f %9.2f %9.1f %4d %9s  %s\n", res.backend, shape,
-                           res.ms_median, res.tflops, res.gbps, res.launches, err, res.kernel);
-                }
-                first = false;
-                fflush(stdout);
-            }
-    if (json) printf("\n]\n");
+    plot = calloc(1, sizeof *plot); /* ~30 KB: kept off the stack */
+    if (!plot) {
+        fprintf(stderr, "flashjit bench: out of memory\n");
+        rc = 1;
+        goto out;
+    }
+    plot_series(plot, ctxs, o.nb);
+    rc = run_grid(ctxs, ref, rows, nrows, &o, plot);
+    if (o.plot_path) {
+        char subtitle[1024];
+        plot_subtitle(ctxs, o.nb, o.repeat, subtitle, sizeof subtitle);
+        rc |= write_plot(plot, o.plot_path, subtitle);
+    }
 out:
-    for (int b = 0; b < nb; b++) fj_context_destroy(ctxs[b]);
+    free(plot);
+    for (int b = 0; b < o.nb; b++) fj_context_destroy(ctxs[b]);
     fj_context_destroy(ref);
     return rc;
 }

@@ -1,9 +1,17 @@
 /* flashjit info: what is available and why. */
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
+#include "context.h"
+#include "cpu/tiled.h"
+#include "cuda/cuda_backend.h"
+#include "tuning.h"
 
-static void backend_line(fj_backend b)
+/* Prints whether backend b is usable; returns its context (the caller
+ * destroys it) or NULL when it is not usable. */
+static fj_context *backend_line(fj_backend b)
 {
     fj_context_options o;
     fj_context_options_init(&o);
@@ -12,10 +20,68 @@ static void backend_line(fj_backend b)
     fj_status s = fj_context_create(&o, &ctx);
     if (s == FJ_OK) {
         printf("  %-14s usable\n", fj_backend_name(b));
-        fj_context_destroy(ctx);
-    } else {
-        printf("  %-14s not usable: %s: %s\n", fj_backend_name(b), fj_status_name(s), fj_last_error());
+        return ctx;
     }
+    printf("  %-14s not usable: %s: %s\n", fj_backend_name(b), fj_status_name(s), fj_last_error());
+    return NULL;
+}
+
+static void print_describe(const fj_context *ctx)
+{
+    const char *d = fj_context_describe(ctx);
+    while (*d) {
+        size_t n = strcspn(d, "\n");
+        printf("  %.*s\n", (int)n, d);
+        d += n + (d[n] == '\n');
+    }
+}
+
+/* How many of t's entries each device would use: the CUDA device (when one
+ * is usable) and the CPU tiled backend with ctx's worker count, keyed the way
+ * plan creation keys its lookups (src/cuda/backend.c, src/cpu/tiled_blocks.c). */
+static void print_matches(const fj_tuning *t, const fj_context *cuda, const fj_context *ctx)
+{
+    char device[96], arch[16];
+    if (cuda && cuda->cuda) {
+        fj_tuning_device_token(cuda->cuda->name, device, sizeof device);
+        snprintf(arch, sizeof arch, "sm_%d", cuda->cuda->arch);
+        printf("    matching cuda %s %s: %d\n", device, arch, fj_tuning_count_matching(t, device, arch));
+    } else {
+        printf("    matching cuda: none (no usable device)\n");
+    }
+    fj_cpu_device_token(ctx->cpu_threads, device, sizeof device);
+    printf("    matching cpu %s: %d\n", device, fj_tuning_count_matching(t, device, "cpu"));
+}
+
+/* The file's state as the context found it: ctx->tuning is NULL when the
+ * file is absent or could not be read, so stat tells the two apart. */
+static void print_tuning_file(const fj_context *ctx)
+{
+    if (!ctx->tuning_file) {
+        printf("  file: none (the disk cache is off and FLASHJIT_TUNING_FILE is not set)\n");
+        return;
+    }
+    struct stat st;
+    if (stat(ctx->tuning_file, &st) != 0) {
+        int err = errno;
+        printf("  file: %s (%s)\n", ctx->tuning_file, err == ENOENT ? "not present" : strerror(err));
+        return;
+    }
+    if (!ctx->tuning) {
+        printf("  file: %s (present, not readable: see the tuning line above)\n", ctx->tuning_file);
+        return;
+    }
+    printf("  file: %s (present, %d entries)\n", ctx->tuning_file, fj_tuning_count(ctx->tuning));
+}
+
+static void print_tuning(const fj_context *ctx, const fj_context *cuda)
+{
+    printf("\ntuning:\n");
+    print_tuning_file(ctx);
+    if (ctx->tuning) print_matches(ctx->tuning, cuda, ctx);
+    const fj_tuning *shipped = fj_tuning_shipped();
+    printf("  shipped table: %d entries\n", fj_tuning_count(shipped));
+    print_matches(shipped, cuda, ctx);
 }
 
 int cmd_info(int argc, char **argv)
@@ -23,25 +89,28 @@ int cmd_info(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: flashjit info\n\nPrints the version, which backends are usable and why not,\n"
-                   "what AUTO chooses, and the cache directory and tuning file in use.\n");
+                   "what AUTO chooses, the cache directory, and the tuning file in use: its path,\n"
+                   "whether it exists, its entries and how many match this machine's CUDA device\n"
+                   "and CPU (and the same for the table shipped with flashjit).\n");
             return 0;
         }
         return cli_usage_error("info", "unknown option '%s'", argv[i]);
     }
     printf("flashjit %s (header %s)\n\nbackends:\n", FLASHJIT_VERSION_STRING, FLASHJIT_VERSION_STRING);
-    backend_line(FJ_BACKEND_CUDA);
-    backend_line(FJ_BACKEND_CPU);
-    backend_line(FJ_BACKEND_CPU_REFERENCE);
+    /* The CUDA context is kept: its device names the tuning entries that match. */
+    fj_context *cuda = backend_line(FJ_BACKEND_CUDA);
+    fj_context_destroy(backend_line(FJ_BACKEND_CPU));
+    fj_context_destroy(backend_line(FJ_BACKEND_CPU_REFERENCE));
     fj_context *ctx;
     fj_status s = fj_context_create(NULL, &ctx);
-    if (s) return cli_fail("info", s);
-    printf("\ndefault context (AUTO):\n");
-    const char *d = fj_context_describe(ctx);
-    while (*d) {
-        size_t n = strcspn(d, "\n");
-        printf("  %.*s\n", (int)n, d);
-        d += n + (d[n] == '\n');
+    if (s) {
+        fj_context_destroy(cuda);
+        return cli_fail("info", s);
     }
+    printf("\ndefault context (AUTO):\n");
+    print_describe(ctx);
+    print_tuning(ctx, cuda);
     fj_context_destroy(ctx);
+    fj_context_destroy(cuda);
     return 0;
 }

@@ -1,0 +1,282 @@
+/* flashjit tune's flags. Each value is checked here for form (a list of
+ * known names or integers in range); what a backend supports is checked
+ * once the backend is known (tune_space_validate). Every message names the
+ * flag and the value it rejects. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tune.h"
+
+#define CMD "tune"
+
+static const char usage_text[] =
+    "usage: flashjit tune [--grid default] [--backend cuda|cpu] [--head-dims LIST]\n"
+    "         [--dtypes LIST] [--causal LIST] [--seqlens LIST] [--decode]\n"
+    "         [--decode-seqlen-k N] [--batch-heads N] [--configs LIST]\n"
+    "         [--output FILE] [--force] [--repeat N] [--warmup N] [--jobs N]\n"
+    "         [--verbose]\n"
+    "\n"
+    "Times every candidate configuration on each point of a problem space and\n"
+    "appends the fastest to the tuning file, which plans then use\n"
+    "(docs/tuning.md). Each candidate is first checked against the CPU reference\n"
+    "on a small problem of the point's head dim, dtype and mask; a wrong one is\n"
+    "rejected and fails the run. Entries are appended (fsync'd) as points\n"
+    "finish, so a stopped run resumes: points the output file already has for\n"
+    "this device are skipped.\n"
+    "\n"
+    "problem space (a flag replaces that axis of the default grid):\n"
+    "  --grid default       CUDA: head dims 64,128; bf16,f16; causal\n"
+    "                       none,bottom-right; seqlens 1024,4096,16384 (24 points)\n"
+    "                       CPU: head dims 64,128; f32; none,bottom-right;\n"
+    "                       seqlens 512,2048 (8 points)\n"
+    "  --head-dims LIST     e.g. 64,128 (CUDA: multiples of 8 in 8..256)\n"
+    "  --dtypes LIST        bf16,f16 (CUDA) or f32,f16,bf16 (CPU)\n"
+    "  --causal LIST        none,bottom-right,top-left (the causal ones share an\n"
+    "                       entry)\n"
+    "  --seqlens LIST       seqlen_q = seqlen_k of each point; 1: the decode bucket\n"
+    "  --decode             adds the decode bucket (one query row)\n"
+    "  --decode-seqlen-k N  its keys (default 8192 on CUDA, 4096 on the CPU)\n"
+    "  --batch-heads N      batch x heads of every point (default CUDA: B*S = 16384,\n"
+    "                       H = 2048/D as in the anchors, decode 8 x 32; CPU: 8,\n"
+    "                       decode 32)\n"
+    "candidates:\n"
+    "  --configs LIST       instead of the backend's: CUDA\n"
+    "                       m{64,128}n{32,64,128}w{4,8}s{2,3} and m16n32w1s2,\n"
+    "                       m16n64w1s2, m32n32w2s2, m32n64w2s2, m32n32w2s3; CPU\n"
+    "                       q{64,128,256,512}k{128,256,512,1024}\n"
+    "measuring:\n"
+    "  --backend cuda|cpu   (default: what a default context picks:\n"
+    "                       FLASHJIT_BACKEND, else CUDA when usable, else CPU)\n"
+    "  --repeat N           timed runs per candidate, median kept (CUDA 25, CPU 5)\n"
+    "  --warmup N           untimed runs first (CUDA 5, CPU 1)\n"
+    "  --jobs N             threads compiling CUDA candidates (default: the cores)\n"
+    "  --verbose            also print each candidate's check error and timings\n"
+    "output:\n"
+    "  --output FILE        (default: FLASHJIT_TUNING_FILE, else tuning.txt in the\n"
+    "                       cache directory: the file a default context reads)\n"
+    "  --force              re-tune points already in the file (the new entry wins)\n"
+    "\n"
+    "Exit status: 0 when every point got an entry; 1 when a candidate gave wrong\n"
+    "results, a point could not be tuned or the file could not be written; 2 for\n"
+    "bad flags.\n";
+
+/* ---- lists ------------------------------------------------------------------ */
+
+typedef bool (*item_fn)(const char *token, tune_space *s);
+
+/* Calls item for each comma-separated token of val; prints
+ * "--flag: 'token' <expect>" for the first one it rejects. */
+static bool each_item(const char *flag, const char *val, const char *expect, const char *example,
+                      item_fn item, tune_space *s)
+{
+    char buf[1024];
+    if (!val || !*val) {
+        cli_usage_error(CMD, "%s needs a comma-separated list, e.g. %s %s", flag, flag, example);
+        return false;
+    }
+    if (strlen(val) >= sizeof buf) {
+        cli_usage_error(CMD, "%s: the list is longer than %zu characters", flag, sizeof buf - 1);
+        return false;
+    }
+    strcpy(buf, val);
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), n++)
+        if (!item(t, s)) {
+            cli_usage_error(CMD, "%s: '%s' %s", flag, t, expect);
+            return false;
+        }
+    if (!n) cli_usage_error(CMD, "%s: '%s' holds no value: %s", flag, val, expect);
+    return n > 0;
+}
+
+static bool parse_int(const char *t, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(t, &end, 10);
+    if (errno || end == t || *end || v < lo || v > hi) return false;
+    *out = (int)v;
+    return true;
+}
+
+/* Appends v to list (count n, capacity cap) unless it is there already. */
+static bool add_int(int *list, int *n, int cap, int v)
+{
+    for (int i = 0; i < *n; i++)
+        if (list[i] == v) return true;
+    if (*n == cap) return false;
+    list[(*n)++] = v;
+    return true;
+}
+
+static bool head_dim_item(const char *t, tune_space *s)
+{
+    int d;
+    return parse_int(t, 1, FJ_MAX_HEAD_DIM, &d) &&
+           add_int(s->head_dims, &s->n_head_dims, TUNE_MAX_VALUES, d);
+}
+
+static bool seqlen_item(const char *t, tune_space *s)
+{
+    int n;
+    return parse_int(t, 1, 1 << 20, &n) && add_int(s->seqlens, &s->n_seqlens, TUNE_MAX_VALUES, n);
+}
+
+static bool dtype_item(const char *t, tune_space *s)
+{
+    static const fj_dtype all[] = {FJ_F32, FJ_F16, FJ_BF16};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(t, fj_dtype_name(all[i]))) {
+            for (int j = 0; j < s->n_dtypes; j++)
+                if (s->dtypes[j] == all[i]) return true;
+            s->dtypes[s->n_dtypes++] = all[i];
+            return true;
+        }
+    return false;
+}
+
+static bool causal_item(const char *t, tune_space *s)
+{
+    static const fj_causal all[] = {FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT, FJ_CAUSAL_TOP_LEFT};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(t, fj_causal_name(all[i]))) {
+            for (int j = 0; j < s->n_causals; j++)
+                if (s->causals[j] == all[i]) return true;
+            s->causals[s->n_causals++] = all[i];
+            return true;
+        }
+    return false;
+}
+
+/* Form only (letters and digits, fits the tuning file's field); whether the
+ * backend can parse it is tune_space_validate's. */
+static bool config_item(const char *t, tune_space *s)
+{
+    size_t len = strlen(t);
+    if (len >= TUNE_CONFIG_LEN) return false;
+    for (size_t i = 0; i < len; i++)
+        if (!((t[i] >= 'a' && t[i] <= 'z') || (t[i] >= '0' && t[i] <= '9'))) return false;
+    for (int i = 0; i < s->n_configs; i++)
+        if (!strcmp(s->configs[i], t)) return true;
+    if (s->n_configs == TUNE_MAX_CONFIGS) return false;
+    strcpy(s->configs[s->n_configs++], t);
+    return true;
+}
+
+/* ---- the flags ------------------------------------------------------------------ */
+
+static const struct list_flag {
+    const char *flag;
+    item_fn item;
+    const char *expect, *example;
+} list_flags[] = {
+    {"--head-dims", head_dim_item, "is not a head dim in 1..256", "64,128"},
+    {"--dtypes", dtype_item, "is not one of f32, f16, bf16", "bf16,f16"},
+    {"--causal", causal_item, "is not one of none, bottom-right, top-left", "none,bottom-right"},
+    {"--seqlens", seqlen_item, "is not a sequence length in 1..1048576 (1: decode)",
+     "1024,4096,16384"},
+    {"--configs", config_item,
+     "is not a configuration such as m128n64w4s2 (CUDA) or q256k512 (CPU), or is past the "
+     "64th", "m128n64w4s2,m64n64w4s2"},
+};
+
+static const struct int_flag {
+    const char *flag;
+    size_t offset;
+    int lo, hi;
+} int_flags[] = {
+    {"--repeat", offsetof(tune_options, repeat), 1, 100000},
+    {"--warmup", offsetof(tune_options, warmup), 0, 100000},
+    {"--jobs", offsetof(tune_options, jobs), 1, 1024},
+    {"--batch-heads", offsetof(tune_options, space.batch_heads), 1, 65535},
+    {"--decode-seqlen-k", offsetof(tune_options, space.decode_seqlen_k), 1, 1 << 20},
+};
+
+/* 1: argv[*i] was one of the value flags above (consumed with its value);
+ * 0: it is not; 2: a bad value (message printed). */
+/* The value after argv[i]; NULL when there is none or it is the next flag
+ * ("--seqlens --decode" forgot the list). */
+static const char *value_of(int argc, char **argv, int i)
+{
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    return v && !strncmp(v, "--", 2) ? NULL : v;
+}
+
+static int value_flag(int argc, char **argv, int *i, tune_options *o)
+{
+    const char *a = argv[*i], *val = value_of(argc, argv, *i);
+    for (size_t k = 0; k < sizeof list_flags / sizeof list_flags[0]; k++) {
+        if (strcmp(a, list_flags[k].flag)) continue;
+        const struct list_flag *f = &list_flags[k];
+        if (!each_item(a, val, f->expect, f->example, f->item, &o->space)) return 2;
+        ++*i;
+        return 1;
+    }
+    for (size_t k = 0; k < sizeof int_flags / sizeof int_flags[0]; k++) {
+        if (strcmp(a, int_flags[k].flag)) continue;
+        int *dst = (int *)((char *)o + int_flags[k].offset);
+        if (!cli_parse_int(CMD, a, val, int_flags[k].lo, int_flags[k].hi, dst)) return 2;
+        ++*i;
+        return 1;
+    }
+    return 0;
+}
+
+static int word_flag(int argc, char **argv, int *i, tune_options *o)
+{
+    const char *a = argv[*i], *val = value_of(argc, argv, *i);
+    if (!strcmp(a, "--grid")) {
+        if (!val || strcmp(val, "default"))
+            return cli_usage_error(CMD, "--grid: '%s' is not 'default' (the grid in --help)",
+                                   val ? val : "");
+    } else if (!strcmp(a, "--backend")) {
+        if (!val || (strcmp(val, "cuda") && strcmp(val, "cpu")))
+            return cli_usage_error(CMD, "--backend: '%s' is not cuda or cpu", val ? val : "");
+        o->backend = !strcmp(val, "cuda") ? FJ_BACKEND_CUDA : FJ_BACKEND_CPU;
+    } else if (!strcmp(a, "--output")) {
+        if (!val || !*val) return cli_usage_error(CMD, "--output needs a file name");
+        o->output = val;
+    } else {
+        return -1;
+    }
+    ++*i;
+    return 0;
+}
+
+int tune_parse_flags(int argc, char **argv, tune_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->backend = FJ_BACKEND_AUTO;
+    o->warmup = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_text, stdout);
+            return -1;
+        }
+        if (!strcmp(a, "--force")) {
+            o->force = true;
+            continue;
+        }
+        if (!strcmp(a, "--decode")) {
+            o->space.decode = true;
+            continue;
+        }
+        if (!strcmp(a, "--verbose")) {
+            o->verbose = true;
+            continue;
+        }
+        int r = value_flag(argc, argv, &i, o);
+        if (r == 1) continue;
+        if (r) return r;
+        r = word_flag(argc, argv, &i, o);
+        if (r >= 0) {
+            if (r) return r;
+            continue;
+        }
+        return cli_usage_error(CMD, "unknown option '%s' (flashjit tune --help)", a);
+    }
+    return 0;
+}
