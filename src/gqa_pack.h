@@ -1,6 +1,7 @@
-/* GQA packing for decode-like problems: the query heads that share a kv head
- * become the rows of one query tile, so one block reads each K and V tile
- * once for the whole group instead of once per query head. */
+/* The problem as the CUDA kernel sees it: a causal mask that hides nothing
+ * dropped, and GQA packing for decode-like problems, where the query heads
+ * that share a kv head become the rows of one query tile, so one block reads
+ * each K and V tile once for the whole group instead of once per query head. */
 #ifndef FJ_GQA_PACK_H
 #define FJ_GQA_PACK_H
 
@@ -12,10 +13,12 @@
  * decode bucket: seqlen_q <= 16). */
 #define FJ_GQA_PACK_MAX_SEQLEN_Q 16
 
-/* When p can be packed, fills *out with the same computation seen as a
- * problem of heads_kv query heads, each with group * seqlen_q rows (row
- * g * seqlen_q + i is query i of head kv_head * group + g), and returns true.
- * Otherwise returns false and *out is a copy of *p.
+/* Fills *out with the launch view of p and returns whether it is packed.
+ * Always: a bottom-right causal mask with seqlen_q == 1 (the query is aligned
+ * with the last key, so it sees every key) is dropped. When p can be packed,
+ * *out is the same computation seen as a problem of heads_kv query heads,
+ * each with group * seqlen_q rows (row g * seqlen_q + i is query i of head
+ * kv_head * group + g).
  *
  * Rows of one packed head must be one strided sequence in q and o, and see
  * the same keys: so p needs group > 1, seqlen_q <= FJ_GQA_PACK_MAX_SEQLEN_Q,
@@ -23,6 +26,6 @@
  * hides nothing), and either seqlen_q == 1 or heads laid out seqlen_q rows
  * apart (head stride == seqlen_q * seq stride) in q and o. lse's
  * [batch, heads_q, seqlen_q] order is the packed one already. */
-bool fj_gqa_pack(const fj_problem *p, fj_problem *out);
+bool fj_launch_view(const fj_problem *p, fj_problem *out);
 
 #endif

@@ -71,8 +71,8 @@ static inline unsigned fj_kernel_desc_threads(const fj_kernel_desc *k) { return 
 #define FJ_DECODE_MAX_ROWS 16
 
 /* Fills template, head dim, dtype, mask and arch for the problem as the
- * kernel sees it (after fj_gqa_pack), and the built-in heuristic's tiles:
- * decode tiles for at most FJ_DECODE_MAX_ROWS rows, else
+ * kernel sees it (fj_launch_view), and the built-in heuristic's tiles:
+ * decode tiles for at most FJ_DECODE_MAX_ROWS rows without a mask, else
  * fj_kernel_desc_heuristic's. FJ_ERR_UNSUPPORTED with what to do for F32 or
  * a head dim that is not a multiple of 8. */
 fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kernel_desc *k);

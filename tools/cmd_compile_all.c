@@ -5,8 +5,9 @@
  * "Every supported variant" is what fj_kernel_desc_for_problem can return:
  * each head dim 8..256 in steps of 8, f16 and bf16, the four mask kinds
  * (causal alignment and window sizes are launch parameters, not code), the
- * heuristic's tiles, per arch: 256 kernels per arch. --head-dims, --dtype and
- * --mask select a subset (CI compiles a few representative head dims).
+ * heuristic's prefill and decode tiles, and with --kinds split their
+ * split-KV variants and the combine kernel: 832 distinct kernels per arch
+ * with every kind. --head-dims, --dtype, --mask and --kinds select a subset.
  *
  * Registers, spills and static shared memory are read from each cubin's ELF
  * (src/cubin_info.h), not from ptxas -v output (NVRTC 13 prints that into the
@@ -239,9 +240,14 @@ static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mas
         out[m++] = decode;
         fj_kernel_desc_combine_for(&decode, &out[m++]);
     }
+    /* Kinds can name one kernel twice (a masked decode problem keeps the
+       prefill tiles; a causal mask that hides nothing is dropped): once. */
     for (int i = 0; i < m; i++) {
-        v[*n].desc = out[i];
         fj_kernel_desc_name(&out[i], v[*n].name, sizeof v[*n].name);
+        bool seen = false;
+        for (size_t j = 0; j < *n && !seen; j++) seen = !strcmp(v[j].name, v[*n].name);
+        if (seen) continue;
+        v[*n].desc = out[i];
         (*n)++;
     }
     return FJ_OK;

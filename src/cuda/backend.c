@@ -52,7 +52,7 @@ typedef struct cuda_plan {
     unsigned threads;
     unsigned smem;
     int num_splits;
-    int gqa_packed; /* query heads per block row when GQA-packed (fj_gqa_pack), else 0 */
+    int gqa_packed; /* query heads per block row when GQA-packed (fj_launch_view), else 0 */
     CUdeviceptr partials; /* o_partial then lse_partial (split-KV only) */
     fj_fwd_params params; /* all but the tensors, which each execute sets */
     char launch_what[160]; /* "cuLaunchKernel(<kernel name>)" for a failed launch */
@@ -277,7 +277,7 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     if ((st = choose_tiles(ctx, p, config, &k, why, sizeof why))) return st;
     if ((st = check_strides(p))) return st;
     fj_problem packed;
-    bool gqa_packed = fj_gqa_pack(p, &packed);
+    bool gqa_packed = fj_launch_view(p, &packed);
     const fj_problem *user = p;
     p = &packed;
     if (p->heads_q > GRID_YZ_MAX)

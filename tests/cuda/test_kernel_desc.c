@@ -312,7 +312,7 @@ static void test_gqa_pack_rules(void **state)
     fj_problem q;
     /* decode, dense [b, s, h, d]: row g is query head kv*4+g, one head apart */
     fj_problem p = gqa_problem(32, 8, 1, FJ_CAUSAL_NONE, -1, false);
-    assert_true(fj_gqa_pack(&p, &q));
+    assert_true(fj_launch_view(&p, &q));
     assert_int_equal(q.heads_q, 8);
     assert_int_equal(q.group, 1);
     assert_int_equal(q.seqlen_q, 4);
@@ -323,27 +323,35 @@ static void test_gqa_pack_rules(void **state)
     assert_int_equal(q.k_stride[FJ_AXIS_HEAD], p.k_stride[FJ_AXIS_HEAD]);
     /* bottom-right causal with one query hides nothing: packed, unmasked */
     p = gqa_problem(32, 8, 1, FJ_CAUSAL_BOTTOM_RIGHT, -1, false);
-    assert_true(fj_gqa_pack(&p, &q));
+    assert_true(fj_launch_view(&p, &q));
     assert_int_equal(q.causal, FJ_CAUSAL_NONE);
     /* several queries: packed only when heads are seqlen_q rows apart */
     p = gqa_problem(32, 8, 3, FJ_CAUSAL_NONE, -1, true);
-    assert_true(fj_gqa_pack(&p, &q));
+    assert_true(fj_launch_view(&p, &q));
     assert_int_equal(q.seqlen_q, 12);
     assert_int_equal(q.q_stride[FJ_AXIS_SEQ], 128);
     assert_int_equal(q.q_stride[FJ_AXIS_HEAD], 4 * 3 * 128);
     p = gqa_problem(32, 8, 3, FJ_CAUSAL_NONE, -1, false);
-    assert_false(fj_gqa_pack(&p, &q));
+    assert_false(fj_launch_view(&p, &q));
     /* masks that differ per query row, windows, MHA, long queries: never */
     p = gqa_problem(32, 8, 1, FJ_CAUSAL_TOP_LEFT, -1, false);
-    assert_false(fj_gqa_pack(&p, &q));
+    assert_false(fj_launch_view(&p, &q));
     p = gqa_problem(32, 8, 3, FJ_CAUSAL_BOTTOM_RIGHT, -1, true);
-    assert_false(fj_gqa_pack(&p, &q));
+    assert_false(fj_launch_view(&p, &q));
     p = gqa_problem(32, 8, 1, FJ_CAUSAL_NONE, 100, false);
-    assert_false(fj_gqa_pack(&p, &q));
+    assert_false(fj_launch_view(&p, &q));
     p = gqa_problem(32, 32, 1, FJ_CAUSAL_NONE, -1, false);
-    assert_false(fj_gqa_pack(&p, &q));
+    assert_false(fj_launch_view(&p, &q));
+    /* not packed, but a causal mask that hides nothing is still dropped */
+    p = gqa_problem(32, 32, 1, FJ_CAUSAL_BOTTOM_RIGHT, -1, false);
+    assert_false(fj_launch_view(&p, &q));
+    assert_int_equal(q.causal, FJ_CAUSAL_NONE);
+    assert_false(q.masked);
+    p = gqa_problem(32, 8, 1, FJ_CAUSAL_TOP_LEFT, -1, false);
+    fj_launch_view(&p, &q);
+    assert_int_equal(q.causal, FJ_CAUSAL_TOP_LEFT);
     p = gqa_problem(32, 8, 17, FJ_CAUSAL_NONE, -1, true);
-    assert_false(fj_gqa_pack(&p, &q));
+    assert_false(fj_launch_view(&p, &q));
     assert_int_equal(q.seqlen_q, 17); /* a copy when not packed */
 }
 
@@ -362,6 +370,15 @@ static void test_decode_tiles(void **state)
     fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
     assert_string_equal(tiles, "m32n32w2s2");
     assert_int_equal(k.mask, FJ_MASK_NONE); /* the packed problem's */
+    /* masks that hide something keep the prefill tiles */
+    p = gqa_problem(32, 8, 1, FJ_CAUSAL_TOP_LEFT, -1, false);
+    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
+    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
+    assert_string_equal(tiles, "m128n64w4s2");
+    p = gqa_problem(32, 32, 1, FJ_CAUSAL_NONE, 100, false);
+    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
+    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
+    assert_string_equal(tiles, "m128n64w4s2");
     /* 16 queries of 4 heads packed are 64 rows: the prefill tiles */
     p = gqa_problem(32, 8, 16, FJ_CAUSAL_NONE, -1, true);
     assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
