@@ -7,7 +7,9 @@
 
 #include "cli.h"
 #include "cpu/tiled.h"
+#include "cuda/cuda_backend.h"
 #include "kernel_desc.h"
+#include "plan.h"
 #include "problem.h"
 #include "status.h"
 #include "tune.h"
@@ -252,17 +254,7 @@ fj_status tune_points_make(const tune_space *s, const fj_tuning_target *t, tune_
 
 /* ---- what a plan runs ------------------------------------------------------------ */
 
-/* The text after "key" up to the end of its line in describe, into buf. */
-static bool describe_line(const char *describe, const char *key, char *buf, size_t n)
-{
-    const char *s = strstr(describe, key);
-    if (!s) return false;
-    s += strlen(key);
-    snprintf(buf, n, "%.*s", (int)strcspn(s, "\n"), s);
-    return true;
-}
-
-/* "heuristic" or "shipped table", from a describe's reason: the tuner's
+/* "heuristic" or "shipped table", from a plan's reason: the tuner's
  * context reads no tuning file, so a tuned choice is the shipped table's. */
 static void source_word(const char *why, char *from, size_t n)
 {
@@ -274,15 +266,10 @@ static void source_word(const char *why, char *from, size_t n)
 static fj_status cuda_plan_config(const fj_plan *plan, char *config, size_t n, char *from,
                                   size_t from_n)
 {
-    char name[192], why[256] = "";
-    fj_kernel_desc k;
-    if (!describe_line(fj_plan_describe(plan), "kernel: ", name, sizeof name) ||
-        fj_kernel_desc_parse(name, &k) != FJ_OK)
-        return fj_fail(FJ_ERR_INTERNAL, "the plan's describe names no kernel the tuner can parse:\n%s",
-                       fj_plan_describe(plan));
-    fj_kernel_desc_tiles_name(&k, config, n);
-    describe_line(fj_plan_describe(plan), "why: ", why, sizeof why);
-    source_word(why, from, from_n);
+    fj_cuda_plan_info info;
+    fj_cuda_plan_info_get(plan->state, &info);
+    fj_kernel_desc_tiles_name(&info.kernel, config, n);
+    source_word(info.why, from, from_n);
     return FJ_OK;
 }
 
@@ -318,10 +305,8 @@ void tune_effective_config(const fj_tuning_target *t, const fj_attention_desc *d
 
 int tune_plan_local_bytes(const fj_plan *plan)
 {
-    char line[256];
-    int regs, local;
-    if (!describe_line(fj_plan_describe(plan), "resources: ", line, sizeof line) ||
-        sscanf(line, "%d registers per thread, %d bytes local memory", &regs, &local) != 2)
-        return 0;
-    return local;
+    if (fj_context_backend(plan->ctx) != FJ_BACKEND_CUDA) return 0;
+    fj_cuda_plan_info info;
+    fj_cuda_plan_info_get(plan->state, &info);
+    return info.local_bytes;
 }

@@ -1,5 +1,7 @@
 /* Linked instead of the CUDA backend when flashjit is configured with
  * -Dcuda=disabled: AUTO falls back to the CPU and says why. */
+#include <string.h>
+
 #include "cuda/cuda_backend.h"
 #include "status.h"
 
@@ -24,4 +26,12 @@ fj_status fj_cuda_nvrtc(const fj_cuda_api **api)
     return fj_fail(FJ_ERR_NO_DEVICE,
                    "this flashjit was built without the CUDA backend (meson -Dcuda=disabled), so "
                    "it cannot compile kernels; rebuild with -Dcuda=auto");
+}
+
+/* No CUDA plan can exist in this build; zeroes for completeness. */
+void fj_cuda_plan_info_get(const void *state, fj_cuda_plan_info *out)
+{
+    (void)state;
+    memset(out, 0, sizeof *out);
+    out->why = "";
 }

@@ -401,6 +401,15 @@ int fj_cuda_launches(const void *state)
     return cp->num_splits > 1 ? 2 : 1;
 }
 
+void fj_cuda_plan_info_get(const void *state, fj_cuda_plan_info *out)
+{
+    const cuda_plan *cp = state;
+    out->kernel = cp->kernel->desc;
+    out->local_bytes = cp->kernel->local_bytes;
+    out->num_splits = cp->num_splits;
+    out->why = cp->why;
+}
+
 /* Device time of each run, from events around each launch on the default
  * stream, so host overhead and launch queueing are not counted. */
 static fj_status time_current(const cuda_plan *cp, fj_fwd_params *prm, int warmup, int repeat,

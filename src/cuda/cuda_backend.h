@@ -6,6 +6,7 @@
 
 #include "context.h"
 #include "cuda/cuda_api.h"
+#include "kernel_desc.h"
 #include "strbuf.h"
 
 /* Brings up CUDA for ctx->device: loads the driver and NVRTC, checks the
@@ -64,5 +65,17 @@ fj_status fj_cuda_time_runs(const void *state, const fj_problem *p, const void *
                             const void *v, void *o, float *lse, int warmup, int repeat,
                             double *ms);
 int fj_cuda_launches(const void *state);
+
+/* What a CUDA plan runs, for the tuner (tools/tune_space.c), read from the
+ * plan rather than parsed out of its describe text. */
+typedef struct fj_cuda_plan_info {
+    fj_kernel_desc kernel; /* the main kernel (split variant when split) */
+    int local_bytes;       /* its local memory per thread (spills) */
+    int num_splits;        /* 1: no split-KV */
+    const char *why;       /* where the tiles came from: "given configuration
+                              ...", "tuned: ..." or "heuristic ..."; owned
+                              by the plan */
+} fj_cuda_plan_info;
+void fj_cuda_plan_info_get(const void *state, fj_cuda_plan_info *out);
 
 #endif
