@@ -6,7 +6,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -17,26 +16,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "cli_run.h"
 #include "context.h"
 #include "cpu/tiled.h"
 #include "svg_plot.h"
 
 static const char *flashjit_path;
 
-typedef struct cli_output {
-    int status; /* exit status, or -1 when it did not exit */
-    char out[65536];
-    char err[8192];
-} cli_output;
-
 typedef struct fixture {
     char dir[4096]; /* scratch: outputs, charts, tuning files */
-    cli_output r;
+    fjt_cli_result r;
 } fixture;
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -55,14 +48,6 @@ static char *slurp(const char *path)
     return buf;
 }
 
-static void slurp_into(const char *path, char *buf, size_t cap)
-{
-    char *text = slurp(path);
-    assert_non_null(text);
-    snprintf(buf, cap, "%s", text);
-    free(text);
-}
-
 /* Runs flashjit with the given arguments (NULL-terminated), with
  * FLASHJIT_TUNING_FILE set to tuning_file (NULL: unset). */
 static void run_cli(fixture *fx, const char *tuning_file, ...)
@@ -75,35 +60,7 @@ static void run_cli(fixture *fx, const char *tuning_file, ...)
     for (const char *a; (a = va_arg(ap, const char *)) && argc < 23;) argv[argc++] = a;
     va_end(ap);
     argv[argc] = NULL;
-
-    char out_path[4200], err_path[4200];
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", fx->dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", fx->dir);
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(126);
-        if (tuning_file) setenv("FLASHJIT_TUNING_FILE", tuning_file, 1);
-        else unsetenv("FLASHJIT_TUNING_FILE");
-        execv(flashjit_path, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    fx->r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    slurp_into(out_path, fx->r.out, sizeof fx->r.out);
-    slurp_into(err_path, fx->r.err, sizeof fx->r.err);
-    if (fx->r.status == 127) fail_msg("could not run %s", flashjit_path);
-}
-
-static void expect_status(const fixture *fx, int want)
-{
-    if (fx->r.status != want)
-        fail_msg("exit status %d, expected %d\nstdout:\n%s\nstderr:\n%s", fx->r.status, want,
-                 fx->r.out, fx->r.err);
+    fjt_cli_run(fx->dir, "FLASHJIT_TUNING_FILE", tuning_file, argv, &fx->r);
 }
 
 static void expect_in(const char *what, const char *text, const char *needle)
@@ -139,21 +96,11 @@ static int stray_files(const char *dir)
     return n;
 }
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int setup(void **state)
 {
     fixture *fx = calloc(1, sizeof *fx);
     if (!fx) return -1;
-    const char *base = getenv("TMPDIR");
-    snprintf(fx->dir, sizeof fx->dir, "%s/flashjit-test-bench-plot-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(fx->dir)) return -1;
+    if (!fjt_scratch_dir("bench-plot", fx->dir, sizeof fx->dir)) return -1;
     *state = fx;
     return 0;
 }
@@ -161,7 +108,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *fx = *state;
-    int rc = nftw(fx->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    int rc = fjt_remove_tree(fx->dir);
     free(fx);
     return rc;
 }
@@ -254,7 +201,7 @@ static void test_bench_plot_with_json(void **state)
     snprintf(path, sizeof path, "%s/bench.svg", fx->dir);
     run_cli(fx, NULL, "bench", "--grid", "smoke", "--backends", "cpu,reference", "--dtypes", "f32",
             "--repeat", "1", "--warmup", "0", "--json", "--plot", path, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     /* stdout is only the JSON; the note about the chart went to stderr */
     assert_true(!strncmp(fx->r.out, "[\n", 2));
     assert_true(strstr(fx->r.out, "\n]\n") != NULL);
@@ -288,7 +235,7 @@ static void test_bench_plot_with_csv_replaces_the_file(void **state)
     fclose(f);
     run_cli(fx, NULL, "bench", "--grid", "smoke", "--backends", "cpu", "--dtypes", "f32,bf16",
             "--repeat", "1", "--warmup", "0", "--csv", "--plot", path, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     assert_int_equal(count(fx->r.out, "\n"), 1 + SMOKE_SHAPES * 2); /* header and rows */
     char *svg = slurp(path);
     assert_non_null(svg);
@@ -324,10 +271,10 @@ static void test_bench_plot_unwritable_path(void **state)
     assert_int_equal(stray_files(fx->dir), 1);
 
     run_cli(fx, NULL, "bench", "--plot", NULL);
-    expect_status(fx, 2);
+    fjt_cli_expect_status(&fx->r, 2);
     expect_in("stderr", fx->r.err, "--plot");
     run_cli(fx, NULL, "bench", "--help", NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_in("stdout", fx->r.out, "--plot FILE.svg");
 }
 
@@ -350,7 +297,7 @@ static void test_info_reports_the_tuning_file(void **state)
     snprintf(path, sizeof path, "%s/tuning.txt", fx->dir);
 
     run_cli(fx, path, "info", NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     snprintf(want, sizeof want, "file: %s (not present)\n", path);
     expect_in("stdout", fx->r.out, want);
     expect_in("stdout", fx->r.out, "shipped table: ");
@@ -364,7 +311,7 @@ static void test_info_reports_the_tuning_file(void **state)
             token, token);
     fclose(f);
     run_cli(fx, path, "info", NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     snprintf(want, sizeof want, "file: %s (present, 3 entries)\n", path);
     expect_in("stdout", fx->r.out, want);
     snprintf(want, sizeof want, "matching cpu %s: 2\n", token);

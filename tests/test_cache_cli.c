@@ -4,7 +4,6 @@
  * so the tool and the runtime are checked against each other. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -14,36 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "cache.h"
+#include "cli_run.h"
 
 static const char *flashjit_path;
-
-typedef struct cli_result {
-    int status;   /* exit status, or -1 when it did not exit */
-    char out[16384];
-    char err[4096];
-} cli_result;
 
 typedef struct fixture {
     char dir[4096];     /* scratch: holds the cache directory and outputs */
     char cache[4200];   /* the cache directory */
-    cli_result r;
+    fjt_cli_result r;
 } fixture;
-
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
 
 /* Runs flashjit with the given arguments (NULL-terminated), FLASHJIT_CACHE_DIR
  * set to env_dir (NULL: unset). */
@@ -57,35 +40,7 @@ static void run_cli(fixture *fx, const char *env_dir, ...)
     for (const char *a; (a = va_arg(ap, const char *)) && argc < 15;) argv[argc++] = a;
     va_end(ap);
     argv[argc] = NULL;
-
-    char out_path[4200], err_path[4200];
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", fx->dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", fx->dir);
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(126);
-        if (env_dir) setenv("FLASHJIT_CACHE_DIR", env_dir, 1);
-        else unsetenv("FLASHJIT_CACHE_DIR");
-        execv(flashjit_path, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    fx->r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    slurp(out_path, fx->r.out, sizeof fx->r.out);
-    slurp(err_path, fx->r.err, sizeof fx->r.err);
-    if (fx->r.status == 127) fail_msg("could not run %s", flashjit_path);
-}
-
-static void expect_status(const fixture *fx, int want)
-{
-    if (fx->r.status != want)
-        fail_msg("exit status %d, expected %d\nstdout:\n%s\nstderr:\n%s", fx->r.status, want,
-                 fx->r.out, fx->r.err);
+    fjt_cli_run(fx->dir, "FLASHJIT_CACHE_DIR", env_dir, argv, &fx->r);
 }
 
 static void expect_out(const fixture *fx, const char *text)
@@ -107,21 +62,11 @@ static int count_lines_with(const char *text, const char *word)
     return n;
 }
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int setup(void **state)
 {
     fixture *fx = calloc(1, sizeof *fx);
     if (!fx) return -1;
-    const char *base = getenv("TMPDIR");
-    snprintf(fx->dir, sizeof fx->dir, "%s/flashjit-test-cache-cli-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(fx->dir)) return -1;
+    if (!fjt_scratch_dir("cache-cli", fx->dir, sizeof fx->dir)) return -1;
     snprintf(fx->cache, sizeof fx->cache, "%s/cache", fx->dir);
     if (mkdir(fx->cache, 0700) != 0) return -1;
     *state = fx;
@@ -131,7 +76,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *fx = *state;
-    int rc = nftw(fx->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    int rc = fjt_remove_tree(fx->dir);
     free(fx);
     return rc;
 }
@@ -162,28 +107,28 @@ static void test_help_and_usage_errors(void **state)
 {
     fixture *fx = *state;
     run_cli(fx, fx->cache, "cache", "--help", NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_out(fx, "list");
     expect_out(fx, "verify");
     static const char *const subs[] = {"list", "stats", "verify", "clear"};
     for (int i = 0; i < 4; i++) {
         run_cli(fx, fx->cache, "cache", subs[i], "--help", NULL);
-        expect_status(fx, 0);
+        fjt_cli_expect_status(&fx->r, 0);
         char usage[64];
         snprintf(usage, sizeof usage, "usage: flashjit cache %s", subs[i]);
         expect_out(fx, usage);
         expect_out(fx, "--dir DIR");
     }
     run_cli(fx, fx->cache, "cache", NULL);
-    expect_status(fx, 2);
+    fjt_cli_expect_status(&fx->r, 2);
     run_cli(fx, fx->cache, "cache", "frobnicate", NULL);
-    expect_status(fx, 2);
+    fjt_cli_expect_status(&fx->r, 2);
     run_cli(fx, fx->cache, "cache", "list", "--bogus", NULL);
-    expect_status(fx, 2);
+    fjt_cli_expect_status(&fx->r, 2);
     run_cli(fx, fx->cache, "cache", "list", "extra", NULL);
-    expect_status(fx, 2);
+    fjt_cli_expect_status(&fx->r, 2);
     run_cli(fx, fx->cache, "cache", "list", "--dir", NULL);
-    expect_status(fx, 2);
+    fjt_cli_expect_status(&fx->r, 2);
 }
 
 static void test_list_stats_verify_clear(void **state)
@@ -198,12 +143,12 @@ static void test_list_stats_verify_clear(void **state)
     fclose(f);
 
     run_cli(fx, NULL, "cache", "list", "--dir", fx->cache, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     assert_int_equal(count_lines_with(fx->r.out, "valid"), 3);
     assert_int_equal(count_lines_with(fx->r.out, "tuning.txt"), 0);
 
     run_cli(fx, NULL, "cache", "stats", "--dir", fx->cache, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     char want[4400];
     snprintf(want, sizeof want, "directory: %s\n", fx->cache);
     expect_out(fx, want);
@@ -212,7 +157,7 @@ static void test_list_stats_verify_clear(void **state)
     expect_out(fx, want);
 
     run_cli(fx, NULL, "cache", "verify", "--dir", fx->cache, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_out(fx, "3 entries");
     expect_out(fx, "all valid");
 
@@ -234,34 +179,34 @@ static void test_list_stats_verify_clear(void **state)
     fclose(f);
 
     run_cli(fx, NULL, "cache", "verify", "--dir", fx->cache, NULL);
-    expect_status(fx, 1);
+    fjt_cli_expect_status(&fx->r, 1);
     snprintf(want, sizeof want, "damaged: %s.%s.fjk: ", name, hex);
     expect_out(fx, want);
     expect_out(fx, "1 of 3 entries");
     assert_int_equal(count_lines_with(fx->r.out, "damaged: "), 1);
 
     run_cli(fx, NULL, "cache", "list", "--dir", fx->cache, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     assert_int_equal(count_lines_with(fx->r.out, "valid"), 2);
     assert_int_equal(count_lines_with(fx->r.out, "DAMAGED"), 1);
     assert_int_equal(count_lines_with(fx->r.out, "temp "), 1);
 
     run_cli(fx, NULL, "cache", "stats", "--dir", fx->cache, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_out(fx, "entries: 3 (2 valid, 1 damaged)");
     expect_out(fx, "temporary files: 1 (4 bytes)");
 
     run_cli(fx, NULL, "cache", "clear", "--dir", fx->cache, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_out(fx, "removed 4 files");
     assert_int_equal(access(tuning, F_OK), 0);
     assert_int_equal(access(temp, F_OK), -1);
 
     run_cli(fx, NULL, "cache", "verify", "--dir", fx->cache, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_out(fx, "0 entries");
     run_cli(fx, NULL, "cache", "list", "--dir", fx->cache, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_out(fx, "no cache files in");
 }
 
@@ -271,7 +216,7 @@ static void test_directory_resolved_like_the_library(void **state)
     fixture *fx = *state;
     store_entries(fx->cache, 2);
     run_cli(fx, fx->cache, "cache", "stats", NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     char want[4400];
     snprintf(want, sizeof want, "directory: %s\n", fx->cache);
     expect_out(fx, want);
@@ -280,7 +225,7 @@ static void test_directory_resolved_like_the_library(void **state)
     char other[4400];
     snprintf(other, sizeof other, "%s/other", fx->dir);
     run_cli(fx, fx->cache, "cache", "stats", "--dir", other, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_out(fx, "entries: 0");
 
     /* an unusable directory is the disk cache being off: an error here */
@@ -291,7 +236,7 @@ static void test_directory_resolved_like_the_library(void **state)
     fclose(f);
     snprintf(under, sizeof under, "%s/cache", file);
     run_cli(fx, NULL, "cache", "list", "--dir", under, NULL);
-    expect_status(fx, 1);
+    fjt_cli_expect_status(&fx->r, 1);
     if (!strstr(fx->r.err, "off")) fail_msg("stderr should say the cache is off: %s", fx->r.err);
 }
 

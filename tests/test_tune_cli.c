@@ -7,7 +7,6 @@
  * written or is not a tuning file) exits 2 or 1 with a message naming the
  * flag, never crashes, and leaves no file or half-written line behind. */
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -17,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "cli_run.h"
 #include "cpu/tiled.h"
 #include "flashjit.h"
 #include "strbuf.h"
@@ -29,31 +28,15 @@
 
 static const char *flashjit_path;
 
-typedef struct cli_result {
-    int status; /* exit status, or -1 when it did not exit (a crash) */
-    char out[32768];
-    char err[8192];
-} cli_result;
-
 typedef struct fixture {
     char dir[4096];  /* scratch */
     char file[4200]; /* the --output of most tests */
-    cli_result r;
+    fjt_cli_result r;
 } fixture;
 
 /* The tiny space most tests tune: one point, two candidates, two runs. */
 #define TINY "--backend", "cpu", "--head-dims", "32", "--seqlens", "256", "--causal", "none", \
              "--dtypes", "f32", "--configs", "q64k128,q128k256", "--repeat", "2", "--warmup", "0"
-
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
 
 /* Runs flashjit tune with the arguments (NULL-terminated); env_tuning set
  * as FLASHJIT_TUNING_FILE when not NULL (else unset). */
@@ -68,35 +51,7 @@ static void run_tune(fixture *fx, const char *env_tuning, ...)
     for (const char *a; (a = va_arg(ap, const char *)) && argc < 63;) argv[argc++] = a;
     va_end(ap);
     argv[argc] = NULL;
-
-    char out_path[4200], err_path[4200];
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", fx->dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", fx->dir);
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(126);
-        if (env_tuning) setenv("FLASHJIT_TUNING_FILE", env_tuning, 1);
-        else unsetenv("FLASHJIT_TUNING_FILE");
-        execv(flashjit_path, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    fx->r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    slurp(out_path, fx->r.out, sizeof fx->r.out);
-    slurp(err_path, fx->r.err, sizeof fx->r.err);
-    if (fx->r.status == 127) fail_msg("could not run %s", flashjit_path);
-}
-
-static void expect_status(const fixture *fx, int want)
-{
-    if (fx->r.status != want)
-        fail_msg("exit status %d, expected %d\nstdout:\n%s\nstderr:\n%s", fx->r.status, want,
-                 fx->r.out, fx->r.err);
+    fjt_cli_run(fx->dir, "FLASHJIT_TUNING_FILE", env_tuning, argv, &fx->r);
 }
 
 static void expect_in(const char *what, const char *text, const char *needle)
@@ -110,19 +65,11 @@ static bool exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static int setup(void **state)
 {
     fixture *fx = calloc(1, sizeof *fx);
     if (!fx) return -1;
-    const char *base = getenv("TMPDIR");
-    snprintf(fx->dir, sizeof fx->dir, "%s/flashjit-test-tune-cli-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(fx->dir)) return -1;
+    if (!fjt_scratch_dir("tune-cli", fx->dir, sizeof fx->dir)) return -1;
     snprintf(fx->file, sizeof fx->file, "%s/tuning.txt", fx->dir);
     *state = fx;
     return 0;
@@ -131,7 +78,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *fx = *state;
-    int rc = nftw(fx->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    int rc = fjt_remove_tree(fx->dir);
     free(fx);
     return rc;
 }
@@ -140,7 +87,7 @@ static int teardown(void **state)
 static fj_tuning *parse_file(const char *path, int want_entries)
 {
     static char text[65536];
-    slurp(path, text, sizeof text);
+    fjt_read_file(path, text, sizeof text);
     fj_tuning *t = NULL;
     fj_strbuf notes;
     fj_strbuf_init(&notes);
@@ -185,7 +132,7 @@ static void test_tune_writes_an_entry_plans_use(void **state)
 {
     fixture *fx = *state;
     run_tune(fx, NULL, TINY, "--output", fx->file, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_in("stdout", fx->r.out, "summary: 1 point tuned");
     expect_in("stdout", fx->r.out, "0 wrong");
 
@@ -222,20 +169,20 @@ static void test_rerun_resumes_and_force_retunes(void **state)
 {
     fixture *fx = *state;
     run_tune(fx, NULL, TINY, "--output", fx->file, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     char before[65536], after[65536];
-    slurp(fx->file, before, sizeof before);
+    fjt_read_file(fx->file, before, sizeof before);
 
     run_tune(fx, NULL, TINY, "--output", fx->file, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_in("stdout", fx->r.out, "skipping d32 f32 nomask 256");
     expect_in("stdout", fx->r.out, "--force re-tunes");
     expect_in("stdout", fx->r.out, "nothing to do");
-    slurp(fx->file, after, sizeof after);
+    fjt_read_file(fx->file, after, sizeof after);
     assert_string_equal(before, after);
 
     run_tune(fx, NULL, TINY, "--output", fx->file, "--force", NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_in("stdout", fx->r.out, "re-tuning d32 f32 nomask 256");
     fj_tuning_free(parse_file(fx->file, 2));
 }
@@ -247,7 +194,7 @@ static void test_default_output_is_the_context_tuning_file(void **state)
     char env_file[4300];
     snprintf(env_file, sizeof env_file, "%s/from-env.txt", fx->dir);
     run_tune(fx, env_file, TINY, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_in("stdout", fx->r.out, env_file);
     fj_tuning_free(parse_file(env_file, 1));
 }
@@ -265,9 +212,9 @@ static void test_cut_short_last_line_does_not_swallow_the_entry(void **state)
           f);
     fclose(f);
     run_tune(fx, NULL, TINY, "--output", fx->file, NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     static char text[65536];
-    slurp(fx->file, text, sizeof text);
+    fjt_read_file(fx->file, text, sizeof text);
     fj_tuning *t = NULL;
     fj_strbuf notes;
     fj_strbuf_init(&notes);
@@ -333,17 +280,17 @@ static void test_unusable_output_exits_1_naming_output(void **state)
     char missing[4300];
     snprintf(missing, sizeof missing, "%s/no/such/dir/t.txt", fx->dir);
     run_tune(fx, NULL, TINY, "--output", missing, NULL);
-    expect_status(fx, 1);
+    fjt_cli_expect_status(&fx->r, 1);
     expect_in("stderr", fx->r.err, "--output");
     expect_in("stderr", fx->r.err, "cannot create it");
     assert_false(exists(missing));
 
     run_tune(fx, NULL, TINY, "--output", fx->dir, NULL);
-    expect_status(fx, 1);
+    fjt_cli_expect_status(&fx->r, 1);
     expect_in("stderr", fx->r.err, "not a regular file");
 
     run_tune(fx, NULL, TINY, "--output", "", NULL);
-    expect_status(fx, 2);
+    fjt_cli_expect_status(&fx->r, 2);
     expect_in("stderr", fx->r.err, "--output needs a file name");
 
     /* Someone's file that is not a tuning file is never appended to. */
@@ -352,10 +299,10 @@ static void test_unusable_output_exits_1_naming_output(void **state)
     fputs("my notes\n", f);
     fclose(f);
     run_tune(fx, NULL, TINY, "--output", fx->file, NULL);
-    expect_status(fx, 1);
+    fjt_cli_expect_status(&fx->r, 1);
     expect_in("stderr", fx->r.err, "not a flashjit tuning file");
     char text[256];
-    slurp(fx->file, text, sizeof text);
+    fjt_read_file(fx->file, text, sizeof text);
     assert_string_equal(text, "my notes\n");
 }
 
@@ -363,7 +310,7 @@ static void test_help(void **state)
 {
     fixture *fx = *state;
     run_tune(fx, NULL, "--help", NULL);
-    expect_status(fx, 0);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_in("stdout", fx->r.out, "usage: flashjit tune");
     expect_in("stdout", fx->r.out, "--batch-heads N");
 }

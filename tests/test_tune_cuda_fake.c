@@ -9,7 +9,6 @@
  * wrong; with NVRTC failing, every candidate is pruned. Either way the run
  * fails and writes nothing. */
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -25,6 +24,7 @@
 #include <cmocka.h>
 
 #include "cli.h"
+#include "cli_run.h"
 #include "cpu/convert.h"
 #include "cuda/cuda_api.h"
 #include "cuda/fake_driver.h"
@@ -159,19 +159,11 @@ static void expect_rc(const fixture *fx, int rc, int want)
     if (rc != want) fail_msg("cmd_tune returned %d, expected %d\nstdout:\n%s\nstderr:\n%s", rc, want, fx->out, fx->err);
 }
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static int setup(void **state)
 {
     fixture *fx = calloc(1, sizeof *fx);
     if (!fx) return -1;
-    const char *base = getenv("TMPDIR");
-    snprintf(fx->dir, sizeof fx->dir, "%s/flashjit-test-tune-fake-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(fx->dir)) return -1;
+    if (!fjt_scratch_dir("tune-fake", fx->dir, sizeof fx->dir)) return -1;
     snprintf(fx->file, sizeof fx->file, "%s/tuning.txt", fx->dir);
     snprintf(fx->cache, sizeof fx->cache, "%s/cache", fx->dir);
     setenv("FLASHJIT_CACHE_DIR", fx->cache, 1);
@@ -187,7 +179,7 @@ static int teardown(void **state)
 {
     fixture *fx = *state;
     fj_cuda_api_override(NULL);
-    int rc = nftw(fx->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    int rc = fjt_remove_tree(fx->dir);
     free(fx);
     return rc;
 }
