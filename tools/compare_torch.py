@@ -10,7 +10,6 @@ usage: compare_torch.py [--lib build/libflashjit.so] [--grid prefill|extra|decod
                         [--dtypes bf16,fp16] [--json FILE] [--backends math,efficient,flash,cudnn]
 """
 import argparse
-import ctypes
 import json
 import math
 import os
@@ -20,68 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-FJ_F16, FJ_BF16 = 1, 2
-FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT = 0, 1
-
-
-class Desc(ctypes.Structure):
-    _fields_ = [("batch", ctypes.c_int), ("heads_q", ctypes.c_int), ("heads_kv", ctypes.c_int),
-                ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int), ("head_dim", ctypes.c_int),
-                ("dtype", ctypes.c_int), ("causal", ctypes.c_int),
-                ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
-                ("scale", ctypes.c_float),
-                ("q_stride", ctypes.c_int64 * 3), ("k_stride", ctypes.c_int64 * 3),
-                ("v_stride", ctypes.c_int64 * 3), ("o_stride", ctypes.c_int64 * 3)]
-
-
-class Flashjit:
-    def __init__(self, path):
-        lib = ctypes.CDLL(path)
-        lib.fj_last_error.restype = ctypes.c_char_p
-        lib.fj_status_name.restype = ctypes.c_char_p
-        lib.fj_context_describe.restype = ctypes.c_char_p
-        lib.fj_plan_describe.restype = ctypes.c_char_p
-        lib.fj_plan_execute.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_void_p]
-        self.lib = lib
-        self.ctx = ctypes.c_void_p()
-        self.check(lib.fj_context_create(None, ctypes.byref(self.ctx)), "fj_context_create")
-        lib.fj_context_backend.argtypes = [ctypes.c_void_p]
-        if lib.fj_context_backend(self.ctx) != 3:
-            sys.exit("flashjit did not choose CUDA here:\n" + self.describe())
-
-    def describe(self):
-        self.lib.fj_context_describe.argtypes = [ctypes.c_void_p]
-        return self.lib.fj_context_describe(self.ctx).decode()
-
-    def check(self, status, what):
-        if status:
-            raise RuntimeError("%s: %s: %s" % (what, self.lib.fj_status_name(status).decode(),
-                                                self.lib.fj_last_error().decode()))
-
-    def plan(self, q, k, v, causal):
-        b, hq, sq, d = q.shape
-        _, hkv, sk, _ = k.shape
-        desc = Desc()
-        self.lib.fj_attention_desc_init(ctypes.byref(desc), b, hq, hkv, sq, sk, d,
-                                        FJ_BF16 if q.dtype == torch.bfloat16 else FJ_F16)
-        desc.causal = FJ_CAUSAL_BOTTOM_RIGHT if causal else FJ_CAUSAL_NONE
-        for name, t in (("q_stride", q), ("k_stride", k), ("v_stride", v), ("o_stride", q)):
-            st = t.stride()  # [b, h, s, d] tensor -> flashjit (batch, seq, head)
-            getattr(desc, name)[:] = (st[0], st[2], st[1])
-        plan = ctypes.c_void_p()
-        self.check(self.lib.fj_plan_create(self.ctx, ctypes.byref(desc), ctypes.byref(plan)),
-                   "fj_plan_create")
-        self.lib.fj_plan_describe.argtypes = [ctypes.c_void_p]
-        kernel = ""
-        for line in self.lib.fj_plan_describe(plan).decode().splitlines():
-            if line.startswith("kernel: "):
-                kernel = line[8:]
-        return plan, kernel
-
-    def run(self, plan, q, k, v, o):
-        stream = torch.cuda.current_stream().cuda_stream
-        self.check(self.lib.fj_plan_execute(plan, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                            o.data_ptr(), None, stream), "fj_plan_execute")
+from flashjit_ctypes import FJ_BACKEND_CUDA, FJ_BF16, FJ_F16, Library
 
 
 def _per_call_ms(fn, n):
@@ -159,7 +97,10 @@ def main():
     ap.add_argument("--backends", default="efficient,flash,cudnn")
     ap.add_argument("--json")
     args = ap.parse_args()
-    fj = Flashjit(args.lib)
+    fj = Library(args.lib)
+    if fj.backend() != FJ_BACKEND_CUDA:
+        sys.exit("flashjit did not choose CUDA here:\n" + fj.describe())
+    stream = torch.cuda.current_stream().cuda_stream
     torch.manual_seed(0)
     results = []
     names = [n for n in args.backends.split(",") if n]
@@ -179,14 +120,15 @@ def main():
             row = {"dtype": dt, "batch": b, "heads_q": hq, "heads_kv": hkv, "seqlen_q": sq,
                    "seqlen_k": sk, "head_dim": d, "causal": causal, "unit": "TB/s" if decode else "TFLOP/s"}
             try:
-                plan, kernel = fj.plan(q, k, v, causal)
-                ms = time_ms(lambda: fj.run(plan, q, k, v, o))
-                fj.run(plan, q, k, v, o)
+                plan, kernel = fj.plan(q, k, v, causal, FJ_BF16 if dtype == torch.bfloat16 else FJ_F16)
+                ms = time_ms(lambda: fj.execute(plan, q, k, v, o, stream))
+                fj.execute(plan, q, k, v, o, stream)
                 torch.cuda.synchronize()
                 ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
                                                      enable_gqa=hq != hkv) if sq * sk * b * hq <= 2**31 else None
                 err = ((o.float() - ref).norm() / ref.norm()).item() if ref is not None else float("nan")
                 row.update(flashjit_ms=ms, flashjit=rate(ms), rel_err=err, kernel=kernel)
+                fj.destroy(plan)  # a split-KV plan holds its partials workspace
             except Exception as e:
                 row.update(flashjit=None, error=str(e)[:200], kernel="")
             for n in names:

@@ -13,15 +13,13 @@ usage: compare_torch_cpu.py [--lib build/libflashjit.so] [--threads N] [--rounds
                             [--reference] [--grid cpu|smoke] [--json FILE]
 """
 import argparse
-import ctypes
 import json
 import os
 import statistics
 import sys
 import time
 
-FJ_F32, FJ_F16, FJ_BF16 = 0, 1, 2
-FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT = 0, 1
+from flashjit_ctypes import FJ_BF16, FJ_F16, FJ_F32, Library
 
 
 def grid(name):
@@ -61,10 +59,16 @@ def main():
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(args.threads)
-    fj = Flashjit(args.lib, args.threads)
+    fj = Library(args.lib)
+    if "%d threads" % args.threads not in fj.describe():
+        sys.exit("flashjit's CPU worker count is not %d (set --threads to the core count):\n%s"
+                 % (args.threads, fj.describe()))
+    fj_dtype = {torch.float32: FJ_F32, torch.float16: FJ_F16, torch.bfloat16: FJ_BF16}
     torch.manual_seed(0)
+    backend = [line for line in fj.describe().splitlines() if line.startswith("backend:")]
     print("flashjit %s, torch %s, %d threads, median of %d rounds"
-          % (fj.backend_line(), torch.__version__, args.threads, args.rounds))
+          % (backend[0][len("backend:"):].strip() if backend else "?", torch.__version__,
+             args.threads, args.rounds))
     print("%-40s %10s %10s %9s %9s %8s %9s" % ("shape", "fj ms", "torch ms", "fj GF/s",
                                                "torch GF/s", "fj/torch", "err"))
     results = []
@@ -74,10 +78,10 @@ def main():
         k = torch.randn(b, hkv, sk, d, dtype=dtype)
         v = torch.randn(b, hkv, sk, d, dtype=dtype)
         o = torch.full_like(q, float("nan"))
-        plan = fj.plan(q, k, v, causal)
+        plan, _ = fj.plan(q, k, v, causal, fj_dtype[dtype])
         gqa = hq != hkv
         torch_fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
-        fj_fn = lambda: fj.run(plan, q, k, v, o)
+        fj_fn = lambda: fj.execute(plan, q, k, v, o, None)
         fj_fn()
         torch_fn()
         t_fj, t_torch = [], []
@@ -102,68 +106,6 @@ def main():
         with open(args.json, "w") as fh:
             json.dump({"torch": torch.__version__, "threads": args.threads, "rows": results}, fh,
                       indent=1)
-
-
-class Desc(ctypes.Structure):
-    _fields_ = [("batch", ctypes.c_int), ("heads_q", ctypes.c_int), ("heads_kv", ctypes.c_int),
-                ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int), ("head_dim", ctypes.c_int),
-                ("dtype", ctypes.c_int), ("causal", ctypes.c_int),
-                ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
-                ("scale", ctypes.c_float),
-                ("q_stride", ctypes.c_int64 * 3), ("k_stride", ctypes.c_int64 * 3),
-                ("v_stride", ctypes.c_int64 * 3), ("o_stride", ctypes.c_int64 * 3)]
-
-
-class Flashjit:
-    def __init__(self, path, threads):
-        lib = ctypes.CDLL(path)
-        lib.fj_last_error.restype = ctypes.c_char_p
-        lib.fj_status_name.restype = ctypes.c_char_p
-        lib.fj_context_describe.restype = ctypes.c_char_p
-        lib.fj_context_describe.argtypes = [ctypes.c_void_p]
-        lib.fj_plan_execute.argtypes = [ctypes.c_void_p] * 7
-        lib.fj_plan_destroy.argtypes = [ctypes.c_void_p]
-        self.lib = lib
-        self.ctx = ctypes.c_void_p()
-        self.check(lib.fj_context_create(None, ctypes.byref(self.ctx)), "fj_context_create")
-        text = self.lib.fj_context_describe(self.ctx).decode()
-        if "%d threads" % threads not in text:
-            sys.exit("flashjit's CPU worker count is not %d (set --threads to the core count):\n%s"
-                     % (threads, text))
-
-    def backend_line(self):
-        for line in self.lib.fj_context_describe(self.ctx).decode().splitlines():
-            if line.startswith("backend:"):
-                return line[len("backend:"):].strip()
-        return "?"
-
-    def check(self, status, what):
-        if status:
-            raise RuntimeError("%s: %s: %s" % (what, self.lib.fj_status_name(status).decode(),
-                                                self.lib.fj_last_error().decode()))
-
-    def plan(self, q, k, v, causal):
-        import torch
-        b, hq, sq, d = q.shape
-        _, hkv, sk, _ = k.shape
-        dtype = {torch.float32: FJ_F32, torch.float16: FJ_F16, torch.bfloat16: FJ_BF16}[q.dtype]
-        desc = Desc()
-        self.lib.fj_attention_desc_init(ctypes.byref(desc), b, hq, hkv, sq, sk, d, dtype)
-        desc.causal = FJ_CAUSAL_BOTTOM_RIGHT if causal else FJ_CAUSAL_NONE
-        for name, t in (("q_stride", q), ("k_stride", k), ("v_stride", v), ("o_stride", q)):
-            st = t.stride()  # [b, h, s, d] tensor -> flashjit (batch, seq, head)
-            getattr(desc, name)[:] = (st[0], st[2], st[1])
-        plan = ctypes.c_void_p()
-        self.check(self.lib.fj_plan_create(self.ctx, ctypes.byref(desc), ctypes.byref(plan)),
-                   "fj_plan_create")
-        return plan
-
-    def run(self, plan, q, k, v, o):
-        self.check(self.lib.fj_plan_execute(plan, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                            o.data_ptr(), None, None), "fj_plan_execute")
-
-    def destroy(self, plan):
-        self.lib.fj_plan_destroy(plan)
 
 
 if __name__ == "__main__":
