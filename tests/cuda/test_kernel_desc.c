@@ -355,35 +355,34 @@ static void test_gqa_pack_rules(void **state)
     assert_int_equal(q.seqlen_q, 17); /* a copy when not packed */
 }
 
+/* The sm_90 kernel chosen for p has these tiles; returns it. */
+static fj_kernel_desc expect_tiles(const fj_problem *p, const char *want)
+{
+    fj_kernel_desc k;
+    char tiles[32];
+    assert_int_equal(fj_kernel_desc_for_problem(p, 90, &k), FJ_OK);
+    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
+    assert_string_equal(tiles, want);
+    return k;
+}
+
 static void test_decode_tiles(void **state)
 {
     (void)state;
-    fj_kernel_desc k;
-    char tiles[32];
     /* one query of an MHA head, and GQA 32:8 packed to 4 rows: decode tiles */
     fj_problem p = gqa_problem(32, 32, 1, FJ_CAUSAL_NONE, -1, false);
-    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
-    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
-    assert_string_equal(tiles, "m32n32w2s2");
+    expect_tiles(&p, "m32n32w2s2");
     p = gqa_problem(32, 8, 1, FJ_CAUSAL_BOTTOM_RIGHT, -1, false);
-    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
-    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
-    assert_string_equal(tiles, "m32n32w2s2");
+    fj_kernel_desc k = expect_tiles(&p, "m32n32w2s2");
     assert_int_equal(k.mask, FJ_MASK_NONE); /* the packed problem's */
     /* masks that hide something keep the prefill tiles */
     p = gqa_problem(32, 8, 1, FJ_CAUSAL_TOP_LEFT, -1, false);
-    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
-    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
-    assert_string_equal(tiles, "m128n64w4s2");
+    expect_tiles(&p, "m128n64w4s2");
     p = gqa_problem(32, 32, 1, FJ_CAUSAL_NONE, 100, false);
-    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
-    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
-    assert_string_equal(tiles, "m128n64w4s2");
+    expect_tiles(&p, "m128n64w4s2");
     /* 16 queries of 4 heads packed are 64 rows: the prefill tiles */
     p = gqa_problem(32, 8, 16, FJ_CAUSAL_NONE, -1, true);
-    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
-    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
-    assert_string_equal(tiles, "m128n64w4s2");
+    expect_tiles(&p, "m128n64w4s2");
     /* decode tiles at head dim 256: four warps (one would spill), and they
        fit every arch */
     fj_attention_desc d;
