@@ -83,8 +83,9 @@ fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kern
 int fj_kernel_desc_tiles_name(const fj_kernel_desc *k, char *buf, size_t n);
 fj_status fj_kernel_desc_parse_tiles(const char *tiles, fj_kernel_desc *k);
 
-/* Warps of the split-KV combine kernel: one query row per warp. */
-#define FJ_COMBINE_WARPS 4
+/* Warps of the split-KV combine kernel's block, which merges one query row:
+   the warps share out its splits. */
+#define FJ_COMBINE_WARPS 8
 
 /* The combine kernel for the split-KV kernel k: same head dim, dtype, mask
  * and arch; the combine template uses warps only, so its tile fields are

@@ -242,7 +242,7 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
     cp->num_splits = splits;
     cp->grid[2] = (unsigned)(p->batch * splits);
     cp->smem = cp->kernel->dyn_smem;
-    cp->combine_grid[0] = (unsigned)((p->seqlen_q + FJ_COMBINE_WARPS - 1) / FJ_COMBINE_WARPS);
+    cp->combine_grid[0] = (unsigned)p->seqlen_q; /* one block per query row */
     cp->combine_grid[1] = (unsigned)p->heads_q;
     cp->combine_grid[2] = (unsigned)p->batch;
     snprintf(cp->launch_what, sizeof cp->launch_what, "cuLaunchKernel(%s)", cp->kernel->name);

@@ -368,7 +368,7 @@ static void test_split_kv_launches(void **state)
     fake_launch l = fake_last_launch(); /* the combine kernel */
     /* GQA-packed: 8 kv heads of 4 rows (the 4 query heads of each) */
     assert_contains(desc, "GQA packing: the 4 query heads of each kv head");
-    assert_int_equal(l.grid[0], 1);
+    assert_int_equal(l.grid[0], 4); /* one combine block per (packed) query row */
     assert_int_equal(l.grid[1], 8);
     assert_int_equal(l.grid[2], 1);
     assert_int_equal(l.params.heads_q, 8);
@@ -376,7 +376,7 @@ static void test_split_kv_launches(void **state)
     assert_int_equal(l.params.seqlen_q, 4);
     assert_int_equal(l.params.q_stride[1], 128); /* one query head to the next */
     assert_int_equal(l.params.q_stride[2], 4 * 128);
-    assert_int_equal(l.block[0], 128);
+    assert_int_equal(l.block[0], 32 * FJ_COMBINE_WARPS);
     assert_int_equal(l.smem, 0);
     int splits = l.params.num_splits;
     assert_true(splits >= 2 && splits <= 4096 / 32 / 4); /* >= 4 tiles of 32 keys each */
