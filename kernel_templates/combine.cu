@@ -6,7 +6,8 @@
  *           (lse_partial)
  * and the full row is
  *   lse = ln(sum_s exp(lse_s)),   O = sum_s exp(lse_s - lse) O_s,
- * evaluated with the largest lse_s subtracted first so nothing overflows.
+ * evaluated as a running (max, sum) merge, like the online softmax, so
+ * nothing overflows and each partial is read once.
  * Splits with lse_s = -inf weigh exactly 0; a row no split saw gives O = 0
  * and lse = -inf, as the unsplit kernel does.
  *
@@ -14,9 +15,10 @@
  * shared memory only. Launch: grid (seqlen_q, heads_q, batch), block
  * 32 * FJ_WARPS; one block per query row. The splits of a row are spread
  * over the warps and each warp keeps UNROLL splits' loads in flight, each lane
- * owning 4-float chunks of the head dim; the warps' sums meet in shared
- * memory. (One warp walking all splits in turn waited one memory latency per
- * split: with 128 splits that was most of a batch-1 decode call.) Host
+ * owning 4-float chunks of the head dim; the warps' (max, sum, O) meet in
+ * shared memory. (One warp walking all splits in turn, after two passes over
+ * the lse values, waited one memory latency per split: with 128 splits that
+ * was most of a batch-1 decode call.) Host
  * contract as for flash_fwd.cu (o base and strides multiples of 8 elements;
  * o_partial 16-byte aligned).
  */
@@ -27,7 +29,7 @@ constexpr int D = FJ_HEAD_DIM;
 constexpr int C4 = D / 4;             /* float4 chunks of a row */
 constexpr int CPL = (C4 + 31) / 32;   /* chunks per lane */
 constexpr int THREADS = 32 * FJ_WARPS;
-constexpr int UNROLL = 4;             /* splits per warp with loads in flight */
+constexpr int UNROLL = 8;             /* splits per warp with loads in flight */
 static_assert(D % 8 == 0 && D >= 8 && D <= 256, "FJ_HEAD_DIM must be a multiple of 8 in 8..256");
 static_assert(FJ_WARPS >= 1 && FJ_WARPS <= 32, "FJ_WARPS must be in 1..32");
 
@@ -59,27 +61,13 @@ __device__ __forceinline__ float warp_sum(float x)
     return x;
 }
 
-/* The block's max (MAX) or sum of x, in every thread. */
-template <bool MAX>
-__device__ __forceinline__ float block_reduce(float x, float *scratch)
-{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    x = MAX ? warp_max(x) : warp_sum(x);
-    if (lane == 0) scratch[warp] = x;
-    __syncthreads();
-    float y = lane < FJ_WARPS ? scratch[lane] : (MAX ? FJ_NEG_INF : 0.f);
-    y = MAX ? warp_max(y) : warp_sum(y);
-    __syncthreads(); /* scratch is reused by the next call */
-    return y;
-}
-
 } /* namespace fjc */
 
 extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_fwd_params p)
 {
     using namespace fjc;
-    __shared__ float scratch[FJ_WARPS];
-    __shared__ float4 sums[FJ_WARPS][C4];
+    __shared__ float warp_m[FJ_WARPS], warp_l[FJ_WARPS];
+    __shared__ float4 warp_o[FJ_WARPS][C4];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
 
@@ -88,73 +76,95 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
     const int ns = p.num_splits;
     const float *lse_row = p.lse_partial + row;
 
-    float mx = FJ_NEG_INF;
-    for (int s = tid; s < ns; s += THREADS) mx = fmaxf(mx, ld_global_f(lse_row + s * split_rows));
-    mx = block_reduce<true>(mx, scratch);
-
-    float lse = FJ_NEG_INF;
+    /* One pass per warp, an online merge in base 2 like the softmax itself:
+       m = the largest lse seen (log2 units), l = sum of 2^(lse_s - m) and
+       acc = sum of 2^(lse_s - m) O_s over this warp's splits. Every lane
+       loads the same lse values, so m, l and the branches are warp-uniform. */
+    float m = FJ_NEG_INF, l = 0.f;
     float acc[CPL][4];
 #pragma unroll
     for (int k = 0; k < CPL; ++k)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[k][e] = 0.f;
-
-    if (mx != FJ_NEG_INF) { /* uniform: every thread has the block's max */
-        float sum = 0.f;
-        for (int s = tid; s < ns; s += THREADS)
-            sum += fj_exp2((ld_global_f(lse_row + s * split_rows) - mx) * FJ_LOG2E);
-        sum = block_reduce<false>(sum, scratch); /* >= 1: the largest split gives exp(0) */
-        lse = mx + fj_log2(sum) * FJ_LN2;
-        for (int s0 = warp; s0 < ns; s0 += FJ_WARPS * UNROLL) {
-            /* all loads of UNROLL splits first, then their sums */
-            float w[UNROLL], v[UNROLL][CPL][4];
+    for (int s0 = warp; s0 < ns; s0 += FJ_WARPS * UNROLL) {
+        /* all loads of UNROLL splits first, then their sums */
+        float x[UNROLL], v[UNROLL][CPL][4];
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const int s = s0 + u * FJ_WARPS;
-                w[u] = 0.f;
-                if (s < ns) {
-                    w[u] = fj_exp2((ld_global_f(lse_row + s * split_rows) - lse) * FJ_LOG2E);
-                    const float *src = p.o_partial + (s * split_rows + row) * D;
+        for (int u = 0; u < UNROLL; ++u) {
+            const int s = s0 + u * FJ_WARPS;
+            x[u] = FJ_NEG_INF;
+            if (s < ns) {
+                x[u] = ld_global_f(lse_row + s * split_rows) * FJ_LOG2E;
+                const float *src = p.o_partial + (s * split_rows + row) * D;
 #pragma unroll
-                    for (int k = 0; k < CPL; ++k) {
-                        const int c = lane + 32 * k;
-                        if (C4 % 32 == 0 || c < C4) ld_global_f4(src + 4 * c, v[u][k]);
-                    }
+                for (int k = 0; k < CPL; ++k) {
+                    const int c = lane + 32 * k;
+                    if (C4 % 32 == 0 || c < C4) ld_global_f4(src + 4 * c, v[u][k]);
                 }
             }
+        }
+        float m_new = m;
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                /* an empty split (or one that underflows) adds nothing; the
-                   select also keeps its values out when w is 0 */
-                if (w[u] == 0.f) continue;
+        for (int u = 0; u < UNROLL; ++u) m_new = fmaxf(m_new, x[u]);
+        if (m_new == FJ_NEG_INF) continue; /* only empty splits so far */
+        const float alpha = fj_exp2(m - m_new); /* 0 while m is -inf */
+        m = m_new;
+        l *= alpha;
 #pragma unroll
-                for (int k = 0; k < CPL; ++k)
+        for (int k = 0; k < CPL; ++k)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[k][e] = fmaf(w[u], v[u][k][e], acc[k][e]);
-            }
+            for (int e = 0; e < 4; ++e) acc[k][e] *= alpha;
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            /* an empty split (lse -inf, or one that underflows) adds nothing;
+               skipping it also keeps its values out */
+            const float w = fj_exp2(x[u] - m);
+            if (w == 0.f) continue;
+            l += w;
+#pragma unroll
+            for (int k = 0; k < CPL; ++k)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[k][e] = fmaf(w, v[u][k][e], acc[k][e]);
         }
     }
 
+    if (lane == 0) {
+        warp_m[warp] = m;
+        warp_l[warp] = l;
+    }
 #pragma unroll
     for (int k = 0; k < CPL; ++k) {
         const int c = lane + 32 * k;
-        if (C4 % 32 == 0 || c < C4) sums[warp][c] = make_float4(acc[k][0], acc[k][1], acc[k][2], acc[k][3]);
+        if (C4 % 32 == 0 || c < C4)
+            warp_o[warp][c] = make_float4(acc[k][0], acc[k][1], acc[k][2], acc[k][3]);
     }
     __syncthreads();
 
+    /* The warps' results, each weighed by 2^(m_w - M) for the row's largest
+       m_w = M; a row no split saw (M = -inf) gives O = 0 and lse = -inf. */
+    float mx = FJ_NEG_INF;
+#pragma unroll
+    for (int w = 0; w < FJ_WARPS; ++w) mx = fmaxf(mx, warp_m[w]);
+    float scale[FJ_WARPS], total = 0.f;
+#pragma unroll
+    for (int w = 0; w < FJ_WARPS; ++w) {
+        scale[w] = mx == FJ_NEG_INF ? 0.f : fj_exp2(warp_m[w] - mx);
+        total += scale[w] * warp_l[w];
+    }
+    const float inv = total > 0.f ? fj_rcp(total) : 0.f; /* total >= 1 when any split saw keys */
     fj_elem *dst = (fj_elem *)p.o + (b * p.o_stride[0] + (long long)i * p.o_stride[1] +
                                      h * p.o_stride[2]);
     for (int c = tid; c < C4; c += THREADS) {
-        float4 t = sums[0][c];
+        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-        for (int w = 1; w < FJ_WARPS; ++w) {
-            const float4 u = sums[w][c];
-            t.x += u.x;
-            t.y += u.y;
-            t.z += u.z;
-            t.w += u.w;
+        for (int w = 0; w < FJ_WARPS; ++w) {
+            const float4 u = warp_o[w][c];
+            t.x = fmaf(scale[w], u.x, t.x);
+            t.y = fmaf(scale[w], u.y, t.y);
+            t.z = fmaf(scale[w], u.z, t.z);
+            t.w = fmaf(scale[w], u.w, t.w);
         }
-        fj_st_global_v2(dst + 4 * c, fj_pack2(t.x, t.y), fj_pack2(t.z, t.w));
+        fj_st_global_v2(dst + 4 * c, fj_pack2(t.x * inv, t.y * inv), fj_pack2(t.z * inv, t.w * inv));
     }
-    if (p.lse && tid == 0) p.lse[row] = lse;
+    if (p.lse && tid == 0) p.lse[row] = total > 0.f ? (mx + fj_log2(total)) * FJ_LN2 : FJ_NEG_INF;
 }

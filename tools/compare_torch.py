@@ -14,12 +14,18 @@ import json
 import math
 import os
 import sys
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashjit_ctypes import FJ_BACKEND_CUDA, FJ_BF16, FJ_F16, Library
+
+
+# An empty graph means the calls ran outside the capture and the timing would
+# be of nothing: make torch's warning an error.
+warnings.filterwarnings("error", message="The CUDA Graph is empty")
 
 
 def _per_call_ms(fn, n):
@@ -100,7 +106,6 @@ def main():
     fj = Library(args.lib)
     if fj.backend() != FJ_BACKEND_CUDA:
         sys.exit("flashjit did not choose CUDA here:\n" + fj.describe())
-    stream = torch.cuda.current_stream().cuda_stream
     torch.manual_seed(0)
     results = []
     names = [n for n in args.backends.split(",") if n]
@@ -121,8 +126,11 @@ def main():
                    "seqlen_k": sk, "head_dim": d, "causal": causal, "unit": "TB/s" if decode else "TFLOP/s"}
             try:
                 plan, kernel = fj.plan(q, k, v, causal, FJ_BF16 if dtype == torch.bfloat16 else FJ_F16)
-                ms = time_ms(lambda: fj.execute(plan, q, k, v, o, stream))
-                fj.execute(plan, q, k, v, o, stream)
+                # the stream current at each call: inside time_ms's capture it is
+                # the capturing stream, and a launch elsewhere would leave the graph empty
+                run = lambda: fj.execute(plan, q, k, v, o, torch.cuda.current_stream().cuda_stream)
+                ms = time_ms(run)
+                run()
                 torch.cuda.synchronize()
                 ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
                                                      enable_gqa=hq != hkv) if sq * sk * b * hq <= 2**31 else None

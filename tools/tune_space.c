@@ -41,9 +41,11 @@ static void default_candidates(tune_space *s, bool cuda)
                         snprintf(s->configs[s->n_configs++], TUNE_CONFIG_LEN, "m%dn%dw%ds%d",
                                  m[a], n[b], w[c], st[d]);
         /* Decode-sized tiles (the decode heuristic's and its neighbours):
-           one or two warps of 16 rows, for the decode bucket's few rows;
+           one or two warps of 16 rows, for the decode bucket's few rows,
+           with deeper pipelines for one warp (more K/V bytes in flight);
            on prefill points they lose and, being slow, get only a few runs. */
-        static const char *const small[] = {"m16n32w1s2", "m16n64w1s2", "m32n32w2s2",
+        static const char *const small[] = {"m16n32w1s2", "m16n64w1s2", "m16n32w1s3",
+                                            "m16n32w1s4", "m16n64w1s3", "m32n32w2s2",
                                             "m32n64w2s2", "m32n32w2s3"};
         for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
             snprintf(s->configs[s->n_configs++], TUNE_CONFIG_LEN, "%s", small[i]);
