@@ -31,15 +31,18 @@
 /* Split-KV (flash-decoding): when the grid of one block per (query tile,
  * head, batch) would leave the SMs idle, the keys of each row are split over
  * num_splits blocks that write float partials, and a combine kernel merges
- * them with their lse weights. Splits are sized so the grid fills
- * SPLIT_WAVES waves of resident blocks, with at least SPLIT_MIN_TILES key
- * tiles per split (fewer would spend more on partials than they save), and
- * the partials workspace within SPLIT_MAX_WORKSPACE bytes. */
-#define SPLIT_WAVES 2
+ * them with their lse weights. The split count minimises a simple model of
+ * the kernel's time: waves of resident blocks times the work of one block,
+ * its key tiles plus SPLIT_FIXED_TILES of fixed cost (Q load, pipeline fill,
+ * partials), so a count that leaves a nearly empty last wave loses to one
+ * that fills whole waves. Each split keeps at least SPLIT_MIN_TILES key tiles
+ * and the partials workspace stays within SPLIT_MAX_WORKSPACE bytes. (The
+ * first rule, "fill two waves", gave 9 splits for 64 blocks in 264 slots:
+ * three waves, the last 18 % full.) */
+#define SPLIT_FIXED_TILES 2
 #define SPLIT_MIN_TILES 4
-/* Tried 256 for batch-1 GQA decode (32 query heads packed into 8 blocks,
-   1024 blocks at 128 splits): b1 h32/8 sk32768 went from 1.59 to 1.44 TB/s
-   on the H200, so more, shorter splits are not what limits it. */
+/* 256 was tried for batch-1 GQA decode when the combine kernel walked the
+   splits one at a time, and was slower; not retried since. */
 #define SPLIT_MAX 128
 #define SPLIT_MAX_WORKSPACE ((size_t)256 << 20)
 
@@ -213,17 +216,30 @@ static fj_status choose_tiles(const fj_context *ctx, const fj_problem *p, const 
 static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kernel_desc *k,
                          int blocks_per_sm)
 {
-    int64_t blocks = (int64_t)cp->grid[0] * cp->grid[1] * cp->grid[2];
-    int64_t want = (int64_t)SPLIT_WAVES * blocks_per_sm * cp->cuda->sm_count;
-    if (blocks >= want) return 1;
-    int64_t tiles = (p->seqlen_k + (int64_t)k->block_n - 1) / k->block_n;
-    int64_t splits = (want + blocks - 1) / blocks;
-    if (splits > tiles / SPLIT_MIN_TILES) splits = tiles / SPLIT_MIN_TILES;
-    if (splits > SPLIT_MAX) splits = SPLIT_MAX;
-    if (splits * p->batch > GRID_YZ_MAX) splits = GRID_YZ_MAX / p->batch;
-    size_t per_split = (size_t)p->batch * p->heads_q * p->seqlen_q * (k->head_dim + 1) * sizeof(float);
-    while (splits > 1 && per_split * (size_t)splits > SPLIT_MAX_WORKSPACE) splits--;
-    return splits < 2 ? 1 : (int)splits;
+    const int64_t blocks = (int64_t)cp->grid[0] * cp->grid[1] * cp->grid[2];
+    const int64_t slots = (int64_t)blocks_per_sm * cp->cuda->sm_count;
+    const int64_t tiles = (p->seqlen_k + (int64_t)k->block_n - 1) / k->block_n;
+    int64_t most = tiles / SPLIT_MIN_TILES;
+    if (most > SPLIT_MAX) most = SPLIT_MAX;
+    if (most * p->batch > GRID_YZ_MAX) most = GRID_YZ_MAX / p->batch;
+    const size_t per_split =
+        (size_t)p->batch * p->heads_q * p->seqlen_q * (k->head_dim + 1) * sizeof(float);
+    while (most > 1 && per_split * (size_t)most > SPLIT_MAX_WORKSPACE) most--;
+    if (blocks >= slots || most < 2 || slots < 1) return 1;
+    /* time(s) = waves(s) * (tiles / s + fixed), compared as a fraction
+       without rounding: waves * (tiles + fixed * s) / s; ties keep fewer
+       splits (less partial traffic, a cheaper combine) */
+    int64_t best = 1, best_num = tiles + SPLIT_FIXED_TILES, best_den = 1; /* one wave */
+    for (int64_t sp = 2; sp <= most; sp++) {
+        const int64_t waves = (blocks * sp + slots - 1) / slots;
+        const int64_t num = waves * (tiles + SPLIT_FIXED_TILES * sp), den = sp;
+        if (num * best_den < best_num * den) {
+            best = sp;
+            best_num = num;
+            best_den = den;
+        }
+    }
+    return (int)best;
 }
 
 /* Loads the split variant and the combine kernel and allocates the partials. */
