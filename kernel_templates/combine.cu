@@ -75,6 +75,9 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
     const long long row = ((long long)b * p.heads_q + h) * p.seqlen_q + i;
     const int ns = p.num_splits;
     const float *lse_row = p.lse_partial + row;
+    /* launched as a programmatic dependent of the split kernel: its partials
+       are complete and visible only after this */
+    fj_grid_dependency_wait();
 
     /* One pass per warp, an online merge in base 2 like the softmax itself:
        m = the largest lse seen (log2 units), l = sum of 2^(lse_s - m) and

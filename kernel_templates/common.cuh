@@ -7,7 +7,8 @@
  *
  * Every instruction used here exists from sm_80 on: cp.async (LDGSTS),
  * ldmatrix (LDSM), mma.sync m16n8k16 with f16 or bf16 inputs and f32
- * accumulators (HMMA), cvt.rn.{f16,bf16}x2.f32 and ex2.approx.ftz.f32.
+ * accumulators (HMMA), cvt.rn.{f16,bf16}x2.f32 and ex2.approx.ftz.f32;
+ * griddepcontrol (sm_90) is compiled in for sm_90 and up only.
  */
 #ifndef FJ_COMMON_CUH
 #define FJ_COMMON_CUH
@@ -19,6 +20,26 @@
 /* Storage type of one q/k/v/o element. It is only ever moved or handed to PTX
  * as raw bits, never computed with, so no half/bfloat16 class is needed. */
 typedef unsigned short fj_elem;
+
+/* Programmatic dependent launch (sm_90+). A kernel launched with the
+ * programmatic-stream-serialization attribute may start before the kernel
+ * ahead of it in the stream has finished; fj_grid_dependency_wait blocks
+ * until that kernel has completed and its memory is visible (a no-op when
+ * launched without the attribute, and before sm_90).
+ * fj_allow_dependent_launch lets the next such kernel launch once every block
+ * of this grid has called it or exited. */
+__device__ __forceinline__ void fj_grid_dependency_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fj_allow_dependent_launch()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 
 /* -inf without math.h. */
 #define FJ_NEG_INF (__int_as_float(0xff800000))

@@ -818,6 +818,10 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
 #endif
     }
     fj_cp_async_wait<0>(); /* only empty groups can remain; drained for hygiene */
-
+#if FJ_SPLIT_KV
+    /* the combine kernel may launch as the last blocks write their partials
+       (it waits for this grid to finish before reading them) */
+    fj_allow_dependent_launch();
+#endif
     store_output(p, st);
 }

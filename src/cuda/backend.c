@@ -57,6 +57,7 @@ typedef struct cuda_plan {
     int num_splits;
     int gqa_packed; /* query heads per block row when GQA-packed (fj_launch_view), else 0 */
     CUdeviceptr partials; /* o_partial then lse_partial (split-KV only) */
+    bool combine_pdl;     /* launch the combine kernel as a programmatic dependent */
     fj_fwd_params params; /* all but the tensors, which each execute sets */
     char launch_what[160]; /* "cuLaunchKernel(<kernel name>)" for a failed launch */
     char why[256];         /* where the tiles came from */
@@ -158,10 +159,11 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
     if (cp->num_splits > 1)
         fj_strbuf_printf(d,
                          "split-KV: %d splits of the keys (%u blocks alone would not fill %d SMs), then "
-                         "%s; a %zu-byte partials workspace of the plan's own, so executes of this "
+                         "%s%s; a %zu-byte partials workspace of the plan's own, so executes of this "
                          "plan on different streams must not overlap\n",
                          cp->num_splits, cp->grid[0] * cp->grid[1] * (cp->grid[2] / cp->num_splits),
                          s->sm_count, cp->combine->name,
+                         cp->combine_pdl ? " (a programmatic dependent launch)" : "",
                          (size_t)cp->params.batch * cp->params.heads_q * cp->params.seqlen_q *
                              cp->num_splits * (k->head_dim + 1) * sizeof(float));
     if (loaded_before)
@@ -242,6 +244,17 @@ static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kern
     return (int)best;
 }
 
+/* Programmatic dependent launch of the combine kernel (sm_90+): its launch
+ * and start overlap the split kernel's last blocks instead of following its
+ * completion, and griddepcontrol.wait in the kernel keeps it from reading
+ * partials early. FLASHJIT_CUDA_PDL=0 turns it off (to measure it, or to rule
+ * it out). */
+static bool combine_pdl_wanted(const struct fj_cuda_state *s)
+{
+    const char *env = getenv("FLASHJIT_CUDA_PDL");
+    return s->arch >= 90 && s->api->cuLaunchKernelEx && !(env && strcmp(env, "0") == 0);
+}
+
 /* Loads the split variant and the combine kernel and allocates the partials. */
 static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p,
                              const fj_kernel_desc *k, int splits, int *blocks_per_sm)
@@ -256,6 +269,7 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
         (st = fj_module_cache_get(s->modules, s, &kc, ctx->cache_dir, &cp->combine, &before)))
         return st;
     cp->num_splits = splits;
+    cp->combine_pdl = combine_pdl_wanted(s);
     cp->grid[2] = (unsigned)(p->batch * splits);
     cp->smem = cp->kernel->dyn_smem;
     cp->combine_grid[0] = (unsigned)p->seqlen_q; /* one block per query row */
@@ -381,6 +395,17 @@ static fj_status launch_current(const cuda_plan *cp, fj_fwd_params *prm, CUstrea
                                      cp->threads, 1, 1, cp->smem, stream, args, NULL);
     if (r != FJ_CUDA_SUCCESS) return fj_cuda_fail(api, r, cp->launch_what);
     if (cp->num_splits == 1) return FJ_OK;
+    if (cp->combine_pdl) {
+        fj_cu_launch_attribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = FJ_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmatic_stream_serialization_allowed = 1;
+        const fj_cu_launch_config cfg = {cp->combine_grid[0], cp->combine_grid[1],
+                                         cp->combine_grid[2], 32 * FJ_COMBINE_WARPS, 1, 1, 0,
+                                         stream, &attr, 1};
+        r = api->cuLaunchKernelEx(&cfg, cp->combine->function, args, NULL);
+        return r == FJ_CUDA_SUCCESS ? FJ_OK : fj_cuda_fail(api, r, "cuLaunchKernelEx(combine)");
+    }
     r = api->cuLaunchKernel(cp->combine->function, cp->combine_grid[0], cp->combine_grid[1],
                             cp->combine_grid[2], 32 * FJ_COMBINE_WARPS, 1, 1, 0, stream, args, NULL);
     return r == FJ_CUDA_SUCCESS ? FJ_OK : fj_cuda_fail(api, r, "cuLaunchKernel(combine)");

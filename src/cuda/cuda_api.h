@@ -65,6 +65,26 @@ enum {
 
 enum { FJ_CU_EVENT_DEFAULT = 0 };
 
+/* cuLaunchKernelEx (CUDA 12.0+), as laid out in cuda.h: only the
+ * programmatic-stream-serialization attribute is used (programmatic
+ * dependent launch: the combine kernel may start while the split-KV kernel
+ * drains, and waits for it with griddepcontrol.wait). */
+enum { FJ_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+typedef struct fj_cu_launch_attribute {
+    int id;
+    char pad[8 - sizeof(int)];
+    union {
+        char pad[64];
+        int programmatic_stream_serialization_allowed;
+    } value;
+} fj_cu_launch_attribute;
+typedef struct fj_cu_launch_config {
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem_bytes;
+    CUstream stream;
+    fj_cu_launch_attribute *attrs;
+    unsigned num_attrs;
+} fj_cu_launch_config;
+
 /* cuGetProcAddress (CUDA 12+): flags and result */
 enum { FJ_CU_GET_PROC_ADDRESS_DEFAULT = 0 };
 typedef int CUdriverProcAddressQueryResult; /* 0 = found */
@@ -106,6 +126,9 @@ typedef struct fj_cuda_api {
     CUresult (*cuLaunchKernel)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                unsigned by, unsigned bz, unsigned smem, CUstream stream,
                                void **params, void **extra);
+    /* NULL in a test's table that lacks it: launches then use cuLaunchKernel */
+    CUresult (*cuLaunchKernelEx)(const fj_cu_launch_config *config, CUfunction fn, void **params,
+                                 void **extra);
     CUresult (*cuMemAlloc)(CUdeviceptr *ptr, size_t bytes);          /* _v2 */
     CUresult (*cuMemFree)(CUdeviceptr ptr);                          /* _v2 */
     CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void *src, size_t bytes); /* _v2 */

@@ -55,6 +55,7 @@ static const api_entry driver_entries[] = {
     ENTRY(cuFuncGetAttribute),
     ENTRY(cuOccupancyMaxActiveBlocksPerMultiprocessor),
     ENTRY(cuLaunchKernel),
+    ENTRY(cuLaunchKernelEx),
     ENTRY(cuMemAlloc),
     ENTRY(cuMemFree),
     ENTRY(cuMemcpyHtoD),

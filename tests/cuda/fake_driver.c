@@ -412,12 +412,10 @@ static CUresult f_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfun
     return 0;
 }
 
-static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                 unsigned by, unsigned bz, unsigned smem, CUstream stream,
-                                 void **params, void **extra)
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, unsigned smem, CUstream stream, void **params,
+                       void **extra, bool programmatic)
 {
-    INJECT("cuLaunchKernel");
-    NEED_CONTEXT();
     fake_function *fn = (fake_function *)(void *)f;
     if (!fn || !params || extra || !gx || !gy || !gz || gy > 65535 || gz > 65535)
         return E_INVALID_VALUE;
@@ -430,12 +428,40 @@ static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
         l->block[0] = bx, l->block[1] = by, l->block[2] = bz;
         l->smem = smem;
         l->stream = stream;
+        l->programmatic = programmatic;
         l->ctx = ctx_stack[ctx_depth - 1];
         memcpy(&l->params, params[0], sizeof l->params);
         st.counts.launches++;
     }
     pthread_mutex_unlock(&lock);
     return smem_ok ? 0 : E_INVALID_VALUE;
+}
+
+static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned smem, CUstream stream,
+                                 void **params, void **extra)
+{
+    INJECT("cuLaunchKernel");
+    NEED_CONTEXT();
+    return launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra, false);
+}
+
+/* Takes only the attribute flashjit uses; anything else is invalid, as an
+ * unknown id or a malformed list would be for the driver. */
+static CUresult f_cuLaunchKernelEx(const fj_cu_launch_config *c, CUfunction f, void **params,
+                                   void **extra)
+{
+    INJECT("cuLaunchKernelEx");
+    NEED_CONTEXT();
+    if (!c || (c->num_attrs && !c->attrs)) return E_INVALID_VALUE;
+    bool programmatic = false;
+    for (unsigned i = 0; i < c->num_attrs; i++) {
+        if (c->attrs[i].id != FJ_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+            return E_INVALID_VALUE;
+        programmatic = c->attrs[i].value.programmatic_stream_serialization_allowed != 0;
+    }
+    return launch(f, c->grid_x, c->grid_y, c->grid_z, c->block_x, c->block_y, c->block_z,
+                  c->shared_mem_bytes, c->stream, params, extra, programmatic);
 }
 
 /* ---- driver: memory and events -------------------------------------------- */
@@ -699,6 +725,7 @@ static void fill_driver(void)
     table.cuFuncGetAttribute = f_cuFuncGetAttribute;
     table.cuOccupancyMaxActiveBlocksPerMultiprocessor = f_cuOccupancyMaxActiveBlocksPerMultiprocessor;
     table.cuLaunchKernel = f_cuLaunchKernel;
+    table.cuLaunchKernelEx = f_cuLaunchKernelEx;
     table.cuMemAlloc = f_cuMemAlloc;
     table.cuMemFree = f_cuMemFree;
     table.cuMemcpyHtoD = f_cuMemcpyHtoD;

@@ -44,6 +44,7 @@ typedef struct fake_launch {
     unsigned grid[3], block[3], smem;
     CUstream stream;
     CUcontext ctx; /* the context current when it was launched */
+    bool programmatic; /* cuLaunchKernelEx with programmatic stream serialization */
     fj_fwd_params params;
 } fake_launch;
 

@@ -385,11 +385,42 @@ static void test_split_kv_launches(void **state)
     assert_true((char *)l.params.lse_partial - (char *)l.params.o_partial ==
                 (ptrdiff_t)((size_t)splits * 32 * 128 * sizeof(float)));
     assert_ptr_equal(l.params.o, b.o);
+    /* sm_90: the combine kernel is a programmatic dependent launch */
+    assert_contains(desc, "(a programmatic dependent launch)");
+    assert_true(l.programmatic);
     free_buffers(ctx, &b);
     fj_plan_destroy(plan);
     fj_context_destroy(ctx);
     fake_counts c = fake_get_counts();
     assert_int_equal(c.allocs, c.frees);
+}
+
+/* FLASHJIT_CUDA_PDL=0, or an arch before sm_90: a plain second launch. */
+static void test_split_kv_without_pdl(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 2; round++) {
+        if (round == 0) setenv("FLASHJIT_CUDA_PDL", "0", 1);
+        else fake_set_arch(8, 0);
+        fj_context *ctx;
+        assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+        fj_attention_desc d;
+        fj_attention_desc_init(&d, 1, 32, 8, 1, 4096, 128, FJ_BF16);
+        fj_plan *plan;
+        assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+        assert_contains(fj_plan_describe(plan), "split-KV: ");
+        assert_null(strstr(fj_plan_describe(plan), "programmatic"));
+        buffers b;
+        alloc_buffers(ctx, &d, &b);
+        int launches = fake_get_counts().launches;
+        assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
+        assert_int_equal(fake_get_counts().launches, launches + 2);
+        assert_false(fake_last_launch().programmatic);
+        free_buffers(ctx, &b);
+        fj_plan_destroy(plan);
+        fj_context_destroy(ctx);
+        unsetenv("FLASHJIT_CUDA_PDL");
+    }
 }
 
 /* The one-shot call keys its cached plans by stream: a split-KV plan's
@@ -1060,6 +1091,7 @@ int main(int argc, char **argv)
         FAKE(test_primary_ctx_retain_fails),
         FAKE(test_plan_launch_records),
         FAKE(test_split_kv_launches),
+        FAKE(test_split_kv_without_pdl),
         FAKE(test_one_shot_split_plans_per_stream),
         FAKE(test_window_and_top_left_params),
         FAKE(test_dynamic_smem_opt_in),
