@@ -83,28 +83,34 @@ __host__ __device__ constexpr int s_regs(int ksub) { return MT * (ksub / 8) * 4;
 #ifndef FJ_ACC_BUDGET
 #define FJ_ACC_BUDGET 160
 #endif
-constexpr int ACC_BUDGET = FJ_ACC_BUDGET;
+#ifndef FJ_ACC_BUDGET_UNMASKED
+#define FJ_ACC_BUDGET_UNMASKED 192
+#endif
 /* largest KSUB dividing BN, a multiple of 16 and >= min_ksub, with
    O + S + extra within the budget; 0 when none */
-__host__ __device__ constexpr int pick_ksub(int extra, int min_ksub)
+__host__ __device__ constexpr int pick_ksub(int budget, int extra, int min_ksub)
 {
     for (int k = BN; k >= min_ksub; k -= 16)
-        if (BN % k == 0 && O_REGS + s_regs(k) + extra <= ACC_BUDGET) return k;
+        if (BN % k == 0 && O_REGS + s_regs(k) + extra <= budget) return k;
     return 0;
 }
 /* Q in registers only with sub-tiles of >= 32 keys: below that, the extra
    softmax rescales cost more than re-reading Q. */
-constexpr bool Q_FITS = Q_REGS <= 64 && pick_ksub(Q_REGS, 32) != 0;
+constexpr bool Q_FITS = Q_REGS <= 64 && pick_ksub(FJ_ACC_BUDGET, Q_REGS, 32) != 0;
 #ifndef FJ_Q_IN_REGS
 #define FJ_Q_IN_REGS Q_FITS
 #endif
 constexpr bool Q_IN_REGS = FJ_Q_IN_REGS;
-constexpr int KSUB_PICKED = Q_IN_REGS ? pick_ksub(Q_REGS, 16) : pick_ksub(0, 16);
-constexpr int KSUB = KSUB_PICKED ? KSUB_PICKED : 16;
-constexpr int NSUB = BN / KSUB;               /* softmax sub-tiles per key tile */
-constexpr int NT = KSUB / 8;                  /* 8-key n tiles of S per m tile */
-constexpr int KV = KSUB / 16;                 /* k16 steps of P V per sub-tile */
-static_assert(BN % KSUB == 0 && KSUB % 16 == 0, "bad softmax sub-tile");
+__host__ __device__ constexpr int ksub_within(int budget)
+{
+    return pick_ksub(budget, Q_IN_REGS ? Q_REGS : 0, 16) ? pick_ksub(budget, Q_IN_REGS ? Q_REGS : 0, 16)
+                                                          : 16;
+}
+/* Keys per softmax sub-tile in the masked and the unmasked key loops. */
+constexpr int KSUB_MASKED = ksub_within(FJ_ACC_BUDGET);
+constexpr int KSUB_UNMASKED = ksub_within(FJ_ACC_BUDGET_UNMASKED);
+static_assert(BN % KSUB_MASKED == 0 && KSUB_MASKED % 16 == 0, "bad softmax sub-tile");
+static_assert(BN % KSUB_UNMASKED == 0 && KSUB_UNMASKED % 16 == 0, "bad softmax sub-tile");
 
 /* The band of keys [lo, hi) that query row i sees (the same rule as
  * fj_visible_keys in src/problem.h), clamped so 0 <= lo <= hi <= seqlen_k. */
@@ -300,6 +306,7 @@ __device__ __forceinline__ int block_batch(const fj_fwd_params &p, int z)
 }
 
 /* S[mt] = Q[mt] K^T for the KSUB keys at byte offset k_off of K stage 0. */
+template <int NT>
 __device__ __forceinline__ void qk_tile(const State &st, unsigned k_off, float (&s)[MT][NT][4])
 {
     const unsigned t = lane_id_opaque();
@@ -344,6 +351,7 @@ __device__ __forceinline__ void qk_tile(const State &st, unsigned k_off, float (
  * worked out once in 64 bits for this thread's first row, relative to its
  * first column, then clamped to +-2^24 (far beyond the +-(256 + KSUB) that
  * can change a comparison) and shifted per row in 32 bits. */
+template <int NT>
 __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[MT][NT][4])
 {
     const int tid = threadIdx.x;
@@ -400,7 +408,7 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
 #ifndef FJ_RESCALE_LOG2
 #define FJ_RESCALE_LOG2 8.0f
 #endif
-template <bool MASKED>
+template <bool MASKED, int NT>
 __device__ __forceinline__ void softmax_tile(const Ctx &c, State &st, float (&s)[MT][NT][4])
 {
     float m_new[MT][2];
@@ -458,8 +466,10 @@ __device__ __forceinline__ void softmax_tile(const Ctx &c, State &st, float (&s)
  * (same rows g, g+8; columns 2t..2t+1 and 2t+8..2t+9 of the 16 keys), so P is
  * only rounded and packed, never moved between lanes. Packing step by step
  * lets each float score die as soon as it is packed. */
+template <int NT>
 __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (&s)[MT][NT][4])
 {
+    constexpr int KV = NT / 2; /* k16 steps of P V */
     const unsigned s_v_lane = lane_addr_a(smem_base() + SMEM_V, 0, lane_id_opaque()) + v_off;
 #pragma unroll
     for (int kk = 0; kk < KV; ++kk) {
@@ -548,10 +558,11 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
 
     /* A rolled loop: unrolled, ptxas would overlap one sub-tile's Q K^T with
        the previous one's P V and need both sets of registers. */
+    constexpr int KSUB = MASKED ? KSUB_MASKED : KSUB_UNMASKED;
 #pragma unroll 1
-    for (int sub = 0; sub < NSUB; ++sub) {
+    for (int sub = 0; sub < BN / KSUB; ++sub) {
         const unsigned off = (unsigned)(stage * TILE_BYTES + sub * KSUB * ROW_BYTES);
-        float s[MT][NT][4];
+        float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
         if constexpr (MASKED) mask_tile(p, n * BN + sub * KSUB, s);
         softmax_tile<MASKED>(c, st, s);

@@ -68,14 +68,18 @@ def time_ms(fn, reps=30):
     return times[len(times) // 2]
 
 
-def grid(name):
+def grid(names):
+    """The rows of one or more grids: "prefill,extra", "decode", "all"."""
+    names = set(names.split(","))
+    if "all" in names:
+        names |= {"prefill", "extra", "decode"}
     rows = []
-    if name in ("prefill", "all"):
+    if "prefill" in names:
         for d in (64, 128):
             for s in (1024, 4096, 16384):
                 for c in (False, True):
                     rows.append((16384 // s, 2048 // d, 2048 // d, s, s, d, c))
-    if name in ("extra", "all"):
+    if "extra" in names:
         for d, h in ((96, 21), (256, 8)):
             for s in (4096, 16384):
                 for c in (False, True):
@@ -83,7 +87,7 @@ def grid(name):
         for s in (4096, 16384):
             for c in (False, True):
                 rows.append((16384 // s, 32, 8, s, s, 128, c))
-    if name in ("decode", "all"):
+    if "decode" in names:
         for b, hkv, sk in ((1, 32, 4096), (1, 32, 32768), (1, 8, 4096), (1, 8, 32768),
                            (8, 32, 4096), (8, 8, 32768), (64, 32, 32768), (64, 8, 32768)):
             rows.append((b, 32, hkv, 1, sk, 128, False))
