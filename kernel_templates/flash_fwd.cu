@@ -74,17 +74,23 @@ static_assert(SMEM_TOTAL == FJ_SMEM_BYTES, "shared layout disagrees with FJ_SMEM
  * flight), so their sum is kept within ACC_BUDGET: the largest KSUB with Q
  * in registers, else the largest KSUB with Q re-read. (Measured with nvcc
  * 13.0 over the heuristic tile set, every mask kind, sm_80 and sm_90: 160
- * gives no spills. 192 lets m128n64w4 at D = 128 hold all 64 keys, as
- * FlashAttention-2 does, for 3-4% more speed on an H200 and a few spilled
- * registers, the same trade FA2 makes.) */
+ * gives no spills. 192 for every loop lets m128n64w4 at D = 128 hold all 64
+ * keys, as FlashAttention-2 does, but spills 12 bytes; the unmasked loop
+ * alone takes it without spilling, see FJ_ACC_BUDGET_UNMASKED.) */
 constexpr int O_REGS = MT * NDT * 4;
 constexpr int Q_REGS = MT * KQ * 4;
 __host__ __device__ constexpr int s_regs(int ksub) { return MT * (ksub / 8) * 4; }
 #ifndef FJ_ACC_BUDGET
 #define FJ_ACC_BUDGET 160
 #endif
+/* The unmasked key loop carries no band state, so it can take a larger S
+   sub-tile than the masked ones: 192 puts all 64 keys of a d128 tile in one
+   sub-tile (FA2's shape) at 255 registers without spilling, where sharing
+   192 with the masked loop spilled 12 bytes. Kernels with a window keep 160
+   in both: their third key loop leaves ptxas 8 bytes short on sm_80 at
+   d120-d128 (compile-all, every kind). */
 #ifndef FJ_ACC_BUDGET_UNMASKED
-#define FJ_ACC_BUDGET_UNMASKED 192
+#define FJ_ACC_BUDGET_UNMASKED (FJ_HAS_WINDOW ? FJ_ACC_BUDGET : 192)
 #endif
 /* largest KSUB dividing BN, a multiple of 16 and >= min_ksub, with
    O + S + extra within the budget; 0 when none */
