@@ -18,9 +18,8 @@
  * owning 4-float chunks of the head dim; the warps' (max, sum, O) meet in
  * shared memory. (One warp walking all splits in turn, after two passes over
  * the lse values, waited one memory latency per split: with 128 splits that
- * was most of a batch-1 decode call.) Host
- * contract as for flash_fwd.cu (o base and strides multiples of 8 elements;
- * o_partial 16-byte aligned).
+ * was most of a batch-1 decode call.) Host contract as for flash_fwd.cu (o
+ * base and strides multiples of 8 elements; o_partial 16-byte aligned).
  */
 
 namespace fjc {
@@ -45,20 +44,6 @@ __device__ __forceinline__ float ld_global_f(const float *ptr)
     float v;
     asm volatile("ld.global.nc.f32 %0, [%1];\n" : "=f"(v) : "l"(ptr));
     return v;
-}
-
-__device__ __forceinline__ float warp_max(float x)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
 }
 
 } /* namespace fjc */

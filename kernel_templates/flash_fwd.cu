@@ -71,7 +71,7 @@ static_assert(SMEM_TOTAL == FJ_SMEM_BYTES, "shared layout disagrees with FJ_SMEM
  * fragments either stay in registers for the whole key loop (Q_REGS) or are
  * re-read from shared memory for every sub-tile. ptxas needs about 95
  * registers besides these three (addresses, softmax state, fragments in
- * flight), so their sum is kept within ACC_BUDGET: the largest KSUB with Q
+ * flight), so their sum is kept within a budget: the largest KSUB with Q
  * in registers, else the largest KSUB with Q re-read. (Measured with nvcc
  * 13.0 over the heuristic tile set, every mask kind, sm_80 and sm_90: 160
  * gives no spills. 192 for every loop lets m128n64w4 at D = 128 hold all 64
