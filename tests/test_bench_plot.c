@@ -34,18 +34,16 @@ typedef struct fixture {
 
 /* ---- helpers -------------------------------------------------------------- */
 
-/* The whole file into a malloc'd string; NULL when it cannot be opened. */
+/* The file (up to 1 MiB) into a malloc'd string; NULL when it cannot be
+ * opened. */
 static char *slurp(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 20;
+    const size_t cap = 1 << 20;
     char *buf = malloc(cap);
     assert_non_null(buf);
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
+    if (fjt_read_file(path, buf, cap)) return buf;
+    free(buf);
+    return NULL;
 }
 
 /* Runs flashjit with the given arguments (NULL-terminated), with

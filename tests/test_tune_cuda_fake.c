@@ -103,16 +103,6 @@ static CUresult computing_launch(CUfunction f, unsigned gx, unsigned gy, unsigne
 
 /* ---- running the command in this process ----------------------------------------- */
 
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
 /* cmd_tune(args..., NULL) with stdout and stderr captured into fx. */
 static int run_tune(fixture *fx, ...)
 {
@@ -141,8 +131,8 @@ static int run_tune(fixture *fx, ...)
     dup2(saved_out, 1);
     dup2(saved_err, 2);
     close(o), close(e), close(saved_out), close(saved_err);
-    slurp(out_path, fx->out, sizeof fx->out);
-    slurp(err_path, fx->err, sizeof fx->err);
+    fjt_read_file(out_path, fx->out, sizeof fx->out);
+    fjt_read_file(err_path, fx->err, sizeof fx->err);
     return rc;
 }
 
@@ -187,7 +177,7 @@ static int teardown(void **state)
 static fj_tuning *parse_file(const char *path)
 {
     static char text[65536];
-    slurp(path, text, sizeof text);
+    fjt_read_file(path, text, sizeof text);
     fj_tuning *t = NULL;
     fj_strbuf notes;
     fj_strbuf_init(&notes);
