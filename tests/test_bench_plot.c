@@ -50,15 +50,11 @@ static char *slurp(const char *path)
  * FLASHJIT_TUNING_FILE set to tuning_file (NULL: unset). */
 static void run_cli(fixture *fx, const char *tuning_file, ...)
 {
-    const char *argv[24];
-    int argc = 0;
-    argv[argc++] = flashjit_path;
+    const char *const prefix[] = {flashjit_path, NULL};
     va_list ap;
     va_start(ap, tuning_file);
-    for (const char *a; (a = va_arg(ap, const char *)) && argc < 23;) argv[argc++] = a;
+    fjt_cli_run_args(fx->dir, "FLASHJIT_TUNING_FILE", tuning_file, prefix, ap, &fx->r);
     va_end(ap);
-    argv[argc] = NULL;
-    fjt_cli_run(fx->dir, "FLASHJIT_TUNING_FILE", tuning_file, argv, &fx->r);
 }
 
 static void expect_in(const char *what, const char *text, const char *needle)

@@ -32,15 +32,11 @@ typedef struct fixture {
  * set to env_dir (NULL: unset). */
 static void run_cli(fixture *fx, const char *env_dir, ...)
 {
-    const char *argv[16];
-    int argc = 0;
-    argv[argc++] = flashjit_path;
+    const char *const prefix[] = {flashjit_path, NULL};
     va_list ap;
     va_start(ap, env_dir);
-    for (const char *a; (a = va_arg(ap, const char *)) && argc < 15;) argv[argc++] = a;
+    fjt_cli_run_args(fx->dir, "FLASHJIT_CACHE_DIR", env_dir, prefix, ap, &fx->r);
     va_end(ap);
-    argv[argc] = NULL;
-    fjt_cli_run(fx->dir, "FLASHJIT_CACHE_DIR", env_dir, argv, &fx->r);
 }
 
 static void expect_out(const fixture *fx, const char *text)

@@ -42,16 +42,11 @@ typedef struct fixture {
  * as FLASHJIT_TUNING_FILE when not NULL (else unset). */
 static void run_tune(fixture *fx, const char *env_tuning, ...)
 {
-    const char *argv[64];
-    int argc = 0;
-    argv[argc++] = flashjit_path;
-    argv[argc++] = "tune";
+    const char *const prefix[] = {flashjit_path, "tune", NULL};
     va_list ap;
     va_start(ap, env_tuning);
-    for (const char *a; (a = va_arg(ap, const char *)) && argc < 63;) argv[argc++] = a;
+    fjt_cli_run_args(fx->dir, "FLASHJIT_TUNING_FILE", env_tuning, prefix, ap, &fx->r);
     va_end(ap);
-    argv[argc] = NULL;
-    fjt_cli_run(fx->dir, "FLASHJIT_TUNING_FILE", env_tuning, argv, &fx->r);
 }
 
 static void expect_in(const char *what, const char *text, const char *needle)

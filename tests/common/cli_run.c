@@ -51,6 +51,23 @@ void fjt_cli_run(const char *dir, const char *env_name, const char *env_value,
     if (r->status == 126 || r->status == 127) fail_msg("could not run %s", argv[0]);
 }
 
+void fjt_cli_run_args(const char *dir, const char *env_name, const char *env_value,
+                      const char *const *prefix, va_list args, fjt_cli_result *r)
+{
+    const char *argv[FJT_CLI_MAX_ARGS + 1];
+    int argc = 0;
+    for (; prefix[argc]; argc++) {
+        if (argc == FJT_CLI_MAX_ARGS) fail_msg("more than %d arguments", FJT_CLI_MAX_ARGS);
+        argv[argc] = prefix[argc];
+    }
+    for (const char *a; (a = va_arg(args, const char *));) {
+        if (argc == FJT_CLI_MAX_ARGS) fail_msg("more than %d arguments", FJT_CLI_MAX_ARGS);
+        argv[argc++] = a;
+    }
+    argv[argc] = NULL;
+    fjt_cli_run(dir, env_name, env_value, argv, r);
+}
+
 void fjt_cli_expect_status(const fjt_cli_result *r, int want)
 {
     if (r->status != want)

@@ -5,6 +5,7 @@
 #ifndef FJT_CLI_RUN_H
 #define FJT_CLI_RUN_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -22,6 +23,14 @@ typedef struct fjt_cli_result {
  * argv[0]. */
 void fjt_cli_run(const char *dir, const char *env_name, const char *env_value,
                  const char *const *argv, fjt_cli_result *r);
+
+/* fjt_cli_run with argv = the NULL-terminated prefix (the program and any
+ * fixed leading arguments), then the NULL-terminated strings in args; at
+ * most FJT_CLI_MAX_ARGS in all (more fail the test). For the suites'
+ * variadic run helpers. */
+#define FJT_CLI_MAX_ARGS 63
+void fjt_cli_run_args(const char *dir, const char *env_name, const char *env_value,
+                      const char *const *prefix, va_list args, fjt_cli_result *r);
 
 /* Fails the test, printing both outputs, unless r exited with want. */
 void fjt_cli_expect_status(const fjt_cli_result *r, int want);
