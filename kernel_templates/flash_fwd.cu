@@ -109,8 +109,8 @@ constexpr bool Q_FITS = Q_REGS <= 64 && pick_ksub(FJ_ACC_BUDGET, Q_REGS, 32) != 
 constexpr bool Q_IN_REGS = FJ_Q_IN_REGS;
 __host__ __device__ constexpr int ksub_within(int budget)
 {
-    return pick_ksub(budget, Q_IN_REGS ? Q_REGS : 0, 16) ? pick_ksub(budget, Q_IN_REGS ? Q_REGS : 0, 16)
-                                                          : 16;
+    const int k = pick_ksub(budget, Q_IN_REGS ? Q_REGS : 0, 16);
+    return k ? k : 16;
 }
 /* Keys per softmax sub-tile in the masked and the unmasked key loops. */
 constexpr int KSUB_MASKED = ksub_within(FJ_ACC_BUDGET);
