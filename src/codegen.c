@@ -17,6 +17,7 @@ static const char *template_file(uint32_t id)
     switch (id) {
     case FJ_TEMPLATE_FLASH_FWD: return "flash_fwd.cu";
     case FJ_TEMPLATE_COMBINE: return "combine.cu";
+    case FJ_TEMPLATE_FLASH_WGMMA: return "flash_wgmma.cu";
     }
     return NULL;
 }
@@ -26,8 +27,14 @@ const char *fj_codegen_entry(const fj_kernel_desc *k)
     switch (k->template_id) {
     case FJ_TEMPLATE_FLASH_FWD: return "fj_flash_fwd";
     case FJ_TEMPLATE_COMBINE: return "fj_combine";
+    case FJ_TEMPLATE_FLASH_WGMMA: return "fj_flash_fwd";
     }
     return NULL;
+}
+
+bool fj_codegen_arch_specific(const fj_kernel_desc *k)
+{
+    return k->template_id == FJ_TEMPLATE_FLASH_WGMMA;
 }
 
 /* Pastes one embedded file, preceded by a #line directive so that NVRTC's

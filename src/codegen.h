@@ -6,6 +6,7 @@
 #ifndef FJ_CODEGEN_H
 #define FJ_CODEGEN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kernel_desc.h"
@@ -15,5 +16,9 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
 
 /* The kernel entry point's name in the rendered source ("fj_flash_fwd"). */
 const char *fj_codegen_entry(const fj_kernel_desc *k);
+
+/* Whether the kernel's template uses instructions of its arch alone (wgmma,
+ * setmaxnreg on sm_90), so that it must be compiled for "sm_90a". */
+bool fj_codegen_arch_specific(const fj_kernel_desc *k);
 
 #endif

@@ -23,6 +23,13 @@ static bool image_matches(const void *data, size_t size, bool is_ptx)
     return size >= 4 && !memcmp(data, "\177ELF", 4);
 }
 
+fj_status fj_kernel_target(const fj_kernel_desc *k, bool want_ptx, fj_nvrtc_target *t)
+{
+    fj_status s = fj_nvrtc_target_for_arch(k->arch, want_ptx, t);
+    if (s == FJ_OK && fj_codegen_arch_specific(k)) s = fj_nvrtc_target_arch_specific(t, k->arch);
+    return s;
+}
+
 fj_status fj_kernel_build(const fj_kernel_desc *k, const char *cache_dir, fj_kernel_image *out)
 {
     memset(out, 0, sizeof *out);
@@ -32,7 +39,7 @@ fj_status fj_kernel_build(const fj_kernel_desc *k, const char *cache_dir, fj_ker
     fj_status s = fj_codegen_render(k, &source, &len);
     if (s != FJ_OK) return s;
     fj_nvrtc_target t;
-    if ((s = fj_nvrtc_target_for_arch(k->arch, false, &t)) != FJ_OK) {
+    if ((s = fj_kernel_target(k, false, &t)) != FJ_OK) {
         free(source);
         return s;
     }

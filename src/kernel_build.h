@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cuda/nvrtc_compile.h"
 #include "kernel_desc.h"
 
 typedef struct fj_kernel_image {
@@ -16,8 +17,12 @@ typedef struct fj_kernel_image {
     bool from_cache;         /* loaded from the disk cache, no compile */
     double compile_seconds;  /* NVRTC time (0 on a cache hit) */
     char name[128];          /* canonical kernel name */
-    char target[16];         /* "sm_90" (cubin) or "compute_90" (PTX) */
+    char target[16];         /* "sm_90", "sm_90a" (cubin) or "compute_90" (PTX) */
 } fj_kernel_image;
+
+/* The NVRTC target kernel k is built for: fj_nvrtc_target_for_arch(k->arch),
+ * made arch-specific ("sm_90a") when the template needs it. */
+fj_status fj_kernel_target(const fj_kernel_desc *k, bool want_ptx, fj_nvrtc_target *t);
 
 /* cache_dir NULL: no disk cache. FJ_ERR_COMPILE with the NVRTC log, the
  * options and the kernel name in fj_last_error() when compilation fails;

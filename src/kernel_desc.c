@@ -15,11 +15,13 @@
 #define NAME_MAX_LEN 127
 
 /* The grammar, spelled once for error messages. */
-#define NAME_GRAMMAR "<template>.d<head_dim>.<dtype>.<mask>.m<M>n<N>w<W>s<S>[.split].sm_<arch>"
+#define NAME_GRAMMAR \
+    "<template>.d<head_dim>.<dtype>.<mask>.m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split].sm_<arch>"
 
 static const char *const template_names[] = {
     [FJ_TEMPLATE_FLASH_FWD] = "flash_fwd",
     [FJ_TEMPLATE_COMBINE] = "combine",
+    [FJ_TEMPLATE_FLASH_WGMMA] = "flash_wgmma",
 };
 #define TEMPLATE_COUNT (sizeof template_names / sizeof template_names[0])
 
@@ -53,6 +55,19 @@ static const char *dtype_name(uint32_t t)
 
 static const char *mask_name(uint32_t m) { return m < MASK_COUNT ? mask_names[m] : NULL; }
 
+/* flash_wgmma counts its warps in warpgroups of 4 ('g'), the others in warps. */
+static bool uses_warpgroups(const fj_kernel_desc *k)
+{
+    return k->template_id == FJ_TEMPLATE_FLASH_WGMMA;
+}
+
+static int tiles_text(const fj_kernel_desc *k, char *buf, size_t n)
+{
+    bool g = uses_warpgroups(k);
+    return snprintf(buf, n, "m%un%u%c%us%u", (unsigned)k->block_m, (unsigned)k->block_n,
+                    g ? 'g' : 'w', (unsigned)(g ? k->warps / 4 : k->warps), (unsigned)k->stages);
+}
+
 int fj_kernel_desc_name(const fj_kernel_desc *k, char *buf, size_t n)
 {
     /* Out-of-range fields still print (as "template9", "dtype0") so that a
@@ -63,9 +78,10 @@ int fj_kernel_desc_name(const fj_kernel_desc *k, char *buf, size_t n)
     if (!t) snprintf(tbuf, sizeof tbuf, "template%u", (unsigned)k->template_id), t = tbuf;
     if (!d) snprintf(dbuf, sizeof dbuf, "dtype%u", (unsigned)k->dtype), d = dbuf;
     if (!m) snprintf(mbuf, sizeof mbuf, "mask%u", (unsigned)k->mask), m = mbuf;
-    int len = snprintf(buf, n, "%s.d%u.%s.%s.m%un%uw%us%u%s.sm_%u", t, (unsigned)k->head_dim, d, m,
-                       (unsigned)k->block_m, (unsigned)k->block_n, (unsigned)k->warps,
-                       (unsigned)k->stages, k->split_kv ? ".split" : "", (unsigned)k->arch);
+    char tiles[64];
+    tiles_text(k, tiles, sizeof tiles);
+    int len = snprintf(buf, n, "%s.d%u.%s.%s.%s%s.sm_%u", t, (unsigned)k->head_dim, d, m, tiles,
+                       k->split_kv ? ".split" : "", (unsigned)k->arch);
     if (n > 0 && len < 0) buf[0] = '\0';
     return len;
 }
@@ -99,13 +115,25 @@ static bool parse_prefixed(const char *part, const char *prefix, uint32_t *v)
     return parse_number(&p, v) && *p == '\0';
 }
 
-static bool parse_tiles(const char *part, fj_kernel_desc *k)
+/* m<M>n<N>w<W>s<S> or m<M>n<N>g<G>s<S>; *warpgroups tells which (warps is
+ * then 4 * G). */
+static bool parse_tiles(const char *part, fj_kernel_desc *k, bool *warpgroups)
 {
     const char *p = part;
     uint32_t *fields[4] = {&k->block_m, &k->block_n, &k->warps, &k->stages};
     static const char letters[4] = {'m', 'n', 'w', 's'};
+    *warpgroups = false;
     for (int i = 0; i < 4; i++) {
-        if (*p++ != letters[i] || !parse_number(&p, fields[i])) return false;
+        char want = letters[i];
+        if (i == 2 && *p == 'g') {
+            want = 'g';
+            *warpgroups = true;
+        }
+        if (*p++ != want || !parse_number(&p, fields[i])) return false;
+    }
+    if (*warpgroups) {
+        if (k->warps > 64) return false;
+        k->warps *= 4;
     }
     return *p == '\0';
 }
@@ -154,7 +182,7 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
     fj_kernel_desc_init(&d);
     if (!lookup(template_names, TEMPLATE_COUNT, parts[0], &d.template_id))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "kernel name '%s': '%s' is not a template name (flash_fwd, combine)", name,
+                       "kernel name '%s': '%s' is not a template name (flash_fwd, flash_wgmma, combine)", name,
                        parts[0]);
     if (!parse_prefixed(parts[1], "d", &d.head_dim) || !head_dim_ok(d.head_dim))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
@@ -171,10 +199,16 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
                        "kernel name '%s': '%s' is not a mask kind (nomask, causal, window, "
                        "causal_window)",
                        name, parts[3]);
-    if (!parse_tiles(parts[4], &d))
+    bool warpgroups;
+    if (!parse_tiles(parts[4], &d, &warpgroups))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "kernel name '%s': '%s' is not m<block_m>n<block_n>w<warps>s<stages>", name,
-                       parts[4]);
+                       "kernel name '%s': '%s' is not m<block_m>n<block_n>w<warps>s<stages> or "
+                       "m<block_m>n<block_n>g<warpgroups>s<stages>",
+                       name, parts[4]);
+    if (warpgroups != uses_warpgroups(&d))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%s': %s kernels count warps as %s, not as in '%s'", name,
+                       parts[0], uses_warpgroups(&d) ? "g<warpgroups>" : "w<warps>", parts[4]);
     if (nparts == 7) {
         if (strcmp(parts[5], "split"))
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
@@ -214,10 +248,42 @@ size_t fj_kernel_desc_smem_bytes(const fj_kernel_desc *k)
 {
     /* combine.cu reads the float partials straight from global memory. */
     if (k->template_id == FJ_TEMPLATE_COMBINE) return 0;
+    /* flash_wgmma: unpadded swizzled rows, plus 1024 bytes to align the
+       layout to the swizzle atom. */
+    if (k->template_id == FJ_TEMPLATE_FLASH_WGMMA)
+        return (size_t)(((uint64_t)k->block_m + 2ull * k->stages * k->block_n) * k->head_dim * 2u +
+                        1024u);
     /* Q tile plus `stages` K and V tiles, each row padded by 8 elements
        (16 bytes) so ldmatrix reads of consecutive rows hit different banks. */
     uint64_t rows = (uint64_t)k->block_m + 2ull * k->stages * k->block_n;
     return (size_t)(rows * (round_up(k->head_dim, 16) + 8u) * 2u);
+}
+
+/* flash_wgmma's own rules (kernel_templates/flash_wgmma.cu), into why. */
+static void wgmma_rules(const fj_kernel_desc *k, char *why, size_t n)
+{
+    if (k->arch != 90)
+        snprintf(why, n,
+                 "arch sm_%u: flash_wgmma needs sm_90 (wgmma exists there only; flash_fwd "
+                 "runs everywhere)",
+                 (unsigned)k->arch);
+    else if (k->head_dim % 64)
+        snprintf(why, n,
+                 "head_dim %u is not a multiple of 64: flash_wgmma's rows are whole 128-byte "
+                 "swizzle atoms (flash_fwd takes any multiple of 8)",
+                 (unsigned)k->head_dim);
+    else if (k->warps != 4 && k->warps != 8 && k->warps != 12)
+        snprintf(why, n, "warps %u is not 4, 8 or 12 (flash_wgmma runs 1, 2 or 3 warpgroups of 4)",
+                 (unsigned)k->warps);
+    else if (k->block_m != 16 * k->warps)
+        snprintf(why, n, "block_m %u is not 64 * warpgroups (%u): a warpgroup owns 64 query rows",
+                 (unsigned)k->block_m, 16u * k->warps);
+    else if (k->block_n != 64 && k->block_n != 128)
+        snprintf(why, n, "block_n %u is not 64 or 128", (unsigned)k->block_n);
+    else if (k->stages < 2 || k->stages > 4)
+        snprintf(why, n, "stages %u is not in 2..4", (unsigned)k->stages);
+    else if (k->split_kv > 1)
+        snprintf(why, n, "split_kv %u is not 0 or 1", (unsigned)k->split_kv);
 }
 
 fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
@@ -231,7 +297,8 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
         snprintf(why, sizeof why, "generator_version %u is not this generator's (%d)",
                  (unsigned)k->generator_version, FJ_GENERATOR_VERSION);
     else if (!template_name(k->template_id))
-        snprintf(why, sizeof why, "template_id %u is not a template (1 flash_fwd, 2 combine)",
+        snprintf(why, sizeof why,
+                 "template_id %u is not a template (1 flash_fwd, 2 combine, 3 flash_wgmma)",
                  (unsigned)k->template_id);
     else if (!head_dim_ok(k->head_dim))
         snprintf(why, sizeof why, "head_dim %u is not a multiple of 8 in 8..%d",
@@ -240,6 +307,8 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
         snprintf(why, sizeof why, "dtype %u is not f16 or bf16", (unsigned)k->dtype);
     else if (!mask_name(k->mask))
         snprintf(why, sizeof why, "mask %u is not a mask kind (0..3)", (unsigned)k->mask);
+    else if (uses_warpgroups(k))
+        wgmma_rules(k, why, sizeof why);
     else if (k->warps != 1 && k->warps != 2 && k->warps != 4 && k->warps != 8)
         snprintf(why, sizeof why, "warps %u is not 1, 2, 4 or 8", (unsigned)k->warps);
     else if (k->block_m < 16 || k->block_m > 256 || k->block_m % (16 * k->warps))
@@ -258,14 +327,16 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
         snprintf(why, sizeof why,
                  "arch sm_%u is older than sm_80: the kernels use cp.async and bf16 mma.sync",
                  (unsigned)k->arch);
-    else {
+    if (!why[0]) {
         size_t limit = smem_limit ? smem_limit : arch_smem_optin_max(k->arch);
         size_t need = fj_kernel_desc_smem_bytes(k);
         if (need > limit)
             snprintf(why, sizeof why,
-                     "needs %zu bytes of shared memory ((block_m + 2 * stages * block_n) * "
-                     "(head_dim rounded up to 16 + 8) * 2), more than the %zu bytes %s",
-                     need, limit, smem_limit ? "allowed" : "the arch allows a block");
+                     "needs %zu bytes of shared memory (%s), more than the %zu bytes %s", need,
+                     uses_warpgroups(k)
+                         ? "(block_m + 2 * stages * block_n) * head_dim * 2 + 1024"
+                         : "(block_m + 2 * stages * block_n) * (head_dim rounded up to 16 + 8) * 2",
+                     limit, smem_limit ? "allowed" : "the arch allows a block");
     }
     if (why[0]) return fj_fail(FJ_ERR_UNSUPPORTED, "kernel %s: %s", name, why);
     return FJ_OK;
@@ -283,8 +354,31 @@ static void fit_arch_smem(fj_kernel_desc *k)
     while (fj_kernel_desc_smem_bytes(k) > limit && k->block_n > 16) k->block_n /= 2;
 }
 
+/* On sm_90, head dims 64, 128 and 256 take flash_wgmma, two warpgroups of
+   64 rows (m128). Measured on the H200 (B*S = 16384, both dtypes;
+   docs/benchmarks.md, 2026-12-03, `flashjit tune` over 39 candidates):
+   d64 m128n128g2s2 (347-372 TFLOP/s, +12% over flash_fwd's best), d128
+   m128n128g2s3, whose third buffer lets the softmax overlap the previous
+   tile's P V (380-417, +10-22%), d256 m128n64g2s2 (391-423; three buffers
+   do not fit). d192 is a whole number of swizzle atoms too, but its
+   flash_wgmma kernels have not yet run through the CUDA test grid, so it
+   stays on flash_fwd until they have. */
+static bool takes_wgmma(const fj_kernel_desc *k)
+{
+    return k->arch == 90 && (k->head_dim == 64 || k->head_dim == 128 || k->head_dim == 256);
+}
+
 void fj_kernel_desc_heuristic(fj_kernel_desc *k)
 {
+    if (fj_template_is_attention(k->template_id) && takes_wgmma(k)) {
+        k->template_id = FJ_TEMPLATE_FLASH_WGMMA;
+        k->block_m = 128;
+        k->block_n = k->head_dim <= 128 ? 128 : 64;
+        k->warps = 8;
+        k->stages = k->head_dim == 128 ? 3 : 2;
+        return;
+    }
+    if (k->template_id == FJ_TEMPLATE_FLASH_WGMMA) k->template_id = FJ_TEMPLATE_FLASH_FWD;
     /* Measured on the H200 (bf16, B*S = 16384, S = 4096; kernel_templates
        README): up to head dim 128, m128n64w4s2 (d64: 320 TFLOP/s against 317
        for n128; d128: 335 against 256 for m64n64); above it, eight warps of
@@ -311,6 +405,7 @@ void fj_kernel_desc_heuristic(fj_kernel_desc *k)
    d192-d256). */
 static void decode_heuristic(fj_kernel_desc *k)
 {
+    k->template_id = FJ_TEMPLATE_FLASH_FWD;
     k->stages = 2;
     if (k->head_dim <= 128 && k->head_dim != 104) {
         k->block_m = 32;
@@ -393,17 +488,21 @@ const char *fj_kernel_desc_mask_name(uint32_t mask) { return mask_name(mask); }
 
 int fj_kernel_desc_tiles_name(const fj_kernel_desc *k, char *buf, size_t n)
 {
-    return snprintf(buf, n, "m%un%uw%us%u", (unsigned)k->block_m, (unsigned)k->block_n,
-                    (unsigned)k->warps, (unsigned)k->stages);
+    return tiles_text(k, buf, n);
 }
 
 fj_status fj_kernel_desc_parse_tiles(const char *tiles, fj_kernel_desc *k)
 {
     fj_kernel_desc t = *k;
-    if (!tiles || !parse_tiles(tiles, &t))
+    bool warpgroups;
+    if (!tiles || !parse_tiles(tiles, &t, &warpgroups) ||
+        (warpgroups && !fj_template_is_attention(t.template_id)))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "tile configuration '%s' is not m<block_m>n<block_n>w<warps>s<stages>",
+                       "tile configuration '%s' is not m<block_m>n<block_n>w<warps>s<stages> "
+                       "(flash_fwd) or m<block_m>n<block_n>g<warpgroups>s<stages> (flash_wgmma)",
                        tiles ? tiles : "(null)");
+    if (fj_template_is_attention(t.template_id))
+        t.template_id = warpgroups ? FJ_TEMPLATE_FLASH_WGMMA : FJ_TEMPLATE_FLASH_FWD;
     *k = t;
     return FJ_OK;
 }

@@ -20,7 +20,17 @@
 typedef enum fj_template_id {
     FJ_TEMPLATE_FLASH_FWD = 1, /* kernel_templates/flash_fwd.cu, "flash_fwd" */
     FJ_TEMPLATE_COMBINE = 2,   /* kernel_templates/combine.cu (split-KV), "combine" */
+    FJ_TEMPLATE_FLASH_WGMMA = 3, /* kernel_templates/flash_wgmma.cu (sm_90 only), "flash_wgmma" */
 } fj_template_id;
+
+/* The templates that compute attention (the combine kernel only merges):
+ * flash_fwd (mma.sync, sm_80 and up) and flash_wgmma (warpgroup MMA, sm_90).
+ * Their tile strings tell them apart: "m128n64w4s2" (w: warps) is flash_fwd,
+ * "m128n128g2s2" (g: warpgroups of 4 warps) is flash_wgmma. */
+static inline int fj_template_is_attention(uint32_t id)
+{
+    return id == FJ_TEMPLATE_FLASH_FWD || id == FJ_TEMPLATE_FLASH_WGMMA;
+}
 
 /* Mask kinds that change code. The causal alignment (bottom-right or
  * top-left) and the window sizes are launch parameters, not code. */
@@ -38,7 +48,7 @@ typedef struct fj_kernel_desc {
     uint32_t dtype;             /* fj_dtype: FJ_F16 or FJ_BF16 */
     uint32_t mask;              /* fj_mask_kind */
     uint32_t block_m, block_n;  /* query rows per block, keys per tile */
-    uint32_t warps;             /* warps per block */
+    uint32_t warps;             /* warps per block (flash_wgmma: 4 per warpgroup) */
     uint32_t stages;            /* K/V tiles in flight */
     uint32_t split_kv;          /* 0/1: writes float partials for the combine kernel */
     uint32_t arch;              /* SM version: 80 for sm_80, 90 for sm_90 */
@@ -77,9 +87,11 @@ static inline unsigned fj_kernel_desc_threads(const fj_kernel_desc *k) { return 
  * a head dim that is not a multiple of 8. */
 fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kernel_desc *k);
 
-/* The tiles alone, "m128n64w4s2" (the tuning file's config field), and back:
- * parse sets block_m, block_n, warps and stages only; FJ_ERR_INVALID_ARGUMENT
- * naming the text when it does not parse (the rules are fj_kernel_desc_check's). */
+/* The tiles alone, "m128n64w4s2" or "m128n128g2s2" (the tuning file's config
+ * field), and back: parse sets block_m, block_n, warps and stages and, when k
+ * is an attention kernel, the template its letter names (w: flash_fwd, g:
+ * flash_wgmma); FJ_ERR_INVALID_ARGUMENT naming the text when it does not
+ * parse (the rules are fj_kernel_desc_check's). */
 int fj_kernel_desc_tiles_name(const fj_kernel_desc *k, char *buf, size_t n);
 fj_status fj_kernel_desc_parse_tiles(const char *tiles, fj_kernel_desc *k);
 

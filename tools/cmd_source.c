@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "codegen.h"
 #include "cuda/nvrtc_compile.h"
+#include "kernel_build.h"
 #include "kernel_desc.h"
 #include "problem.h"
 
@@ -135,7 +136,7 @@ static fj_status desc_from_flags(const source_flags *f, fj_kernel_desc *k)
 static int print_ptx(const fj_kernel_desc *k, const char *name, const char *source)
 {
     fj_nvrtc_target t;
-    fj_status s = fj_nvrtc_target_for_arch(k->arch, true, &t);
+    fj_status s = fj_kernel_target(k, true, &t);
     if (s != FJ_OK) return cli_fail("source", s);
     void *ptx;
     size_t size;

@@ -49,6 +49,14 @@ static void default_candidates(tune_space *s, bool cuda)
                                             "m32n64w2s2", "m32n32w2s3"};
         for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
             snprintf(s->configs[s->n_configs++], TUNE_CONFIG_LEN, "%s", small[i]);
+        /* flash_wgmma (sm_90 only; the rules prune them elsewhere): one to
+           three warpgroups, two buffers or three (the softmax overlapping
+           the previous tile's P V). */
+        static const char *const wgmma[] = {"m128n64g2s2",  "m128n64g2s3",  "m128n128g2s2",
+                                            "m128n128g2s3", "m192n64g3s3", "m192n128g3s3",
+                                            "m64n128g1s3"};
+        for (size_t i = 0; i < sizeof wgmma / sizeof wgmma[0]; i++)
+            snprintf(s->configs[s->n_configs++], TUNE_CONFIG_LEN, "%s", wgmma[i]);
         return;
     }
     static const int q[] = {64, 128, 256, 512}, k[] = {128, 256, 512, 1024};
@@ -122,12 +130,15 @@ int tune_space_validate(const tune_space *s, fj_backend b)
     for (int i = 0; i < s->n_configs; i++) {
         fj_kernel_desc k;
         fj_kernel_desc_init(&k);
+        k.template_id = FJ_TEMPLATE_FLASH_FWD; /* an attention kernel: w and g tiles parse */
         bool ok = cuda ? fj_kernel_desc_parse_tiles(s->configs[i], &k) == FJ_OK
                        : cpu_config_ok(s->configs[i]);
         if (!ok)
             return cli_usage_error(CMD, "--configs: '%s' is not a %s configuration (%s)",
                                    s->configs[i], cuda ? "CUDA" : "CPU",
-                                   cuda ? "m<block_m>n<block_n>w<warps>s<stages>, e.g. m128n64w4s2"
+                                   cuda ? "m<block_m>n<block_n>w<warps>s<stages>, e.g. m128n64w4s2, "
+                                          "or m<block_m>n<block_n>g<warpgroups>s<stages>, e.g. "
+                                          "m128n64g2s3 (sm_90)"
                                         : "q<query block>k<key block>, e.g. q256k512");
     }
     return 0;

@@ -76,6 +76,26 @@ static fj_status choose_arch(const fj_cuda_api *api, unsigned arch, unsigned *ch
     return FJ_OK;
 }
 
+/* The option list and its text for t->target. -std=c++17: what the
+ * templates are written in, stated rather than left to NVRTC's default.
+ * --fmad=true: FFMA in the softmax and the rescales (NVRTC's default, stated
+ * because it changes results). -default-device: the templates' helpers carry
+ * no __device__. */
+static void set_options(fj_nvrtc_target *t)
+{
+    snprintf(t->options[0], sizeof t->options[0], "--gpu-architecture=%s", t->target);
+    snprintf(t->options[1], sizeof t->options[1], "-std=c++17");
+    snprintf(t->options[2], sizeof t->options[2], "--fmad=true");
+    snprintf(t->options[3], sizeof t->options[3], "-default-device");
+    t->num_options = 4;
+    size_t used = 0;
+    for (int i = 0; i < t->num_options; i++) {
+        int w = snprintf(t->options_text + used, sizeof t->options_text - used, "%s%s",
+                         i ? " " : "", t->options[i]);
+        if (w > 0) used += (size_t)w;
+    }
+}
+
 fj_status fj_nvrtc_target_for_arch(unsigned arch, bool want_ptx, fj_nvrtc_target *t)
 {
     memset(t, 0, sizeof *t);
@@ -93,21 +113,27 @@ fj_status fj_nvrtc_target_for_arch(unsigned arch, bool want_ptx, fj_nvrtc_target
         FJ_DEBUG("NVRTC %d.%d does not list sm_%u: compiling PTX for %s for the driver to JIT",
                  t->nvrtc_major, t->nvrtc_minor, arch, t->target);
 
-    /* -std=c++17: what the templates are written in, stated rather than
-       left to NVRTC's default. --fmad=true: FFMA in the softmax and the
-       rescales (NVRTC's default, stated because it changes results).
-       -default-device: the templates' helpers carry no __device__. */
-    snprintf(t->options[0], sizeof t->options[0], "--gpu-architecture=%s", t->target);
-    snprintf(t->options[1], sizeof t->options[1], "-std=c++17");
-    snprintf(t->options[2], sizeof t->options[2], "--fmad=true");
-    snprintf(t->options[3], sizeof t->options[3], "-default-device");
-    t->num_options = 4;
-    size_t used = 0;
-    for (int i = 0; i < t->num_options; i++) {
-        int w = snprintf(t->options_text + used, sizeof t->options_text - used, "%s%s",
-                         i ? " " : "", t->options[i]);
-        if (w > 0) used += (size_t)w;
-    }
+    set_options(t);
+    return FJ_OK;
+}
+
+fj_status fj_nvrtc_target_arch_specific(fj_nvrtc_target *t, unsigned arch)
+{
+    char want[16];
+    snprintf(want, sizeof want, "%s_%u", t->is_ptx ? "compute" : "sm", arch);
+    size_t n = strlen(want);
+    if (!strncmp(t->target, want, n) && !strcmp(t->target + n, "a")) return FJ_OK; /* already */
+    if (strcmp(t->target, want))
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "NVRTC %d.%d does not know sm_%u (it would build %s): it cannot build "
+                       "the arch-specific sm_%ua image this kernel needs",
+                       t->nvrtc_major, t->nvrtc_minor, arch, t->target, arch);
+    if (n + 2 > sizeof t->target)
+        return fj_fail(FJ_ERR_INTERNAL, "target name %sa is too long", want);
+    memcpy(t->target, want, n);
+    t->target[n] = 'a';
+    t->target[n + 1] = '\0';
+    set_options(t);
     return FJ_OK;
 }
 

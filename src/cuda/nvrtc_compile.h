@@ -17,7 +17,7 @@
 typedef struct fj_nvrtc_target {
     int nvrtc_major, nvrtc_minor; /* the NVRTC that compiles (part of the cache key) */
     bool is_ptx;                  /* PTX for the driver to JIT, not a cubin */
-    char target[16];              /* "sm_90" (cubin) or "compute_90" (PTX) */
+    char target[16];              /* "sm_90" or "sm_90a" (cubin), "compute_90" (PTX) */
     int num_options;
     char options[FJ_NVRTC_MAX_OPTIONS][40];
     char options_text[4 * 40];
@@ -31,6 +31,13 @@ typedef struct fj_nvrtc_target {
  * Thread-safe. FJ_ERR_NO_DEVICE (the loader's reason) when NVRTC cannot be
  * loaded; FJ_ERR_UNSUPPORTED when it supports no arch at or below arch. */
 fj_status fj_nvrtc_target_for_arch(unsigned arch, bool want_ptx, fj_nvrtc_target *t);
+
+/* Turns t (from fj_nvrtc_target_for_arch(arch, ...)) into the arch-specific
+ * target "sm_<arch>a" / "compute_<arch>a", which kernels using instructions
+ * of that arch alone (wgmma on sm_90) need; such an image loads on that arch
+ * only; a target already arch-specific stays as it is. FJ_ERR_UNSUPPORTED, t
+ * unchanged, when t is for an older arch because NVRTC does not know arch. */
+fj_status fj_nvrtc_target_arch_specific(fj_nvrtc_target *t, unsigned arch);
 
 /* Compiles one source (name: the kernel's name, used as NVRTC's program name
  * and in messages) for t. On success *image is malloc'd and always followed

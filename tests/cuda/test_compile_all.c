@@ -3,6 +3,7 @@
  * sm_90 through fj_kernel_build and a fresh disk cache (on two threads, as
  * compile-all runs it), zero spills in every cubin, and a rerun that is all
  * cache hits with identical images. PTX for an arch newer than NVRTC knows.
+ * flash_wgmma's arch-specific target (sm_90a) and one kernel built for it.
  * The cubin reader is checked on garbage and on every truncation of a real
  * cubin, and every NVRTC failure path with the fake NVRTC (fake_driver.h).
  * Without a loadable NVRTC the NVRTC tests say SKIPPED and why, and
@@ -214,6 +215,60 @@ static void test_targets(void **state)
     assert_contains(fj_last_error(), want);
 }
 
+/* flash_wgmma's target: the arch-specific sm_90a / compute_90a. */
+static void test_arch_specific_targets(void **state)
+{
+    (void)state;
+    REQUIRE_NVRTC();
+    fj_nvrtc_target t;
+    assert_int_equal(fj_nvrtc_target_for_arch(90, false, &t), FJ_OK);
+    assert_int_equal(fj_nvrtc_target_arch_specific(&t, 90), FJ_OK);
+    assert_false(t.is_ptx);
+    assert_string_equal(t.target, "sm_90a");
+    assert_int_equal(t.num_options, 4);
+    assert_string_equal(t.options[0], "--gpu-architecture=sm_90a");
+    assert_string_equal(t.options_text,
+                        "--gpu-architecture=sm_90a -std=c++17 --fmad=true -default-device");
+    assert_int_equal(t.nvrtc_major, nvrtc->nvrtc_major);
+    assert_int_equal(t.nvrtc_minor, nvrtc->nvrtc_minor);
+
+    assert_int_equal(fj_nvrtc_target_for_arch(90, true, &t), FJ_OK);
+    assert_int_equal(fj_nvrtc_target_arch_specific(&t, 90), FJ_OK);
+    assert_true(t.is_ptx);
+    assert_string_equal(t.target, "compute_90a");
+    assert_string_equal(t.options_text,
+                        "--gpu-architecture=compute_90a -std=c++17 --fmad=true -default-device");
+
+    /* A target for an older arch is refused and left as it was. */
+    assert_int_equal(fj_nvrtc_target_for_arch(80, false, &t), FJ_OK);
+    fj_nvrtc_target before = t;
+    assert_int_equal(fj_nvrtc_target_arch_specific(&t, 90), FJ_ERR_UNSUPPORTED);
+    assert_memory_equal(&t, &before, sizeof t);
+    char want[200];
+    snprintf(want, sizeof want,
+             "NVRTC %d.%d does not know sm_90 (it would build sm_80): it cannot build the "
+             "arch-specific sm_90a image this kernel needs",
+             nvrtc->nvrtc_major, nvrtc->nvrtc_minor);
+    assert_string_equal(fj_last_error(), want);
+    assert_int_equal(fj_nvrtc_target_for_arch(80, true, &t), FJ_OK);
+    assert_int_equal(fj_nvrtc_target_arch_specific(&t, 90), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "(it would build compute_80)");
+    assert_string_equal(t.target, "compute_80");
+
+    /* fj_kernel_target: sm_90a for flash_wgmma, sm_90 for flash_fwd. */
+    fj_kernel_desc k;
+    fj_kernel_desc_init(&k);
+    k.template_id = FJ_TEMPLATE_FLASH_WGMMA;
+    k.head_dim = 128, k.dtype = FJ_BF16, k.arch = 90;
+    assert_int_equal(fj_kernel_target(&k, false, &t), FJ_OK);
+    assert_string_equal(t.target, "sm_90a");
+    assert_int_equal(fj_kernel_target(&k, true, &t), FJ_OK);
+    assert_string_equal(t.target, "compute_90a");
+    k.template_id = FJ_TEMPLATE_FLASH_FWD;
+    assert_int_equal(fj_kernel_target(&k, false, &t), FJ_OK);
+    assert_string_equal(t.target, "sm_90");
+}
+
 static void test_compile_error(void **state)
 {
     (void)state;
@@ -247,8 +302,9 @@ typedef struct case_ {
     int window_left;
 } case_;
 
-/* Head dims across the heuristic's three tile shapes, one that is not a
- * multiple of 16 (padded columns), both dtypes, every mask kind. */
+/* Head dims across the heuristic's three flash_fwd tile shapes, one that is
+ * not a multiple of 16 (padded columns), both dtypes, every mask kind; on
+ * sm_90 the multiples of 64 take flash_wgmma (built for sm_90a). */
 static const case_ set[] = {
     {64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1},
     {72, FJ_BF16, FJ_CAUSAL_NONE, 128},
@@ -323,7 +379,8 @@ static void test_compile_set(void **state)
         const fj_kernel_image *img = &first.img[i];
         char name[128], want_target[16], line[200];
         fj_kernel_desc_name(&first.desc[i], name, sizeof name);
-        snprintf(want_target, sizeof want_target, "sm_%u", (unsigned)first.desc[i].arch);
+        snprintf(want_target, sizeof want_target, "sm_%u%s", (unsigned)first.desc[i].arch,
+                 first.desc[i].template_id == FJ_TEMPLATE_FLASH_WGMMA ? "a" : "");
         assert_string_equal(img->name, name);
         assert_string_equal(img->target, want_target);
         assert_false(img->is_ptx);
@@ -434,8 +491,7 @@ static void test_build_rejects(void **state)
     k.head_dim = 128;
     k.dtype = FJ_F16;
     k.arch = 90;
-    fj_kernel_desc_heuristic(&k);
-    k.warps = 3;
+    k.block_m = 128, k.block_n = 64, k.warps = 3, k.stages = 2;
     fj_kernel_image img;
     assert_int_equal(fj_kernel_build(&k, cache_dir, &img), FJ_ERR_UNSUPPORTED);
     assert_contains(fj_last_error(), "warps 3 is not 1, 2, 4 or 8");
@@ -443,6 +499,68 @@ static void test_build_rejects(void **state)
     assert_int_equal(img.size, 0);
     fj_kernel_image_free(&img); /* harmless on a failed build */
     fj_kernel_image_free(NULL);
+    /* flash_wgmma's rules, before any NVRTC: four warpgroups, and sm_80. */
+    k.template_id = FJ_TEMPLATE_FLASH_WGMMA;
+    k.block_m = 256, k.block_n = 128, k.warps = 16;
+    assert_int_equal(fj_kernel_build(&k, cache_dir, &img), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "m256n128g4s2.sm_90: warps 16 is not 4, 8 or 12 "
+                                     "(flash_wgmma runs 1, 2 or 3 warpgroups of 4)");
+    assert_null(img.data);
+    k.block_m = 128, k.warps = 8, k.arch = 80;
+    assert_int_equal(fj_kernel_build(&k, cache_dir, &img), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "arch sm_80: flash_wgmma needs sm_90");
+    assert_null(img.data);
+}
+
+/* One flash_wgmma kernel, no cache: a cubin for sm_90a without spills, and
+ * its PTX for compute_90a issuing wgmma. */
+static void test_compile_wgmma(void **state)
+{
+    (void)state;
+    REQUIRE_NVRTC();
+    fj_kernel_desc k;
+    fj_kernel_desc_init(&k);
+    k.template_id = FJ_TEMPLATE_FLASH_WGMMA;
+    k.head_dim = 128, k.dtype = FJ_BF16, k.mask = FJ_MASK_CAUSAL, k.arch = 90;
+    k.block_m = 128, k.block_n = 128, k.warps = 8, k.stages = 2;
+    fj_kernel_image img;
+    log_clear();
+    if (fj_kernel_build(&k, NULL, &img) != FJ_OK) fail_msg("%s", fj_last_error());
+    assert_string_equal(img.name, "flash_wgmma.d128.bf16.causal.m128n128g2s2.sm_90");
+    assert_string_equal(img.target, "sm_90a");
+    assert_false(img.is_ptx);
+    assert_false(img.from_cache);
+    assert_true(img.size >= 4 && !memcmp(img.data, "\177ELF", 4));
+    fj_cubin_resources r;
+    if (fj_cubin_resources_read(img.data, img.size, fj_codegen_entry(&k), &r))
+        fail_msg("%s: %s", img.name, fj_last_error());
+    print_message("%-48s %6.2f s  regs %3u  spills %u  static smem %u  dynamic smem %zu\n",
+                  img.name, img.compile_seconds, r.registers, r.frame_bytes, r.static_smem,
+                  fj_kernel_desc_smem_bytes(&k));
+    assert_true(r.registers > 0 && r.registers <= 255);
+    if (r.frame_bytes > FJ_CUBIN_MAX_SPILL_BYTES)
+        fail_msg("%s spills %u bytes of stack frame, over the budget of %d", img.name,
+                 r.frame_bytes, FJ_CUBIN_MAX_SPILL_BYTES);
+    char line[200];
+    snprintf(line, sizeof line, "compiled %s in ", img.name);
+    assert_logged(line);
+    fj_kernel_image_free(&img);
+
+    fj_nvrtc_target t;
+    assert_int_equal(fj_kernel_target(&k, true, &t), FJ_OK);
+    char *source;
+    size_t len;
+    assert_int_equal(fj_codegen_render(&k, &source, &len), FJ_OK);
+    void *ptx;
+    size_t size;
+    double seconds;
+    fj_status s = fj_nvrtc_compile(&t, img.name, source, &ptx, &size, &seconds);
+    free(source);
+    if (s != FJ_OK) fail_msg("%s", fj_last_error());
+    assert_contains((const char *)ptx, ".target sm_90a");
+    assert_contains((const char *)ptx, ".entry fj_flash_fwd");
+    assert_contains((const char *)ptx, "wgmma.mma_async");
+    free(ptx);
 }
 
 /* ---- NVRTC failures, through the fake (no real NVRTC needed) ------------------ */
@@ -489,6 +607,39 @@ static void test_fake_targets(void **state)
     use_fake();
     fake_remove_nvrtc();
     assert_int_equal(fj_nvrtc_target_for_arch(90, false, &t), FJ_ERR_NO_DEVICE);
+
+    /* Arch-specific targets: only where NVRTC lists the arch itself. */
+    use_fake();
+    assert_int_equal(fj_nvrtc_target_for_arch(90, false, &t), FJ_OK);
+    assert_int_equal(fj_nvrtc_target_arch_specific(&t, 90), FJ_OK);
+    assert_string_equal(t.target, "sm_90a");
+    assert_string_equal(t.options_text,
+                        "--gpu-architecture=sm_90a -std=c++17 --fmad=true -default-device");
+    assert_int_equal(fj_nvrtc_target_for_arch(95, false, &t), FJ_OK); /* compute_90 */
+    fj_nvrtc_target before = t;
+    assert_int_equal(fj_nvrtc_target_arch_specific(&t, 95), FJ_ERR_UNSUPPORTED);
+    assert_string_equal(fj_last_error(),
+                        "NVRTC 99.0 does not know sm_95 (it would build compute_90): it cannot "
+                        "build the arch-specific sm_95a image this kernel needs");
+    assert_memory_equal(&t, &before, sizeof t);
+    /* and fj_kernel_target, with the fake's NVRTC */
+    fj_kernel_desc k;
+    fj_kernel_desc_init(&k);
+    k.template_id = FJ_TEMPLATE_FLASH_WGMMA;
+    k.arch = 90;
+    assert_int_equal(fj_kernel_target(&k, true, &t), FJ_OK);
+    assert_string_equal(t.target, "compute_90a");
+    assert_string_equal(t.options[0], "--gpu-architecture=compute_90a");
+    k.template_id = FJ_TEMPLATE_COMBINE;
+    assert_int_equal(fj_kernel_target(&k, true, &t), FJ_OK);
+    assert_string_equal(t.target, "compute_90");
+    k.template_id = FJ_TEMPLATE_FLASH_WGMMA;
+    k.arch = 95; /* (not a flash_wgmma arch; the target alone is refused) */
+    assert_int_equal(fj_kernel_target(&k, false, &t), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "does not know sm_95");
+    fake_remove_nvrtc();
+    k.arch = 90;
+    assert_int_equal(fj_kernel_target(&k, false, &t), FJ_ERR_NO_DEVICE);
 }
 
 /* Each failing NVRTC call: its status, a message naming the call and the
@@ -583,10 +734,12 @@ int main(void)
         cmocka_unit_test(test_cubin_garbage),
         cmocka_unit_test(test_build_rejects),
         cmocka_unit_test(test_targets),
+        cmocka_unit_test(test_arch_specific_targets),
         cmocka_unit_test(test_compile_error),
         cmocka_unit_test(test_compile_set),
         cmocka_unit_test(test_cubin_truncated),
         cmocka_unit_test(test_ptx_for_newer_arch),
+        cmocka_unit_test(test_compile_wgmma),
         cmocka_unit_test_teardown(test_fake_targets, drop_fake),
         cmocka_unit_test_teardown(test_fake_compile_failures, drop_fake),
         cmocka_unit_test_teardown(test_fake_store_failure, drop_fake),

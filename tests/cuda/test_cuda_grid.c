@@ -270,7 +270,7 @@ static grid_case make_case(const char *label, int batch, int hq, int hkv, int sq
     return c;
 }
 
-static const int head_dims[] = {8, 32, 40, 64, 80, 96, 128, 160, 200, 256};
+static const int head_dims[] = {8, 32, 40, 64, 80, 96, 128, 160, 192, 200, 256};
 static const int seqlens[] = {1, 17, 63, 64, 65, 127, 128, 129, 239, 1000, 2048};
 #define N_DIMS (int)(sizeof head_dims / sizeof head_dims[0])
 #define N_SEQS (int)(sizeof seqlens / sizeof seqlens[0])

@@ -34,6 +34,46 @@ static fj_kernel_desc base_desc(void)
     return k;
 }
 
+/* A flash_wgmma kernel that passes the rules: two warpgroups of 64 rows. */
+static fj_kernel_desc wgmma_desc(void)
+{
+    fj_kernel_desc k = base_desc();
+    k.template_id = FJ_TEMPLATE_FLASH_WGMMA;
+    k.block_n = 128;
+    k.warps = 8;
+    return k;
+}
+
+/* ==== EXPECTED sm_90 PREFILL TILES: edit this table when the heuristic ====
+ * ==== changes (test_heuristic, test_decode_tiles, test_for_problem_mask) ==
+ * By head dim, up to max_dim: the tiles for head dims that are multiples of
+ * 64 (flash_wgmma's whole swizzle atoms) and for the others. The tile
+ * letter names the template: g flash_wgmma, w flash_fwd. */
+static const struct {
+    uint32_t max_dim;
+    const char *dim64, *other;
+} sm90_prefill[] = {
+    {64, "m128n128g2s2", "m128n64w4s2"},
+    {128, "m128n128g2s3", "m128n64w4s2"},
+    {192, "m128n64w8s2", "m128n64w8s2"}, /* d192: flash_fwd until the GPU grid ran flash_wgmma */
+    {256, "m128n64g2s2", "m128n64w8s2"},
+};
+
+static const char *sm90_prefill_tiles(uint32_t head_dim)
+{
+    for (size_t i = 0; i < sizeof sm90_prefill / sizeof sm90_prefill[0]; i++)
+        if (head_dim <= sm90_prefill[i].max_dim)
+            return head_dim % 64 ? sm90_prefill[i].other : sm90_prefill[i].dim64;
+    fail_msg("no sm_90 tiles for head dim %u in the table", head_dim);
+    return NULL;
+}
+
+/* The template a tile string names. */
+static uint32_t tiles_template(const char *tiles)
+{
+    return strchr(tiles, 'g') ? FJ_TEMPLATE_FLASH_WGMMA : FJ_TEMPLATE_FLASH_FWD;
+}
+
 #define assert_contains(text, part)                                                           \
     do {                                                                                      \
         if (!strstr((text), (part))) fail_msg("'%s'\n  does not contain '%s'", (text), (part)); \
@@ -59,6 +99,17 @@ static void test_name_example(void **state)
     char small[10];
     assert_int_equal(fj_kernel_desc_name(&k, small, sizeof small), (int)strlen(name));
     assert_int_equal(strlen(small), sizeof small - 1);
+    /* flash_wgmma counts warpgroups: g2 is eight warps. */
+    k = wgmma_desc();
+    n = fj_kernel_desc_name(&k, name, sizeof name);
+    assert_string_equal(name, "flash_wgmma.d128.bf16.causal.m128n128g2s2.sm_90");
+    assert_int_equal(n, (int)strlen(name));
+    k.split_kv = 1, k.warps = 12, k.block_m = 192, k.block_n = 64, k.stages = 4;
+    fj_kernel_desc_name(&k, name, sizeof name);
+    assert_string_equal(name, "flash_wgmma.d128.bf16.causal.m192n64g3s4.split.sm_90");
+    char tiles[32];
+    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
+    assert_string_equal(tiles, "m192n64g3s4");
 }
 
 static void test_name_round_trip(void **state)
@@ -66,29 +117,47 @@ static void test_name_round_trip(void **state)
     (void)state;
     static const uint32_t tiles[][4] = {{16, 16, 1, 1},  {64, 64, 4, 2},  {128, 128, 8, 4},
                                         {256, 256, 8, 3}, {32, 48, 2, 1}, {128, 64, 4, 2}};
+    /* flash_wgmma spells warps as warpgroups, so only multiples of 4 have a
+       name of their own; g64 is the largest count the parser takes. */
+    static const uint32_t wgmma_tiles[][4] = {{64, 64, 4, 2},    {128, 128, 8, 2},
+                                              {192, 64, 12, 4},  {128, 64, 8, 3},
+                                              {16, 16, 4, 1},    {256, 256, 256, 9}};
+    _Static_assert(sizeof tiles == sizeof wgmma_tiles, "one wgmma tile row per flash_fwd row");
     static const uint32_t archs[] = {80, 86, 89, 90, 100, 120, 1000};
-    int count = 0;
-    for (uint32_t t = 1; t <= 2; t++)
+    int count = 0, wgmma = 0;
+    for (uint32_t t = 1; t <= 3; t++)
         for (uint32_t d = 8; d <= 256; d += 8)
             for (uint32_t dt = FJ_F16; dt <= FJ_BF16; dt++)
                 for (uint32_t m = 0; m < 4; m++)
                     for (size_t ti = 0; ti < sizeof tiles / sizeof tiles[0]; ti++)
                         for (uint32_t split = 0; split <= 1; split++)
                             for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+                                const uint32_t *tl =
+                                    t == FJ_TEMPLATE_FLASH_WGMMA ? wgmma_tiles[ti] : tiles[ti];
                                 fj_kernel_desc k;
                                 fj_kernel_desc_init(&k);
                                 k.template_id = t;
                                 k.head_dim = d;
                                 k.dtype = dt;
                                 k.mask = m;
-                                k.block_m = tiles[ti][0];
-                                k.block_n = tiles[ti][1];
-                                k.warps = tiles[ti][2];
-                                k.stages = tiles[ti][3];
+                                k.block_m = tl[0];
+                                k.block_n = tl[1];
+                                k.warps = tl[2];
+                                k.stages = tl[3];
                                 k.split_kv = split;
                                 k.arch = archs[a];
                                 char name[128], again[128];
                                 fj_kernel_desc_name(&k, name, sizeof name);
+                                if (t == FJ_TEMPLATE_FLASH_WGMMA) {
+                                    char part[48];
+                                    snprintf(part, sizeof part, ".m%un%ug%us%u.", tl[0], tl[1],
+                                             tl[2] / 4, tl[3]);
+                                    if (!strstr(name, part))
+                                        fail_msg("%s does not spell its tiles %s", name, part);
+                                    assert_true(!strncmp(name, "flash_wgmma.", 12));
+                                    assert_int_equal(!!strstr(name, ".split."), split);
+                                    wgmma++;
+                                }
                                 fj_kernel_desc back;
                                 memset(&back, 0xa5, sizeof back);
                                 if (fj_kernel_desc_parse(name, &back) != FJ_OK)
@@ -99,7 +168,8 @@ static void test_name_round_trip(void **state)
                                 assert_string_equal(again, name);
                                 count++;
                             }
-    assert_true(count > 10000);
+    assert_true(count > 15000);
+    assert_int_equal(wgmma, count / 3);
 }
 
 typedef struct bad_name {
@@ -111,13 +181,13 @@ static void test_parse_rejections(void **state)
     (void)state;
     static const bad_name cases[] = {
         {"", "kernel name '': 1 dot-separated parts; expected 6 or 7: <template>.d<head_dim>."
-             "<dtype>.<mask>.m<M>n<N>w<W>s<S>[.split].sm_<arch>"},
+             "<dtype>.<mask>.m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split].sm_<arch>"},
         {"flash_fwd.d128.bf16.causal.m128n64w4s2", "5 dot-separated parts; expected 6 or 7"},
         {"flash_fwd.d128.bf16.causal.m128n64w4s2.split.sm_90.x", "8 dot-separated parts"},
         {"a.b.c.d.e.f.g.h.i.j.k", "11 dot-separated parts"},
         {"flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90",
          "kernel name 'flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90': 'flash_bwd' is not a "
-         "template name (flash_fwd, combine)"},
+         "template name (flash_fwd, flash_wgmma, combine)"},
         {"flash_fwd.d7.bf16.causal.m128n64w4s2.sm_90",
          "kernel name 'flash_fwd.d7.bf16.causal.m128n64w4s2.sm_90': 'd7' is not d<head_dim> with "
          "head_dim a multiple of 8 in 8..256"},
@@ -145,6 +215,32 @@ static void test_parse_rejections(void **state)
         {"flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90a", "'sm_90a' is not sm_<arch>"},
         {"flash_fwd.d128.bf16.causal.m128n64w4s2.compute_90", "'compute_90' is not sm_<arch>"},
         {"flash_fwd.d128.bf16.causal.m128n64w4s2.sm_", "'sm_' is not sm_<arch>"},
+        /* The warp letter must be the template's: w for flash_fwd and
+           combine, g (warpgroups) for flash_wgmma. */
+        {"flash_fwd.d128.bf16.causal.m128n128g2s2.sm_90",
+         "kernel name 'flash_fwd.d128.bf16.causal.m128n128g2s2.sm_90': flash_fwd kernels count "
+         "warps as w<warps>, not as in 'm128n128g2s2'"},
+        {"flash_wgmma.d128.bf16.causal.m128n64w8s2.sm_90",
+         "kernel name 'flash_wgmma.d128.bf16.causal.m128n64w8s2.sm_90': flash_wgmma kernels "
+         "count warps as g<warpgroups>, not as in 'm128n64w8s2'"},
+        {"flash_wgmma.d128.bf16.causal.m128n64w8s2.split.sm_90",
+         "flash_wgmma kernels count warps as g<warpgroups>"},
+        {"combine.d128.f16.nomask.m64n64g1s1.split.sm_90",
+         "combine kernels count warps as w<warps>, not as in 'm64n64g1s1'"},
+        {"flash_wgmma.d128.bf16.causal.m128n128g65s2.sm_90",
+         "kernel name 'flash_wgmma.d128.bf16.causal.m128n128g65s2.sm_90': 'm128n128g65s2' is "
+         "not m<block_m>n<block_n>w<warps>s<stages> or m<block_m>n<block_n>g<warpgroups>s<stages>"},
+        {"flash_wgmma.d128.bf16.causal.m128n128g999999s2.sm_90", "'m128n128g999999s2' is not"},
+        {"flash_wgmma.d128.bf16.causal.m128n128g1234567s2.sm_90", "'m128n128g1234567s2' is not"},
+        {"flash_wgmma.d128.bf16.causal.m128n128g4294967296s2.sm_90", "'m128n128g4294967296s2'"},
+        {"flash_wgmma.d128.bf16.causal.m128n128gs2.sm_90", "'m128n128gs2' is not"},
+        {"flash_wgmma.d128.bf16.causal.m128n128g02s2.sm_90", "'m128n128g02s2' is not"},
+        {"flash_wgmma.d128.bf16.causal.m128n128G2s2.sm_90", "'m128n128G2s2' is not"},
+        {"flash_wgmma.d128.bf16.causal.m128n128g2w8s2.sm_90", "'m128n128g2w8s2' is not"},
+        {"flash_wgmma.d128.bf16.causal.m128g2n128s2.sm_90", "'m128g2n128s2' is not"},
+        {"flash_wgmma.d128.bf16.causal.m128n128g2.sm_90", "'m128n128g2' is not"},
+        {"flash_wgmma.d128.bf16.causal.m128n128g2s2.sm_90a", "'sm_90a' is not sm_<arch>"},
+        {"flash_wgmma.d96.bf16.causal.m128n128g2s2x.sm_90", "'m128n128g2s2x' is not"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj_kernel_desc k = base_desc(), before = k;
@@ -164,6 +260,31 @@ static void test_parse_rejections(void **state)
     longname[sizeof longname - 1] = '\0';
     assert_int_equal(fj_kernel_desc_parse(longname, &k), FJ_ERR_INVALID_ARGUMENT);
     assert_contains(fj_last_error(), "is 299 characters long: the limit is 127");
+
+    /* Parsing checks the spelling, not the rules (fj_kernel_desc_check
+       does): g0 and g64, the largest count it takes, parse. */
+    assert_int_equal(fj_kernel_desc_parse("flash_wgmma.d128.bf16.causal.m128n128g0s2.sm_90", &k),
+                     FJ_OK);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_WGMMA);
+    assert_int_equal(k.warps, 0);
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "warps 0 is not 4, 8 or 12");
+    assert_int_equal(fj_kernel_desc_parse("flash_wgmma.d64.f16.nomask.m64n64g64s2.sm_90", &k),
+                     FJ_OK);
+    assert_int_equal(k.warps, 256);
+    assert_int_equal(
+        fj_kernel_desc_parse("flash_wgmma.d192.f16.window.m192n64g3s3.split.sm_90", &k), FJ_OK);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_WGMMA);
+    assert_int_equal(k.head_dim, 192);
+    assert_int_equal(k.dtype, FJ_F16);
+    assert_int_equal(k.mask, FJ_MASK_WINDOW);
+    assert_int_equal(k.block_m, 192);
+    assert_int_equal(k.block_n, 64);
+    assert_int_equal(k.warps, 12);
+    assert_int_equal(k.stages, 3);
+    assert_int_equal(k.split_kv, 1);
+    assert_int_equal(k.arch, 90);
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
 }
 
 /* ---- rules ------------------------------------------------------------------- */
@@ -175,7 +296,8 @@ typedef struct bad_desc {
 } bad_desc;
 
 static void m_version(fj_kernel_desc *k) { k->generator_version = 0; }
-static void m_template(fj_kernel_desc *k) { k->template_id = 3; }
+static void m_template(fj_kernel_desc *k) { k->template_id = 4; }
+static void m_template0(fj_kernel_desc *k) { k->template_id = 0; }
 static void m_dim_small(fj_kernel_desc *k) { k->head_dim = 0; }
 static void m_dim_odd(fj_kernel_desc *k) { k->head_dim = 100; }
 static void m_dim_big(fj_kernel_desc *k) { k->head_dim = 264; }
@@ -201,7 +323,9 @@ static void test_check_rejections(void **state)
     (void)state;
     static const bad_desc cases[] = {
         {"version", m_version, "generator_version 0 is not this generator's (1)"},
-        {"template", m_template, "template_id 3 is not a template (1 flash_fwd, 2 combine)"},
+        {"template", m_template,
+         "template_id 4 is not a template (1 flash_fwd, 2 combine, 3 flash_wgmma)"},
+        {"template 0", m_template0, "template_id 0 is not a template"},
         {"head_dim 0", m_dim_small, "head_dim 0 is not a multiple of 8 in 8..256"},
         {"head_dim 100", m_dim_odd, "head_dim 100 is not a multiple of 8 in 8..256"},
         {"head_dim 264", m_dim_big, "head_dim 264 is not a multiple of 8 in 8..256"},
@@ -240,6 +364,92 @@ static void test_check_rejections(void **state)
         /* Every message starts with the kernel's name. */
         assert_true(!strncmp(fj_last_error(), "kernel ", 7));
     }
+}
+
+/* flash_wgmma's own rules (its mutations start from wgmma_desc()). */
+static void w_arch80(fj_kernel_desc *k) { k->arch = 80; }
+static void w_arch100(fj_kernel_desc *k) { k->arch = 100; }
+static void w_dim96(fj_kernel_desc *k) { k->head_dim = 96; }
+static void w_dim100(fj_kernel_desc *k) { k->head_dim = 100; }
+static void w_g4(fj_kernel_desc *k) { k->warps = 16, k->block_m = 256; }
+static void w_g0(fj_kernel_desc *k) { k->warps = 0; }
+static void w_bm_g1(fj_kernel_desc *k) { k->warps = 4; } /* m128 needs g2 */
+static void w_bm_64(fj_kernel_desc *k) { k->block_m = 64; }
+static void w_bm_192(fj_kernel_desc *k) { k->block_m = 192; }
+static void w_bn32(fj_kernel_desc *k) { k->block_n = 32; }
+static void w_bn256(fj_kernel_desc *k) { k->block_n = 256; }
+static void w_stages1(fj_kernel_desc *k) { k->stages = 1; }
+static void w_stages5(fj_kernel_desc *k) { k->stages = 5; }
+static void w_split(fj_kernel_desc *k) { k->split_kv = 2; }
+static void w_smem(fj_kernel_desc *k) { k->head_dim = 256, k->stages = 4; }
+
+static void test_wgmma_rules(void **state)
+{
+    (void)state;
+    static const bad_desc cases[] = {
+        {"arch 80", w_arch80,
+         "kernel flash_wgmma.d128.bf16.causal.m128n128g2s2.sm_80: arch sm_80: flash_wgmma needs "
+         "sm_90 (wgmma exists there only; flash_fwd runs everywhere)"},
+        {"arch 100", w_arch100, "arch sm_100: flash_wgmma needs sm_90"},
+        {"head_dim 96", w_dim96,
+         "kernel flash_wgmma.d96.bf16.causal.m128n128g2s2.sm_90: head_dim 96 is not a multiple "
+         "of 64: flash_wgmma's rows are whole 128-byte swizzle atoms"},
+        /* the general rule comes first */
+        {"head_dim 100", w_dim100, "head_dim 100 is not a multiple of 8 in 8..256"},
+        {"warpgroups 4", w_g4,
+         "m256n128g4s2.sm_90: warps 16 is not 4, 8 or 12 (flash_wgmma runs 1, 2 or 3 "
+         "warpgroups of 4)"},
+        {"warpgroups 0", w_g0, "warps 0 is not 4, 8 or 12"},
+        {"block_m of g1", w_bm_g1,
+         "m128n128g1s2.sm_90: block_m 128 is not 64 * warpgroups (64): a warpgroup owns 64 "
+         "query rows"},
+        {"block_m 64 of g2", w_bm_64, "block_m 64 is not 64 * warpgroups (128)"},
+        {"block_m 192 of g2", w_bm_192, "block_m 192 is not 64 * warpgroups (128)"},
+        {"block_n 32", w_bn32, "block_n 32 is not 64 or 128"},
+        {"block_n 256", w_bn256, "block_n 256 is not 64 or 128"},
+        {"stages 1", w_stages1, "stages 1 is not in 2..4"},
+        {"stages 5", w_stages5, "stages 5 is not in 2..4"},
+        {"split_kv", w_split, "split_kv 2 is not 0 or 1"},
+        /* (128 + 2*4*128) * 256 * 2 + 1024 = 590848 > 227 KiB */
+        {"smem", w_smem,
+         "kernel flash_wgmma.d256.bf16.causal.m128n128g2s4.sm_90: needs 590848 bytes of shared "
+         "memory ((block_m + 2 * stages * block_n) * head_dim * 2 + 1024), more than the 232448 "
+         "bytes the arch allows a block"},
+    };
+    fj_kernel_desc ok = wgmma_desc();
+    assert_int_equal(fj_kernel_desc_check(&ok, 0), FJ_OK);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj_kernel_desc k = wgmma_desc();
+        cases[i].mutate(&k);
+        fj_status s = fj_kernel_desc_check(&k, 0);
+        if (s != FJ_ERR_UNSUPPORTED)
+            fail_msg("%s: %s, not FJ_ERR_UNSUPPORTED", cases[i].what, fj_status_name(s));
+        assert_contains(fj_last_error(), cases[i].message);
+        assert_true(!strncmp(fj_last_error(), "kernel flash_wgmma.", 19));
+    }
+    /* Everything the rules allow passes exactly when it fits sm_90's 227 KiB. */
+    int passed = 0, too_big = 0;
+    for (uint32_t d = 64; d <= 256; d += 64)
+        for (uint32_t g = 1; g <= 3; g++)
+            for (uint32_t n = 64; n <= 128; n += 64)
+                for (uint32_t st = 2; st <= 4; st++)
+                    for (uint32_t split = 0; split <= 1; split++) {
+                        fj_kernel_desc k = wgmma_desc();
+                        k.head_dim = d, k.warps = 4 * g, k.block_m = 64 * g, k.block_n = n;
+                        k.stages = st, k.split_kv = split;
+                        size_t need = (64 * g + 2 * st * n) * d * 2 + 1024;
+                        assert_int_equal(fj_kernel_desc_smem_bytes(&k), need);
+                        fj_status s = fj_kernel_desc_check(&k, 0);
+                        if (need <= 232448) {
+                            if (s != FJ_OK) fail_msg("%s", fj_last_error());
+                            passed++;
+                        } else {
+                            assert_int_equal(s, FJ_ERR_UNSUPPORTED);
+                            assert_contains(fj_last_error(), "bytes of shared memory");
+                            too_big++;
+                        }
+                    }
+    assert_true(passed > 0 && too_big > 0);
 }
 
 static void test_smem(void **state)
@@ -286,6 +496,24 @@ static void test_smem(void **state)
     assert_int_equal(fj_kernel_desc_check(&k, 168960), FJ_OK);
 
     assert_int_equal(fj_kernel_desc_threads(&k), 128);
+
+    /* flash_wgmma: unpadded rows plus 1024 bytes of alignment;
+       (128 + 2*2*128) * 128 * 2 + 1024 = 164864. */
+    k = wgmma_desc();
+    assert_int_equal(fj_kernel_desc_smem_bytes(&k), 164864);
+    assert_int_equal(fj_kernel_desc_threads(&k), 256);
+    assert_int_equal(fj_kernel_desc_check(&k, 164864), FJ_OK);
+    assert_int_equal(fj_kernel_desc_check(&k, 164863), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(),
+                    "kernel flash_wgmma.d128.bf16.causal.m128n128g2s2.sm_90: needs 164864 bytes "
+                    "of shared memory ((block_m + 2 * stages * block_n) * head_dim * 2 + 1024), "
+                    "more than the 164863 bytes allowed");
+    /* the same tiles of flash_fwd pad every row by 8 elements */
+    k.template_id = FJ_TEMPLATE_FLASH_FWD;
+    assert_int_equal(fj_kernel_desc_smem_bytes(&k), (128 + 2 * 2 * 128) * (128 + 8) * 2);
+    k = wgmma_desc();
+    k.head_dim = 64, k.block_n = 64, k.stages = 4, k.warps = 4, k.block_m = 64;
+    assert_int_equal(fj_kernel_desc_smem_bytes(&k), (64 + 2 * 4 * 64) * 64 * 2 + 1024);
 }
 
 /* ---- GQA packing and decode tiles ------------------------------------------ */
@@ -355,7 +583,8 @@ static void test_gqa_pack_rules(void **state)
     assert_int_equal(q.seqlen_q, 17); /* a copy when not packed */
 }
 
-/* The sm_90 kernel chosen for p has these tiles; returns it. */
+/* The sm_90 kernel chosen for p has these tiles (and the template their
+ * letter names); returns it. */
 static fj_kernel_desc expect_tiles(const fj_problem *p, const char *want)
 {
     fj_kernel_desc k;
@@ -363,6 +592,7 @@ static fj_kernel_desc expect_tiles(const fj_problem *p, const char *want)
     assert_int_equal(fj_kernel_desc_for_problem(p, 90, &k), FJ_OK);
     fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
     assert_string_equal(tiles, want);
+    assert_int_equal(k.template_id, tiles_template(want));
     return k;
 }
 
@@ -370,6 +600,7 @@ static void test_decode_tiles(void **state)
 {
     (void)state;
     /* one query of an MHA head, and GQA 32:8 packed to 4 rows: decode tiles */
+    /* (d128, which flash_wgmma takes for prefill: decode stays flash_fwd) */
     fj_problem p = gqa_problem(32, 32, 1, FJ_CAUSAL_NONE, -1, false);
     expect_tiles(&p, "m32n32w2s2");
     p = gqa_problem(32, 8, 1, FJ_CAUSAL_BOTTOM_RIGHT, -1, false);
@@ -377,12 +608,15 @@ static void test_decode_tiles(void **state)
     assert_int_equal(k.mask, FJ_MASK_NONE); /* the packed problem's */
     /* masks that hide something keep the prefill tiles */
     p = gqa_problem(32, 8, 1, FJ_CAUSAL_TOP_LEFT, -1, false);
-    expect_tiles(&p, "m128n64w4s2");
+    expect_tiles(&p, sm90_prefill_tiles(128));
     p = gqa_problem(32, 32, 1, FJ_CAUSAL_NONE, 100, false);
-    expect_tiles(&p, "m128n64w4s2");
+    expect_tiles(&p, sm90_prefill_tiles(128));
     /* 16 queries of 4 heads packed are 64 rows: the prefill tiles */
     p = gqa_problem(32, 8, 16, FJ_CAUSAL_NONE, -1, true);
-    expect_tiles(&p, "m128n64w4s2");
+    expect_tiles(&p, sm90_prefill_tiles(128));
+    /* on sm_80 the prefill tiles are flash_fwd's */
+    assert_int_equal(fj_kernel_desc_for_problem(&p, 80, &k), FJ_OK);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
     /* decode tiles at head dim 256: four warps (one would spill), and they
        fit every arch */
     fj_attention_desc d;
@@ -390,6 +624,7 @@ static void test_decode_tiles(void **state)
     assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
     for (uint32_t arch = 80; arch <= 90; arch++) {
         if (fj_kernel_desc_for_problem(&p, arch, &k) != FJ_OK) continue; /* not an arch */
+        assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
         assert_int_equal(k.block_m, 64);
         assert_int_equal(k.warps, 4);
         assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
@@ -449,18 +684,22 @@ static void test_for_problem_mask(void **state)
         {FJ_CAUSAL_BOTTOM_RIGHT, 64, -1, FJ_MASK_CAUSAL_WINDOW},
         {FJ_CAUSAL_TOP_LEFT, -1, 3, FJ_MASK_CAUSAL_WINDOW},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fj_kernel_desc k;
-        assert_int_equal(desc_for(64, FJ_BF16, cases[i].c, cases[i].wl, cases[i].wr, 90, &k),
-                         FJ_OK);
-        assert_int_equal(k.mask, cases[i].mask);
-        assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
-        assert_int_equal(k.head_dim, 64);
-        assert_int_equal(k.dtype, FJ_BF16);
-        assert_int_equal(k.arch, 90);
-        assert_int_equal(k.split_kv, 0);
-        assert_int_equal(k.generator_version, FJ_GENERATOR_VERSION);
-    }
+    static const uint32_t archs[] = {80, 90};
+    for (size_t a = 0; a < 2; a++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            fj_kernel_desc k;
+            assert_int_equal(
+                desc_for(64, FJ_BF16, cases[i].c, cases[i].wl, cases[i].wr, archs[a], &k), FJ_OK);
+            assert_int_equal(k.mask, cases[i].mask);
+            /* every mask kind takes the arch's template: on sm_90 the table's */
+            assert_int_equal(k.template_id, archs[a] == 90 ? tiles_template(sm90_prefill_tiles(64))
+                                                           : FJ_TEMPLATE_FLASH_FWD);
+            assert_int_equal(k.head_dim, 64);
+            assert_int_equal(k.dtype, FJ_BF16);
+            assert_int_equal(k.arch, archs[a]);
+            assert_int_equal(k.split_kv, 0);
+            assert_int_equal(k.generator_version, FJ_GENERATOR_VERSION);
+        }
 }
 
 static void tiles_are(const fj_kernel_desc *k, uint32_t m, uint32_t n, uint32_t w, uint32_t s)
@@ -475,14 +714,44 @@ static void test_heuristic(void **state)
 {
     (void)state;
     fj_kernel_desc k;
-    /* The table, on sm_90 where everything fits. */
-    desc_for(64, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
-    desc_for(64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
-    desc_for(64, FJ_F16, FJ_CAUSAL_TOP_LEFT, 32, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
+    /* sm_90: the table at the top of this file, every head dim and mask. */
+    static const fj_causal sm90_causals[] = {FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT,
+                                             FJ_CAUSAL_TOP_LEFT};
+    int wgmma = 0;
+    for (uint32_t d = 8; d <= 256; d += 8)
+        for (size_t c = 0; c < 3; c++)
+            for (int wl = -1; wl <= 32; wl += 33)
+                for (uint32_t dt = FJ_F16; dt <= FJ_BF16; dt++) {
+                    char tiles[32], name[128];
+                    const char *want = sm90_prefill_tiles(d);
+                    if (desc_for((int)d, (fj_dtype)dt, sm90_causals[c], wl, -1, 90, &k) != FJ_OK)
+                        fail_msg("d%u: %s", d, fj_last_error());
+                    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
+                    fj_kernel_desc_name(&k, name, sizeof name);
+                    if (strcmp(tiles, want) || k.template_id != tiles_template(want))
+                        fail_msg("%s: expected %s", name, want);
+                    wgmma += k.template_id == FJ_TEMPLATE_FLASH_WGMMA;
+                }
+    assert_true(wgmma > 0); /* (sm90_prefill has g tiles) */
+    /* On sm_90 where everything fits, flash_fwd's tiles for the other dims. */
     desc_for(8, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
-    desc_for(128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
+    desc_for(120, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
     desc_for(136, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 8, 2);
-    desc_for(256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 8, 2);
+    desc_for(248, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 8, 2);
+    /* flash_wgmma is sm_90's alone: elsewhere every head dim is flash_fwd. */
+    desc_for(64, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 80, &k), tiles_are(&k, 128, 64, 4, 2);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
+    desc_for(128, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 100, &k), tiles_are(&k, 128, 64, 4, 2);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
+    desc_for(256, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 100, &k), tiles_are(&k, 128, 64, 8, 2);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
+    /* A flash_wgmma descriptor moved to another arch gets flash_fwd back. */
+    k = wgmma_desc();
+    k.arch = 80;
+    fj_kernel_desc_heuristic(&k);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
+    tiles_are(&k, 128, 64, 4, 2);
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
     /* Smaller shared memory: fewer stages first, then narrower key tiles. */
     desc_for(256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 80, &k), tiles_are(&k, 128, 64, 8, 1);
     desc_for(128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 80, &k), tiles_are(&k, 128, 64, 4, 2);
@@ -502,11 +771,74 @@ static void test_heuristic(void **state)
                     if (desc_for(d, FJ_F16, causals[c], w, -1, archs[a], &k) != FJ_OK)
                         fail_msg("d%d arch %u: %s", d, archs[a], fj_last_error());
                     assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
+                    if (archs[a] != 90) assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
+                    /* (heuristic() picks the template too) */
                     fj_kernel_desc h = k;
+                    h.template_id = FJ_TEMPLATE_FLASH_FWD;
                     h.block_m = h.block_n = h.warps = h.stages = 0;
                     fj_kernel_desc_heuristic(&h);
                     assert_memory_equal(&h, &k, sizeof k);
                 }
+}
+
+/* ---- tiles alone (the tuning file's config field) ------------------------------ */
+
+static void test_parse_tiles(void **state)
+{
+    (void)state;
+    char tiles[32];
+    /* On an attention kernel the letter picks the template. */
+    fj_kernel_desc k = base_desc();
+    assert_int_equal(fj_kernel_desc_parse_tiles("m128n128g2s2", &k), FJ_OK);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_WGMMA);
+    assert_int_equal(k.block_m, 128);
+    assert_int_equal(k.block_n, 128);
+    assert_int_equal(k.warps, 8);
+    assert_int_equal(k.stages, 2);
+    fj_kernel_desc want = wgmma_desc();
+    assert_memory_equal(&k, &want, sizeof k); /* nothing else changed */
+    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
+    assert_string_equal(tiles, "m128n128g2s2");
+    assert_int_equal(fj_kernel_desc_parse_tiles("m192n64g3s4", &k), FJ_OK);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_WGMMA);
+    assert_int_equal(k.warps, 12);
+    assert_int_equal(k.block_m, 192);
+    assert_int_equal(k.stages, 4);
+    assert_int_equal(fj_kernel_desc_parse_tiles("m128n64w4s2", &k), FJ_OK);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
+    want = base_desc();
+    assert_memory_equal(&k, &want, sizeof k);
+    fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
+    assert_string_equal(tiles, "m128n64w4s2");
+    /* Malformed tiles leave the descriptor alone, whatever its template. */
+    static const char *const bad[] = {"m128n128g65s2", "m128n128g2", "m128n128g2w8s2",
+                                      "m128n128gs2",   "m128n128G2s2", "g2m128n128s2",
+                                      "m128n128g1234567s2", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fj_kernel_desc before = k;
+        if (fj_kernel_desc_parse_tiles(bad[i], &k) != FJ_ERR_INVALID_ARGUMENT)
+            fail_msg("'%s' parsed", bad[i]);
+        char message[160];
+        snprintf(message, sizeof message,
+                 "tile configuration '%s' is not m<block_m>n<block_n>w<warps>s<stages> "
+                 "(flash_fwd) or m<block_m>n<block_n>g<warpgroups>s<stages> (flash_wgmma)",
+                 bad[i]);
+        assert_string_equal(fj_last_error(), message);
+        assert_memory_equal(&k, &before, sizeof k);
+    }
+    assert_int_equal(fj_kernel_desc_parse_tiles(NULL, &k), FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "tile configuration '(null)'");
+    /* The combine kernel counts warps: g is rejected, w keeps the template. */
+    k = base_desc();
+    k.template_id = FJ_TEMPLATE_COMBINE;
+    fj_kernel_desc before = k;
+    assert_int_equal(fj_kernel_desc_parse_tiles("m128n64g2s2", &k), FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "tile configuration 'm128n64g2s2' is not");
+    assert_memory_equal(&k, &before, sizeof k);
+    assert_int_equal(fj_kernel_desc_parse_tiles("m64n64w4s1", &k), FJ_OK);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_COMBINE);
+    assert_int_equal(k.block_m, 64);
+    assert_int_equal(k.stages, 1);
 }
 
 /* ---- codegen ------------------------------------------------------------------- */
@@ -606,6 +938,64 @@ static void test_codegen_layout(void **state)
     assert_string_equal(fj_codegen_entry(&k), "fj_flash_fwd");
 }
 
+static void test_codegen_wgmma(void **state)
+{
+    (void)state;
+    fj_kernel_desc k = wgmma_desc();
+    char *src;
+    size_t len;
+    if (fj_codegen_render(&k, &src, &len) != FJ_OK) fail_msg("%s", fj_last_error());
+    assert_int_equal(strlen(src), len);
+    const char *head =
+        "// flashjit generated kernel flash_wgmma.d128.bf16.causal.m128n128g2s2.sm_90\n";
+    assert_true(!strncmp(src, head, strlen(head)));
+    /* the macros carry warps, not warpgroups */
+    assert_contains(src, "\n#define FJ_WARPS 8\n");
+    assert_int_equal(macro_value(src, "FJ_WARPS"), 8);
+    assert_int_equal(macro_value(src, "FJ_BLOCK_M"), 128);
+    assert_int_equal(macro_value(src, "FJ_BLOCK_N"), 128);
+    assert_int_equal(macro_value(src, "FJ_STAGES"), 2);
+    assert_int_equal(macro_value(src, "FJ_HEAD_DIM"), 128);
+    assert_int_equal(macro_value(src, "FJ_CAUSAL"), 1);
+    assert_int_equal(macro_value(src, "FJ_SMEM_BYTES"), 164864);
+    /* The shared files, then flash_wgmma.cu whole, and not flash_fwd.cu. */
+    static const char *const files[] = {"fwd_params.h", "common.cuh", "flash_wgmma.cu"};
+    const char *at = src;
+    for (size_t i = 0; i < 3; i++) {
+        const fj_template *t = fj_template_find(files[i]);
+        if (!t) fail_msg("template %s is not embedded", files[i]);
+        char marker[64];
+        snprintf(marker, sizeof marker, "#line 1 \"%s\"\n", files[i]);
+        const char *m = strstr(at, marker);
+        if (!m) fail_msg("no '%s' after offset %td", marker, at - src);
+        m += strlen(marker);
+        assert_memory_equal(m, t->text, t->size);
+        at = m + t->size;
+    }
+    assert_true(strlen(at) <= 1);
+    assert_null(strstr(src, "#line 1 \"flash_fwd.cu\""));
+    free(src);
+    /* Same entry point as flash_fwd (the launch code is shared); built for
+       sm_90a. */
+    assert_string_equal(fj_codegen_entry(&k), "fj_flash_fwd");
+    assert_true(fj_codegen_arch_specific(&k));
+    fj_kernel_desc f = base_desc();
+    assert_false(fj_codegen_arch_specific(&f));
+    f.template_id = FJ_TEMPLATE_COMBINE;
+    assert_false(fj_codegen_arch_specific(&f));
+    /* The rules hold for rendering too, the shared memory limit aside. */
+    k.arch = 80;
+    src = (char *)1;
+    assert_int_equal(fj_codegen_render(&k, &src, &len), FJ_ERR_UNSUPPORTED);
+    assert_null(src);
+    assert_contains(fj_last_error(), "flash_wgmma needs sm_90");
+    k = wgmma_desc();
+    k.head_dim = 256, k.stages = 4; /* 590848 bytes: over every arch's limit */
+    assert_int_equal(fj_codegen_render(&k, &src, &len), FJ_OK);
+    assert_int_equal(macro_value(src, "FJ_SMEM_BYTES"), 590848);
+    free(src);
+}
+
 static void test_codegen_rejections(void **state)
 {
     (void)state;
@@ -641,12 +1031,15 @@ int main(void)
         cmocka_unit_test(test_name_round_trip),
         cmocka_unit_test(test_parse_rejections),
         cmocka_unit_test(test_check_rejections),
+        cmocka_unit_test(test_wgmma_rules),
         cmocka_unit_test(test_smem),
         cmocka_unit_test(test_for_problem_rejections),
         cmocka_unit_test(test_for_problem_mask),
         cmocka_unit_test(test_heuristic),
+        cmocka_unit_test(test_parse_tiles),
         cmocka_unit_test(test_codegen_macros),
         cmocka_unit_test(test_codegen_layout),
+        cmocka_unit_test(test_codegen_wgmma),
         cmocka_unit_test(test_codegen_rejections),
         cmocka_unit_test(test_gqa_pack_rules),
         cmocka_unit_test(test_decode_tiles),

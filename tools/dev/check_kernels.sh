@@ -10,6 +10,8 @@
 # usage: tools/dev/check_kernels.sh [options] [CONFIG...]
 #   CONFIG   d128.bf16.causal.m128n64w4s2[.split]   (mask: nomask, causal,
 #            window, causal_window; .split = FJ_SPLIT_KV 1)
+#            wgmma.d128.bf16.causal.m128n128g2s3[.split]  (flash_wgmma, g = warpgroups;
+#                                                   sm_90 only, built for sm_90a)
 #            combine.d128.bf16.w4                   (the split-KV combine kernel)
 #            no CONFIG: the heuristic tile set (see heuristic_set below)
 #   --masks "nomask causal"   mask kinds of the heuristic set (default: these two;
@@ -19,7 +21,8 @@
 #                    src/cuda/nvrtc_compile.c (arch, -std=c++17, --fmad=true,
 #                    -default-device)
 #   --sass           check the SASS with cuobjdump (HMMA, LDSM, LDGSTS present
-#                    in flash_fwd; no LDL/STL anywhere)
+#                    in flash_fwd, HGMMA and LDGSTS in flash_wgmma; no LDL/STL
+#                    anywhere)
 #   --keep DIR       keep sources, cubins and logs in DIR (default: a temp dir,
 #                    removed at exit)
 #   -j N             parallel compiles (default and maximum 2: shared machine)
@@ -161,6 +164,11 @@ render() {
         bm=${BASH_REMATCH[4]}; bn=${BASH_REMATCH[5]}; w=${BASH_REMATCH[6]}; st=${BASH_REMATCH[7]}
         [ -n "${BASH_REMATCH[8]}" ] && split=1
         template=flash_fwd.cu
+    elif [[ "$cfg" =~ ^wgmma\.d([0-9]+)\.(f16|bf16)\.(nomask|causal|window|causal_window)\.m([0-9]+)n([0-9]+)g([0-9]+)s([0-9]+)(\.split)?$ ]]; then
+        d=${BASH_REMATCH[1]}; dt=${BASH_REMATCH[2]}; mask=${BASH_REMATCH[3]}
+        bm=${BASH_REMATCH[4]}; bn=${BASH_REMATCH[5]}; w=$(( BASH_REMATCH[6] * 4 )); st=${BASH_REMATCH[7]}
+        [ -n "${BASH_REMATCH[8]}" ] && split=1
+        template=flash_wgmma.cu
     else
         echo "bad config '$cfg'" >&2
         return 1
@@ -170,6 +178,8 @@ render() {
     # the host's formula (src/kernel_desc.c): Q tile + STAGES K and V tiles
     local smem=$(( (bm + 2 * st * bn) * (dpad + 8) * 2 ))
     [ $template = combine.cu ] && smem=0
+    # flash_wgmma: unpadded swizzled rows plus 1024 bytes of alignment slack
+    [ $template = flash_wgmma.cu ] && smem=$(( (bm + 2 * st * bn) * d * 2 + 1024 ))
     {
         echo "// flashjit generated kernel $cfg (tools/dev/check_kernels.sh)"
         echo "#define FJ_HEAD_DIM $d"
@@ -205,7 +215,10 @@ one() {
         return
     fi
     smem=$(cat "$base.cu.smem")
-    if ! "$nvcc" -std=c++17 -cubin -arch=sm_$arch -Xptxas -v -o "$base.cubin" "$base.cu" \
+    # flash_wgmma needs the arch-specific target (wgmma exists on sm_90a only)
+    local target=sm_$arch
+    [[ "$cfg" == wgmma.* ]] && target=sm_${arch}a
+    if ! "$nvcc" -std=c++17 -cubin -arch=$target -Xptxas -v -o "$base.cubin" "$base.cu" \
             >"$base.log" 2>&1; then
         status=FAIL; note="nvcc: $(grep -m1 -i error "$base.log" || tail -n1 "$base.log")"
     else
@@ -222,14 +235,16 @@ one() {
             if grep -qE '\b(LDL|STL)\b' "$base.sass"; then status=FAIL; note="local memory in SASS"; fi
             if [[ "$cfg" != combine.* ]]; then
                 local op
-                for op in HMMA LDSM LDGSTS; do
+                local ops="HMMA LDSM LDGSTS"
+                [[ "$cfg" == wgmma.* ]] && ops="HGMMA LDGSTS"
+                for op in $ops; do
                     grep -q "$op" "$base.sass" || { status=FAIL; note="no $op in SASS"; }
                 done
             fi
         fi
     fi
     if [ $use_nvrtc = 1 ]; then
-        if ! "$nvrtc_bin" "$base.cu" "$arch" "$base.nvrtc.cubin" >"$base.nvrtc.log" 2>&1; then
+        if ! "$nvrtc_bin" "$base.cu" "${target#sm_}" "$base.nvrtc.cubin" >"$base.nvrtc.log" 2>&1; then
             status=FAIL; note="nvrtc: $(head -n3 "$base.nvrtc.log" | tr '\n' ' ')"
         elif [ -s "$base.nvrtc.log" ]; then
             status=FAIL; note="nvrtc log not empty (warnings?)"

@@ -1,0 +1,859 @@
+/* flash_wgmma.cu: the attention forward kernel for sm_90 with warpgroup MMA
+ * (wgmma.mma_async), rendered once per descriptor like flash_fwd.cu
+ * (kernel_templates/README.md; fwd_params.h and common.cuh come first). It
+ * computes the same function with the same launch contract, parameters and
+ * outputs as flash_fwd.cu; what differs is who multiplies:
+ *
+ *   flash_fwd:   every warp, mma.sync m16n8k16 on fragments it loads itself
+ *                with ldmatrix (on sm_90 at most about 2/3 of the tensor rate);
+ *   flash_wgmma: every warpgroup (4 warps, 64 query rows), wgmma m64nNk16
+ *                reading Q and K (S = Q K^T) and V (O += P V) straight from
+ *                shared memory through matrix descriptors, P from registers.
+ *
+ * Needs sm_90a (NVRTC --gpu-architecture=sm_90a): wgmma exists on sm_90 only.
+ *
+ * Rules (src/kernel_desc.c checks them): head dim a multiple of 64 up to 256
+ * (a row is whole 128-byte swizzle atoms); FJ_BLOCK_M = 64 per warpgroup;
+ * FJ_BLOCK_N 64 or 128; FJ_STAGES 2..4.
+ *
+ * Shared memory (base rounded up to 1024 bytes, the swizzle atom; the host
+ * reserves FJ_SMEM_BYTES including that slack): the Q tile, FJ_STAGES K tiles,
+ * FJ_STAGES V tiles. A tile of R rows is stored as D/64 column blocks of
+ * R x 64 elements; in a block, row r is 128 bytes at r * 128 and its 16-byte
+ * chunk c sits at chunk position c ^ (r % 8): the 128-byte swizzle that the
+ * descriptors name (mode 1), and that keeps the 8 rows of each core matrix in
+ * distinct banks. Q and K are "K-major" operands (S's reduction dimension is
+ * the head dim, contiguous); V is the "MN-major" B of O += P V (its rows are
+ * keys, the reduction dimension), read with the transpose flag.
+ *
+ * Work: warp w owns query rows 16w..16w+15 of the block, and the wgmma
+ * accumulator layout gives each warp exactly the fragments mma.sync's C
+ * layout would (row g / g+8, columns 2t, 2t+1 of every n8 tile), so the
+ * masking and online softmax are those of flash_fwd, per warp. A key tile,
+ * with FJ_STAGES 2:
+ *
+ *   wait for its cp.async group, fence the async proxy, barrier, issue the
+ *   copies of the tile STAGES-1 ahead; S = Q K^T (D/16 wgmma, one group);
+ *   mask, softmax, P packed in registers; O += P V (BN/16 wgmma, one group).
+ *
+ * With FJ_STAGES >= 3 the key loop is pipelined (pipelined_step): S of a
+ * tile and P V of the tile before it are issued together, and the softmax
+ * of the one runs while the tensor cores multiply the other.
+ */
+
+#define FJ_THREADS (32 * FJ_WARPS)
+#if FJ_DTYPE_BF16
+#define FJ_WGMMA_AB "bf16.bf16"
+#else
+#define FJ_WGMMA_AB "f16.f16"
+#endif
+
+namespace fjw {
+
+constexpr int D = FJ_HEAD_DIM;
+constexpr int BM = FJ_BLOCK_M;
+constexpr int BN = FJ_BLOCK_N;
+constexpr int STAGES = FJ_STAGES;
+constexpr int THREADS = FJ_THREADS;
+constexpr int DCH = D / 8;  /* 16-byte chunks of a row */
+constexpr int NT = BN / 8;  /* n8 tiles of S per warp */
+constexpr int NDT = D / 8;  /* n8 tiles of O per warp */
+constexpr int KQ = D / 16;  /* k16 steps of Q K^T */
+constexpr int KV = BN / 16; /* k16 steps of P V */
+
+static_assert(D % 64 == 0 && D >= 64 && D <= 256, "FJ_HEAD_DIM must be 64, 128, 192 or 256");
+static_assert(FJ_WARPS % 4 == 0 && BM == 16 * FJ_WARPS,
+              "one warpgroup (4 warps) per 64 query rows");
+static_assert(BN == 64 || BN == 128, "FJ_BLOCK_N must be 64 or 128");
+static_assert(STAGES >= 2, "FJ_STAGES must be >= 2");
+
+constexpr int ATOM = 1024; /* 8 rows x 128 bytes: the swizzle repeats every 1024 bytes */
+constexpr int TILE_Q = BM * D * 2;
+constexpr int TILE_KV = BN * D * 2;
+constexpr int SMEM_Q = 0;
+constexpr int SMEM_K = TILE_Q;
+constexpr int SMEM_V = SMEM_K + STAGES * TILE_KV;
+constexpr int SMEM_USED = SMEM_V + STAGES * TILE_KV;
+static_assert(SMEM_USED + ATOM == FJ_SMEM_BYTES, "shared layout disagrees with FJ_SMEM_BYTES");
+
+extern __shared__ __align__(128) unsigned char fj_smem[];
+/* The shared-window address of the layout's start: rounded up to an atom. */
+__device__ __forceinline__ unsigned smem_base()
+{
+    return (fj_smem_u32(fj_smem) + (ATOM - 1)) & ~(unsigned)(ATOM - 1);
+}
+
+/* Byte address of chunk c (elements 8c..8c+7) of row r in a tile of ROWS rows. */
+template <int ROWS>
+__device__ __forceinline__ unsigned chunk_addr(unsigned tile, int r, int c)
+{
+    return tile + (unsigned)((c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/* ---- wgmma ------------------------------------------------------------------- */
+
+/* A shared-memory matrix descriptor (PTX ISA, "matrix descriptor"): start
+ * address, leading and stride byte offsets, all in 16-byte units, and the
+ * swizzle mode in bits 62-63 (1: 128 bytes). For the K-major Q and K tiles
+ * the stride offset is the 1024 bytes between 8-row groups and the leading
+ * offset is unused; for the MN-major V tile the leading offset is the
+ * distance between its 64-column blocks. */
+__device__ __forceinline__ unsigned long long make_desc(unsigned addr, unsigned lbo, unsigned sbo)
+{
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) |
+           ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) |
+           (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Ties each accumulator register to this point of the program, so that the
+   compiler neither reads an accumulator before the wgmma_wait that completes
+   it nor moves a write (a rescale) past the wgmma that consumes it. */
+template <int R>
+__device__ __forceinline__ void fence_regs(float (&r)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+/* cp.async writes shared memory through the generic proxy, wgmma reads it
+   through the async proxy: this orders the first before the second (with
+   the barrier that follows it, for other threads' copies). */
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* D (+)= A B for one k16 step, m64 rows per warpgroup; the accumulator
+ * fragment of m64nN is N/2 floats per thread. _ss: A from a descriptor
+ * (K-major), B from a descriptor (K-major); _rs: A from registers (the
+ * mma.sync A fragment of the warp's 16 rows), B MN-major (transposed).
+ * Written out per N because an asm operand list cannot be generated. */
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], unsigned long long a,
+                                             unsigned long long b, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." FJ_WGMMA_AB " "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], unsigned long long a,
+                                             unsigned long long b, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." FJ_WGMMA_AB " "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "%64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const unsigned (&a)[4],
+                                             unsigned long long b)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." FJ_WGMMA_AB " "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const unsigned (&a)[4],
+                                             unsigned long long b)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." FJ_WGMMA_AB " "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs_n192(float (&d)[96], const unsigned (&a)[4],
+                                             unsigned long long b)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192k16.f32." FJ_WGMMA_AB " "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
+                 "{%96, %97, %98, %99}, %100, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs_n256(float (&d)[128], const unsigned (&a)[4],
+                                             unsigned long long b)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." FJ_WGMMA_AB " "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+                 "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long a, unsigned long long b,
+                                         int accumulate)
+{
+    if constexpr (N == 64) wgmma_ss_n64(d, a, b, accumulate);
+    else wgmma_ss_n128(d, a, b, accumulate);
+}
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long b)
+{
+    if constexpr (N == 64) wgmma_rs_n64(d, a, b);
+    else if constexpr (N == 128) wgmma_rs_n128(d, a, b);
+    else if constexpr (N == 192) wgmma_rs_n192(d, a, b);
+    else wgmma_rs_n256(d, a, b);
+}
+
+/* ---- where the block works --------------------------------------------------- */
+
+__device__ __forceinline__ int block_m0()
+{
+#if FJ_CAUSAL
+    /* the tiles with the most keys first, so the short ones fill the tail */
+    return (int)(gridDim.x - 1 - blockIdx.x) * BM;
+#else
+    return (int)blockIdx.x * BM;
+#endif
+}
+__device__ __forceinline__ int block_batch(const fj_fwd_params &p)
+{
+#if FJ_SPLIT_KV
+    return (int)blockIdx.z / p.num_splits;
+#else
+    (void)p;
+    return (int)blockIdx.z;
+#endif
+}
+__device__ __forceinline__ int block_split(const fj_fwd_params &p)
+{
+#if FJ_SPLIT_KV
+    return (int)blockIdx.z - block_batch(p) * p.num_splits;
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
+/* The band of keys [lo, hi) that query row i sees (fj_visible_keys in
+ * src/problem.h), clamped so 0 <= lo <= hi <= seqlen_k. */
+__device__ __forceinline__ void row_band(const fj_fwd_params &p, long long i, int &lo, int &hi)
+{
+    const long long d = i + p.diag_offset;
+    long long l = 0, h = p.seqlen_k;
+#if FJ_CAUSAL
+    if (d + 1 < h) h = d + 1;
+#endif
+#if FJ_HAS_WINDOW
+    if (p.window_right >= 0 && d + p.window_right + 1 < h) h = d + p.window_right + 1;
+    if (p.window_left >= 0 && d - p.window_left > l) l = d - p.window_left;
+#endif
+    (void)d;
+    if (l > p.seqlen_k) l = p.seqlen_k;
+    if (h < l) h = l;
+    lo = (int)l;
+    hi = (int)h;
+}
+
+/* ---- loads ------------------------------------------------------------------- */
+
+/* cp.async copies of a tile of ROWS rows: row r from g_row0 + r * row_stride
+ * when r < rows_valid, else 16 zero bytes per chunk (source clamped to row 0). */
+template <int ROWS>
+__device__ __forceinline__ void load_tile(unsigned tile, const fj_elem *g_row0, long long row_stride,
+                                          int rows_valid, int tid)
+{
+    /* Laundered (as in flash_fwd's load_tile): otherwise the per-chunk
+       offsets, the same for every tile, are hoisted out of the key loop and
+       held in registers the accumulators need. */
+    asm volatile("" : "+l"(row_stride), "+r"(tid));
+    constexpr int CHUNKS = ROWS * DCH;
+    constexpr int ITERS = (CHUNKS + THREADS - 1) / THREADS;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+        const int idx = it * THREADS + tid;
+        if (CHUNKS % THREADS == 0 || idx < CHUNKS) {
+            const int r = idx / DCH, c = idx % DCH;
+            const bool ok = r < rows_valid;
+            const fj_elem *src = g_row0 + (ok ? (long long)r * row_stride : 0ll) + c * 8;
+            fj_cp_async_16(chunk_addr<ROWS>(tile, r, c), src, ok ? 16u : 0u);
+        }
+    }
+}
+
+/* Flips the sign of the Q chunks this thread copied (load_tile<BM>'s): a
+ * negative scale becomes a positive one on -Q, exactly. */
+__device__ __forceinline__ void negate_q_chunks(unsigned s_q, int tid)
+{
+    constexpr int CHUNKS = BM * DCH;
+#pragma unroll
+    for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; ++it) {
+        const int idx = it * THREADS + tid;
+        if (CHUNKS % THREADS == 0 || idx < CHUNKS) {
+            const unsigned a = chunk_addr<BM>(s_q, idx / DCH, idx % DCH);
+            unsigned v[4];
+            fj_ld_shared_v4(a, v);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[j] ^= 0x80008000u;
+            fj_st_shared_v4(a, v);
+        }
+    }
+}
+
+/* Copies of key tile n (K and V) into pipeline buffer `buf`. */
+__device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
+{
+    const int tid = threadIdx.x;
+    const int b = block_batch(p), hk = (int)blockIdx.y / p.group;
+    const long long n_row = (long long)n * BN;
+    const fj_elem *k_rows = (const fj_elem *)p.k +
+                            (b * p.k_stride[0] + hk * p.k_stride[2] + n_row * p.k_stride[1]);
+    const fj_elem *v_rows = (const fj_elem *)p.v +
+                            (b * p.v_stride[0] + hk * p.v_stride[2] + n_row * p.v_stride[1]);
+    const int rows = p.seqlen_k - n * BN;
+    load_tile<BN>(smem_base() + (unsigned)(SMEM_K + buf * TILE_KV), k_rows, p.k_stride[1], rows, tid);
+    load_tile<BN>(smem_base() + (unsigned)(SMEM_V + buf * TILE_KV), v_rows, p.v_stride[1], rows, tid);
+}
+
+/* ---- the key loop ------------------------------------------------------------- */
+
+struct State {
+    float o[D / 2]; /* O accumulator: n8 tile j is o[4j..4j+3] (rows g, g+8) */
+    float m[2];     /* running row max of the scaled scores (log2 domain), rows g, g+8 */
+    float l[2];     /* running row sum of exp2, this thread's columns only */
+};
+
+struct Ctx {
+    float scale;  /* |scale_log2| */
+    int n_begin;  /* the lowest key tile of the block (tiles run downwards) */
+};
+
+/* Hides the scores of keys outside each row's band (and past seqlen_k) in
+ * the BN keys from n0; as flash_fwd's mask_tile, with one 16-row tile per
+ * warp: the band is worked out once in 64 bits for the thread's first row,
+ * clamped to +-2^24, then shifted per row in 32 bits. */
+__device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[BN / 2])
+{
+    const int tid = threadIdx.x;
+    const int col0 = n0 + 2 * (tid & 3);
+    const long long row0 = (long long)block_m0() + (tid >> 5) * 16 + ((tid & 31) >> 2);
+    const long long d = row0 + p.diag_offset - col0;
+    constexpr long long BIG = 1ll << 24;
+    long long lo = -BIG, hi = BIG;
+#if FJ_CAUSAL
+    hi = d + 1;
+#endif
+#if FJ_HAS_WINDOW
+    if (p.window_right >= 0 && d + p.window_right + 1 < hi) hi = d + p.window_right + 1;
+    if (p.window_left >= 0) lo = d - p.window_left;
+#endif
+    (void)d;
+    lo = lo < -BIG ? -BIG : (lo > BIG ? BIG : lo);
+    hi = hi < -BIG ? -BIG : (hi > BIG ? BIG : hi);
+    const int lo0 = (int)lo, hi0 = (int)hi, end = p.seqlen_k - col0;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const int lo_r = lo0 + hh * 8, hi_r = hi0 + hh * 8 < end ? hi0 + hh * 8 : end;
+        const unsigned width = hi_r > lo_r ? (unsigned)(hi_r - lo_r) : 0u;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+                if ((unsigned)(nt * 8 + e - lo_r) >= width) s[4 * nt + 2 * hh + e] = FJ_NEG_INF;
+    }
+}
+
+/* Online softmax of one tile, P = exp2(S * scale - m) left in s; lazy
+ * rescaling by a warp vote as in flash_fwd (FJ_RESCALE_LOG2; the same
+ * function, see there), -inf rows subtracting 0 when MASKED. The running
+ * max and sum are updated here; O is not: when the vote moved the max, the
+ * caller multiplies O by alpha (rescale_o) once no wgmma writes it. */
+#ifndef FJ_RESCALE_LOG2
+#define FJ_RESCALE_LOG2 8.0f
+#endif
+template <bool MASKED>
+__device__ __forceinline__ bool softmax_tile(const Ctx &c, State &st, float (&s)[BN / 2],
+                                             float (&alpha)[2])
+{
+    float m_new[2];
+    bool grow = false;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        float mx = s[2 * hh];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[4 * nt + 2 * hh + e]);
+        mx = fj_quad_max(mx) * c.scale;
+        m_new[hh] = fmaxf(st.m[hh], mx);
+        grow |= mx > st.m[hh] + FJ_RESCALE_LOG2;
+    }
+    const bool rescale = __any_sync(0xffffffffu, grow);
+    if (rescale) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const float m_use = (MASKED && m_new[hh] == FJ_NEG_INF) ? 0.f : m_new[hh];
+            alpha[hh] = fj_exp2(st.m[hh] - m_use);
+            st.m[hh] = m_new[hh];
+            st.l[hh] *= alpha[hh];
+        }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const float m_use = (MASKED && st.m[hh] == FJ_NEG_INF) ? 0.f : st.m[hh];
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float pv = fj_exp2(fmaf(s[4 * nt + 2 * hh + e], c.scale, -m_use));
+                s[4 * nt + 2 * hh + e] = pv;
+                sum += pv;
+            }
+        st.l[hh] += sum;
+    }
+    return rescale;
+}
+
+__device__ __forceinline__ void rescale_o(State &st, const float (&alpha)[2])
+{
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+        for (int dt = 0; dt < NDT; ++dt) {
+            st.o[4 * dt + 2 * hh] *= alpha[hh];
+            st.o[4 * dt + 2 * hh + 1] *= alpha[hh];
+        }
+}
+
+/* Issues S = Q K^T of the key tile in buffer `stage` (not committed): A is
+   the warpgroup's 64 rows of Q, B the BN keys; a k16 step is 32 bytes into a
+   128-byte swizzled row, every 4 steps the next column block. */
+__device__ __forceinline__ void issue_scores(unsigned base, int stage, float (&s)[BN / 2])
+{
+    const unsigned q0 = base + SMEM_Q + (threadIdx.x >> 7) * 64u * 128u;
+    const unsigned k0 = base + SMEM_K + (unsigned)(stage * TILE_KV);
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk) {
+        const unsigned long long a =
+            make_desc(q0 + (unsigned)((kk >> 2) * (BM * 128) + (kk & 3) * 32), 16u, 1024u);
+        const unsigned long long b =
+            make_desc(k0 + (unsigned)((kk >> 2) * (BN * 128) + (kk & 3) * 32), 16u, 1024u);
+        wgmma_ss<BN>(s, a, b, kk > 0);
+    }
+}
+
+/* Issues O += P V of the key tile in buffer `stage` (not committed): the C
+   fragments of n tiles 2kk, 2kk+1 of S are the A fragment of k step kk (as
+   in flash_fwd's pv_tile); B is 16 keys of V, 2048 bytes per step, its D
+   columns in D/64 blocks BN * 128 bytes apart. */
+__device__ __forceinline__ void issue_pv(unsigned base, int stage, State &st,
+                                         const unsigned (&pa)[KV][4])
+{
+    const unsigned v0 = base + SMEM_V + (unsigned)(stage * TILE_KV);
+#pragma unroll
+    for (int kk = 0; kk < KV; ++kk)
+        wgmma_rs<D>(st.o, pa[kk], make_desc(v0 + (unsigned)(kk * 2048), BN * 128u, 1024u));
+}
+
+__device__ __forceinline__ void pack_p(const float (&s)[BN / 2], unsigned (&pa)[KV][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < KV; ++kk) {
+        pa[kk][0] = fj_pack2(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = fj_pack2(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = fj_pack2(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = fj_pack2(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+
+/* Scores, mask and softmax of key tile n in buffer `stage`, waited for. */
+template <bool MASKED>
+__device__ __forceinline__ void scores_softmax(const fj_fwd_params &p, const Ctx &c, State &st,
+                                               int n, int stage, unsigned (&pa)[KV][4])
+{
+    float s[BN / 2];
+    wgmma_fence();
+    issue_scores(smem_base(), stage, s);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+    if constexpr (MASKED) mask_tile(p, n * BN, s);
+    float alpha[2];
+    if (softmax_tile<MASKED>(c, st, s, alpha)) rescale_o(st, alpha);
+    pack_p(s, pa);
+}
+
+#if FJ_STAGES == 2
+/* Two buffers: one key tile at a time (the pipeline of flash_fwd's
+ * tile_iteration: groups Q, T_0, T_1, ...; T_j waits until STAGES-2 groups
+ * remain, then the barrier frees T_j-1's buffer for T_j+STAGES-1):
+ * S, softmax, then O += P V, each waited for, so the tensor cores idle while
+ * the warpgroup computes the softmax unless the other warpgroup multiplies. */
+template <bool MASKED>
+__device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx &c, State &st,
+                                               int n, int stage)
+{
+    fj_cp_async_wait<STAGES - 2>();
+    fence_proxy_async();
+    __syncthreads();
+    {
+        const int nn = n - (STAGES - 1);
+        if (nn >= c.n_begin) load_kv(p, nn, stage == 0 ? STAGES - 1 : stage - 1);
+        fj_cp_async_commit();
+    }
+    unsigned pa[KV][4];
+    scores_softmax<MASKED>(p, c, st, n, stage, pa);
+    fence_regs(st.o);
+    wgmma_fence();
+    issue_pv(smem_base(), stage, st, pa);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(st.o);
+}
+#else
+/* Three or more buffers: the softmax of tile n overlaps O += P V of tile
+ * n+1 (FlashAttention-3's intra-warpgroup pipelining). Step n issues S of
+ * tile n and then P V of the previous tile (pa, computed with the old max),
+ * waits for S only, masks it and takes its softmax while P V runs, then waits
+ * for P V before O may be rescaled and pa overwritten. Tile n+1's buffer is
+ * busy until then, so the copies in flight are those of the STAGES-2 tiles
+ * after n: step n waits until STAGES-3 groups remain (tile n has landed)
+ * and issues tile n-(STAGES-2) into the buffer tile n+2 used. */
+template <bool MASKED>
+__device__ __forceinline__ void pipelined_step(const fj_fwd_params &p, const Ctx &c, State &st,
+                                               int n, int stage, int prev_stage,
+                                               unsigned (&pa)[KV][4])
+{
+    fj_cp_async_wait<STAGES - 3>();
+    fence_proxy_async();
+    __syncthreads();
+    {
+        const int nn = n - (STAGES - 2);
+        const int buf = prev_stage == 0 ? STAGES - 1 : prev_stage - 1;
+        if (nn >= c.n_begin) load_kv(p, nn, buf);
+        fj_cp_async_commit();
+    }
+    const unsigned base = smem_base();
+    float s[BN / 2];
+    fence_regs(st.o);
+    wgmma_fence();
+    issue_scores(base, stage, s);
+    wgmma_commit();
+    issue_pv(base, prev_stage, st, pa);
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_regs(s);
+    if constexpr (MASKED) mask_tile(p, n * BN, s);
+    float alpha[2];
+    const bool rescale = softmax_tile<MASKED>(c, st, s, alpha);
+    wgmma_wait<0>();
+    fence_regs(st.o);
+    if (rescale) rescale_o(st, alpha);
+    pack_p(s, pa);
+}
+#endif
+
+/* ---- epilogue ------------------------------------------------------------------ */
+
+__device__ __forceinline__ long long lse_index(const fj_fwd_params &p, int b, int h, long long i)
+{
+    return ((long long)b * p.heads_q + h) * p.seqlen_q + i;
+}
+
+/* A block whose rows see no key at all (or an empty split): O = 0, lse = -inf. */
+__device__ __forceinline__ void store_empty(const fj_fwd_params &p, int b, int h, int split, int m0,
+                                            int tid)
+{
+    const int rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
+    for (int idx = tid; idx < rows * DCH; idx += THREADS) {
+        const int r = idx / DCH, ch = idx % DCH;
+        const long long i = m0 + r;
+        const unsigned z[4] = {0u, 0u, 0u, 0u};
+#if FJ_SPLIT_KV
+        float *dst = p.o_partial + (lse_index(p, split * p.batch + b, h, i) * D + ch * 8);
+        fj_st_global_v4(dst, z);
+        fj_st_global_v4(dst + 4, z);
+#else
+        (void)split;
+        fj_elem *dst = (fj_elem *)p.o + (b * p.o_stride[0] + i * p.o_stride[1] + h * p.o_stride[2] +
+                                         ch * 8);
+        fj_st_global_v4(dst, z);
+#endif
+    }
+    for (int r = tid; r < rows; r += THREADS) {
+#if FJ_SPLIT_KV
+        p.lse_partial[lse_index(p, split * p.batch + b, h, m0 + r)] = FJ_NEG_INF;
+#else
+        if (p.lse) p.lse[lse_index(p, b, h, m0 + r)] = FJ_NEG_INF;
+#endif
+    }
+}
+
+/* Full row sums, O / l and lse, written for rows < seqlen_q. */
+__device__ __forceinline__ void store_output(const fj_fwd_params &p, const State &st)
+{
+    const int b = block_batch(p), h = (int)blockIdx.y, m0 = block_m0();
+    const int q_rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
+    const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
+    const int g = lane >> 2, tq = lane & 3;
+    float inv[2], lse[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const float l = fj_quad_sum(st.l[hh]);
+        const bool any = l > 0.f;
+        inv[hh] = any ? fj_rcp(l) : 0.f; /* l >= 1: its largest term is 2^(max - m) */
+        lse[hh] = any ? (st.m[hh] + fj_log2(l)) * FJ_LN2 : FJ_NEG_INF;
+    }
+#if FJ_SPLIT_KV
+    const int split = block_split(p);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const int r = warp * 16 + hh * 8 + g;
+        if (r < q_rows) {
+            const long long row = lse_index(p, split * p.batch + b, h, (long long)m0 + r);
+            float *dst = p.o_partial + row * D + 2 * tq;
+#pragma unroll
+            for (int dt = 0; dt < NDT; ++dt)
+                fj_st_global_f2(dst + dt * 8, st.o[4 * dt + 2 * hh] * inv[hh],
+                                st.o[4 * dt + 2 * hh + 1] * inv[hh]);
+            if (tq == 0) p.lse_partial[row] = lse[hh];
+        }
+    }
+#else
+    /* Stage the warp's 16 rows of O in its own rows of the Q tile (same
+       swizzled layout), then write whole 16-byte chunks. Every warpgroup's
+       last wgmma read Q: the barrier keeps a fast warp from overwriting rows
+       a slower warp of its warpgroup still multiplies with. */
+    const unsigned s_q = smem_base() + SMEM_Q;
+    __syncthreads();
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const int r = warp * 16 + hh * 8 + g;
+#pragma unroll
+        for (int dt = 0; dt < NDT; ++dt)
+            fj_st_shared_b32(chunk_addr<BM>(s_q, r, dt) + (unsigned)(tq * 4),
+                             fj_pack2(st.o[4 * dt + 2 * hh] * inv[hh],
+                                      st.o[4 * dt + 2 * hh + 1] * inv[hh]));
+    }
+    __syncwarp();
+    {
+        constexpr int CHUNKS = 16 * DCH;
+        fj_elem *o_head = (fj_elem *)p.o + (b * p.o_stride[0] + h * p.o_stride[2]);
+#pragma unroll
+        for (int it = 0; it < CHUNKS / 32; ++it) {
+            const int idx = it * 32 + lane;
+            const int r = warp * 16 + idx / DCH, ch = idx % DCH;
+            if (r < q_rows) {
+                unsigned v[4];
+                fj_ld_shared_v4(chunk_addr<BM>(s_q, r, ch), v);
+                fj_st_global_v4(o_head + ((long long)(m0 + r) * p.o_stride[1] + ch * 8), v);
+            }
+        }
+    }
+    if (p.lse && tq == 0) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = warp * 16 + hh * 8 + g;
+            if (r < q_rows) p.lse[lse_index(p, b, h, (long long)m0 + r)] = lse[hh];
+        }
+    }
+#endif
+}
+
+} /* namespace fjw */
+
+extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_fwd_params p)
+{
+    using namespace fjw;
+
+    const int tid = threadIdx.x;
+    const int b = block_batch(p), h = (int)blockIdx.y, split = block_split(p), m0 = block_m0();
+    const int q_rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
+
+    /* Key tiles [n_begin, n_end) may hold visible keys; [un_lo, un_hi) are
+       visible to every row of the block (flash_fwd's rule). */
+    int lo_first, hi_first, lo_last, hi_last;
+    row_band(p, m0, lo_first, hi_first);
+    row_band(p, (long long)m0 + q_rows - 1, lo_last, hi_last);
+    int n_begin = lo_first / BN;
+    int n_end = hi_last > lo_first ? (hi_last + BN - 1) / BN : n_begin;
+    const int un_lo = (lo_last + BN - 1) / BN, un_hi = hi_first / BN;
+#if FJ_SPLIT_KV
+    {
+        const int tiles = n_end - n_begin;
+        const int share = (tiles + p.num_splits - 1) / p.num_splits;
+        const int first = n_begin + split * share;
+        n_end = first + share < n_end ? first + share : n_end;
+        n_begin = first;
+    }
+#endif
+    if (n_begin >= n_end) {
+        store_empty(p, b, h, split, m0, tid);
+        return;
+    }
+
+    const unsigned s_q = smem_base() + SMEM_Q;
+    Ctx c;
+    c.n_begin = n_begin;
+    c.scale = fabsf(p.scale_log2);
+
+    /* Prologue: Q, then T_0 .. T_STAGES-2, one group each. */
+    {
+        const fj_elem *q_rows0 = (const fj_elem *)p.q +
+                                 (b * p.q_stride[0] + (long long)m0 * p.q_stride[1] +
+                                  h * p.q_stride[2]);
+        load_tile<BM>(s_q, q_rows0, p.q_stride[1], q_rows, tid);
+        fj_cp_async_commit();
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            const int n = n_end - 1 - s;
+            if (n >= n_begin) load_kv(p, n, s);
+            fj_cp_async_commit();
+        }
+    }
+    fj_cp_async_wait<STAGES - 1>();
+    if (p.scale_log2 < 0.f) negate_q_chunks(s_q, tid);
+    /* (the first tile's fence and barrier publish Q to every warpgroup) */
+
+    State st;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        st.m[hh] = FJ_NEG_INF;
+        st.l[hh] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) st.o[i] = 0.f;
+
+    const int u0 = un_lo < n_begin ? n_begin : (un_lo > n_end ? n_end : un_lo);
+    const int u1 = un_hi < u0 ? u0 : (un_hi > n_end ? n_end : un_hi);
+#if FJ_STAGES == 2
+    {
+        int stage = 0, n = n_end - 1;
+        for (; n >= u1; --n) {
+            tile_iteration<true>(p, c, st, n, stage);
+            stage = stage + 1 == STAGES ? 0 : stage + 1;
+        }
+        for (; n >= u0; --n) {
+            tile_iteration<false>(p, c, st, n, stage);
+            stage = stage + 1 == STAGES ? 0 : stage + 1;
+        }
+#if FJ_HAS_WINDOW
+        for (; n >= n_begin; --n) {
+            tile_iteration<true>(p, c, st, n, stage);
+            stage = stage + 1 == STAGES ? 0 : stage + 1;
+        }
+#endif
+    }
+#else
+    {
+        /* Tiles n_end-1 down to n_begin; the one in buffer k % STAGES is the
+           k-th. The first one's scores stand alone (its copies are waited
+           for with the rest of the prologue's still in flight). */
+        unsigned pa[KV][4];
+        int n = n_end - 1, stage = 0;
+        fj_cp_async_wait<STAGES - 2>();
+        fence_proxy_async();
+        __syncthreads();
+        if (n >= u1 || n < u0) scores_softmax<true>(p, c, st, n, stage, pa);
+        else scores_softmax<false>(p, c, st, n, stage, pa);
+        for (--n; n >= n_begin; --n) {
+            const int prev = stage;
+            stage = stage + 1 == STAGES ? 0 : stage + 1;
+            if (n >= u1 || n < u0) pipelined_step<true>(p, c, st, n, stage, prev, pa);
+            else pipelined_step<false>(p, c, st, n, stage, prev, pa);
+        }
+        fence_regs(st.o);
+        wgmma_fence();
+        issue_pv(smem_base(), stage, st, pa);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(st.o);
+    }
+#endif
+    fj_cp_async_wait<0>();
+#if FJ_SPLIT_KV
+    fj_allow_dependent_launch();
+#endif
+    store_output(p, st);
+}
