@@ -50,6 +50,12 @@
 
 namespace fjw {
 
+using fja::key_tiles; /* attention_rows.cuh */
+using fja::clamp_unmasked;
+using fja::KeyTiles;
+using fja::lse_index;
+using fja::store_empty;
+
 constexpr int D = FJ_HEAD_DIM;
 constexpr int BM = FJ_BLOCK_M;
 constexpr int BN = FJ_BLOCK_N;
@@ -238,26 +244,6 @@ __device__ __forceinline__ int block_split(const fj_fwd_params &p)
     (void)p;
     return 0;
 #endif
-}
-
-/* The band of keys [lo, hi) that query row i sees (fj_visible_keys in
- * src/problem.h), clamped so 0 <= lo <= hi <= seqlen_k. */
-__device__ __forceinline__ void row_band(const fj_fwd_params &p, long long i, int &lo, int &hi)
-{
-    const long long d = i + p.diag_offset;
-    long long l = 0, h = p.seqlen_k;
-#if FJ_CAUSAL
-    if (d + 1 < h) h = d + 1;
-#endif
-#if FJ_HAS_WINDOW
-    if (p.window_right >= 0 && d + p.window_right + 1 < h) h = d + p.window_right + 1;
-    if (p.window_left >= 0 && d - p.window_left > l) l = d - p.window_left;
-#endif
-    (void)d;
-    if (l > p.seqlen_k) l = p.seqlen_k;
-    if (h < l) h = l;
-    lo = (int)l;
-    hi = (int)h;
 }
 
 /* ---- loads ------------------------------------------------------------------- */
@@ -561,40 +547,6 @@ __device__ __forceinline__ void pipelined_step(const fj_fwd_params &p, const Ctx
 
 /* ---- epilogue ------------------------------------------------------------------ */
 
-__device__ __forceinline__ long long lse_index(const fj_fwd_params &p, int b, int h, long long i)
-{
-    return ((long long)b * p.heads_q + h) * p.seqlen_q + i;
-}
-
-/* A block whose rows see no key at all (or an empty split): O = 0, lse = -inf. */
-__device__ __forceinline__ void store_empty(const fj_fwd_params &p, int b, int h, int split, int m0,
-                                            int tid)
-{
-    const int rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
-    for (int idx = tid; idx < rows * DCH; idx += THREADS) {
-        const int r = idx / DCH, ch = idx % DCH;
-        const long long i = m0 + r;
-        const unsigned z[4] = {0u, 0u, 0u, 0u};
-#if FJ_SPLIT_KV
-        float *dst = p.o_partial + (lse_index(p, split * p.batch + b, h, i) * D + ch * 8);
-        fj_st_global_v4(dst, z);
-        fj_st_global_v4(dst + 4, z);
-#else
-        (void)split;
-        fj_elem *dst = (fj_elem *)p.o + (b * p.o_stride[0] + i * p.o_stride[1] + h * p.o_stride[2] +
-                                         ch * 8);
-        fj_st_global_v4(dst, z);
-#endif
-    }
-    for (int r = tid; r < rows; r += THREADS) {
-#if FJ_SPLIT_KV
-        p.lse_partial[lse_index(p, split * p.batch + b, h, m0 + r)] = FJ_NEG_INF;
-#else
-        if (p.lse) p.lse[lse_index(p, b, h, m0 + r)] = FJ_NEG_INF;
-#endif
-    }
-}
-
 /* Full row sums, O / l and lse, written for rows < seqlen_q. */
 __device__ __forceinline__ void store_output(const fj_fwd_params &p, const State &st)
 {
@@ -676,23 +628,9 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     const int b = block_batch(p), h = (int)blockIdx.y, split = block_split(p), m0 = block_m0();
     const int q_rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
 
-    /* Key tiles [n_begin, n_end) may hold visible keys; [un_lo, un_hi) are
-       visible to every row of the block (flash_fwd's rule). */
-    int lo_first, hi_first, lo_last, hi_last;
-    row_band(p, m0, lo_first, hi_first);
-    row_band(p, (long long)m0 + q_rows - 1, lo_last, hi_last);
-    int n_begin = lo_first / BN;
-    int n_end = hi_last > lo_first ? (hi_last + BN - 1) / BN : n_begin;
-    const int un_lo = (lo_last + BN - 1) / BN, un_hi = hi_first / BN;
-#if FJ_SPLIT_KV
-    {
-        const int tiles = n_end - n_begin;
-        const int share = (tiles + p.num_splits - 1) / p.num_splits;
-        const int first = n_begin + split * share;
-        n_end = first + share < n_end ? first + share : n_end;
-        n_begin = first;
-    }
-#endif
+    /* Key tiles [n_begin, n_end); [u0, u1) skip masking (attention_rows.cuh). */
+    const KeyTiles kt = key_tiles(p, m0, q_rows, split);
+    const int n_begin = kt.n_begin, n_end = kt.n_end;
     if (n_begin >= n_end) {
         store_empty(p, b, h, split, m0, tid);
         return;
@@ -730,8 +668,8 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) st.o[i] = 0.f;
 
-    const int u0 = un_lo < n_begin ? n_begin : (un_lo > n_end ? n_end : un_lo);
-    const int u1 = un_hi < u0 ? u0 : (un_hi > n_end ? n_end : un_hi);
+    int u0, u1;
+    clamp_unmasked(kt, u0, u1);
 #if FJ_STAGES == 2
     {
         int stage = 0, n = n_end - 1;

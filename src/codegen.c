@@ -1,8 +1,9 @@
 /* Renders a kernel's CUDA source (kernel_templates/README.md): a comment
  * naming the kernel, the descriptor as macros, then the embedded templates
- * fwd_params.h, common.cuh and the kernel template. The output depends on the
- * descriptor and the embedded text only, so equal descriptors give equal
- * bytes and equal cache keys. */
+ * fwd_params.h, common.cuh, attention_rows.cuh (attention kernels only) and
+ * the kernel template. The output depends on the descriptor and the
+ * embedded text only, so equal descriptors give equal bytes and equal cache
+ * keys. */
 #include "codegen.h"
 
 #include <stdbool.h>
@@ -87,9 +88,12 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
                      window, (unsigned)k->block_m, (unsigned)k->block_n, (unsigned)k->warps,
                      (unsigned)k->stages, (unsigned)k->split_kv, fj_kernel_desc_smem_bytes(k));
 
-    const char *files[] = {"fwd_params.h", "common.cuh", template_file(k->template_id)};
+    /* attention_rows.cuh: what the two attention templates share */
+    const char *files[] = {"fwd_params.h", "common.cuh",
+                           fj_template_is_attention(k->template_id) ? "attention_rows.cuh" : NULL,
+                           template_file(k->template_id)};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        if ((s = paste(&b, files[i])) != FJ_OK) {
+        if (files[i] && (s = paste(&b, files[i])) != FJ_OK) {
             fj_strbuf_free(&b);
             return s;
         }

@@ -913,9 +913,10 @@ static void test_codegen_layout(void **state)
     assert_int_equal(na, nb);
     assert_memory_equal(a, b, na);
     /* The templates, whole and in order, each after its #line marker. */
-    static const char *const files[] = {"fwd_params.h", "common.cuh", "flash_fwd.cu"};
+    static const char *const files[] = {"fwd_params.h", "common.cuh", "attention_rows.cuh",
+                                        "flash_fwd.cu"};
     const char *at = a;
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const fj_template *t = fj_template_find(files[i]);
         if (!t) fail_msg("template %s is not embedded", files[i]);
         char marker[64];
@@ -959,9 +960,10 @@ static void test_codegen_wgmma(void **state)
     assert_int_equal(macro_value(src, "FJ_CAUSAL"), 1);
     assert_int_equal(macro_value(src, "FJ_SMEM_BYTES"), 164864);
     /* The shared files, then flash_wgmma.cu whole, and not flash_fwd.cu. */
-    static const char *const files[] = {"fwd_params.h", "common.cuh", "flash_wgmma.cu"};
+    static const char *const files[] = {"fwd_params.h", "common.cuh", "attention_rows.cuh",
+                                        "flash_wgmma.cu"};
     const char *at = src;
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const fj_template *t = fj_template_find(files[i]);
         if (!t) fail_msg("template %s is not embedded", files[i]);
         char marker[64];
@@ -983,6 +985,14 @@ static void test_codegen_wgmma(void **state)
     assert_false(fj_codegen_arch_specific(&f));
     f.template_id = FJ_TEMPLATE_COMBINE;
     assert_false(fj_codegen_arch_specific(&f));
+    /* The combine kernel gets the common files and combine.cu only. */
+    fj_kernel_desc c;
+    fj_kernel_desc_combine_for(&f, &c);
+    if (fj_codegen_render(&c, &src, &len) != FJ_OK) fail_msg("%s", fj_last_error());
+    assert_contains(src, "#line 1 \"common.cuh\"\n");
+    assert_contains(src, "#line 1 \"combine.cu\"\n");
+    assert_null(strstr(src, "attention_rows.cuh"));
+    free(src);
     /* The rules hold for rendering too, the shared memory limit aside. */
     k.arch = 80;
     src = (char *)1;

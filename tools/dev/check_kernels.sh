@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Renders kernel sources the way src/codegen.c does (a comment, the descriptor
-# macros, then fwd_params.h, common.cuh and the template, each after a #line
+# macros, then fwd_params.h, common.cuh, attention_rows.cuh (not for the
+# combine kernel) and the template, each after a #line
 # directive), compiles each with nvcc
 # (-std=c++17 -cubin -Xptxas -v) for sm_80 and sm_90, optionally with NVRTC
 # too, and prints registers / stack / spills / shared memory per kernel.
@@ -196,7 +197,9 @@ render() {
         local def
         for def in "${extra_defs[@]+"${extra_defs[@]}"}"; do echo "#define ${def%%=*} ${def#*=}"; done
         local f
-        for f in fwd_params.h common.cuh "$template"; do
+        local shared=attention_rows.cuh
+        [ $template = combine.cu ] && shared=""
+        for f in fwd_params.h common.cuh $shared "$template"; do
             echo "#line 1 \"$f\""
             cat "$tpl/$f"
         done

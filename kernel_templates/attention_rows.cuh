@@ -1,0 +1,118 @@
+/* attention_rows.cuh: what the two attention templates (flash_fwd.cu and
+ * flash_wgmma.cu) share about a block's query rows: the band of keys a row
+ * sees and the key tiles the block works on, the row index of lse and of
+ * the split-KV partials, and the store of a block whose rows see no key. Pasted after common.cuh for those two only
+ * (src/codegen.c); it reads the descriptor macros directly, so it means the
+ * same in either template. */
+#ifndef FJ_ATTENTION_ROWS_CUH
+#define FJ_ATTENTION_ROWS_CUH
+
+namespace fja {
+
+/* The band of keys [lo, hi) that query row i sees (the same rule as
+ * fj_visible_keys in src/problem.h), clamped so 0 <= lo <= hi <= seqlen_k. */
+__device__ __forceinline__ void row_band(const fj_fwd_params &p, long long i, int &lo, int &hi)
+{
+    const long long d = i + p.diag_offset;
+    long long l = 0, h = p.seqlen_k;
+#if FJ_CAUSAL
+    if (d + 1 < h) h = d + 1;
+#endif
+#if FJ_HAS_WINDOW
+    if (p.window_right >= 0 && d + p.window_right + 1 < h) h = d + p.window_right + 1;
+    if (p.window_left >= 0 && d - p.window_left > l) l = d - p.window_left;
+#endif
+    (void)d;
+    if (l > p.seqlen_k) l = p.seqlen_k;
+    if (h < l) h = l;
+    lo = (int)l;
+    hi = (int)h;
+}
+
+/* Output row index of the partial tensors (split-KV), and of lse. */
+__device__ __forceinline__ long long lse_index(const fj_fwd_params &p, int b, int h, long long i)
+{
+    return ((long long)b * p.heads_q + h) * p.seqlen_q + i;
+}
+
+/* A block whose rows see no key at all (or an empty split): O = 0, lse =
+ * -inf, for its rows below seqlen_q, in 16-byte chunks over the block's
+ * threads. */
+__device__ __forceinline__ void store_empty(const fj_fwd_params &p, int b, int h, int split,
+                                            int m0, int tid)
+{
+    constexpr int BM = FJ_BLOCK_M, D = FJ_HEAD_DIM, DCH = FJ_HEAD_DIM / 8;
+    constexpr int THREADS = 32 * FJ_WARPS;
+    const int rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
+    for (int idx = tid; idx < rows * DCH; idx += THREADS) {
+        const int r = idx / DCH, ch = idx % DCH;
+        const long long i = m0 + r;
+        const unsigned z[4] = {0u, 0u, 0u, 0u};
+#if FJ_SPLIT_KV
+        float *dst = p.o_partial + (lse_index(p, split * p.batch + b, h, i) * D + ch * 8);
+        fj_st_global_v4(dst, z);
+        fj_st_global_v4(dst + 4, z);
+#else
+        (void)split;
+        (void)D;
+        fj_elem *dst = (fj_elem *)p.o + (b * p.o_stride[0] + i * p.o_stride[1] +
+                                         h * p.o_stride[2] + ch * 8);
+        fj_st_global_v4(dst, z);
+#endif
+    }
+    for (int r = tid; r < rows; r += THREADS) {
+#if FJ_SPLIT_KV
+        p.lse_partial[lse_index(p, split * p.batch + b, h, m0 + r)] = FJ_NEG_INF;
+#else
+        if (p.lse) p.lse[lse_index(p, b, h, m0 + r)] = FJ_NEG_INF;
+#endif
+    }
+}
+
+/* The key tiles (FJ_BLOCK_N keys each) of the block whose q_rows rows start
+ * at m0: [n_begin, n_end) may hold visible keys (with split-KV, split's
+ * equal share of them, rounded up); [un_lo, un_hi), where it overlaps that,
+ * are visible to every row of the block and skip masking (clamp_unmasked).
+ * Bands only move right with the row, so the first and last rows bound
+ * them. */
+struct KeyTiles {
+    int n_begin, n_end, un_lo, un_hi;
+};
+__device__ __forceinline__ KeyTiles key_tiles(const fj_fwd_params &p, int m0, int q_rows, int split)
+{
+    constexpr int BN = FJ_BLOCK_N;
+    int lo_first, hi_first, lo_last, hi_last;
+    row_band(p, m0, lo_first, hi_first);
+    row_band(p, (long long)m0 + q_rows - 1, lo_last, hi_last);
+    KeyTiles t;
+    t.n_begin = lo_first / BN;
+    t.n_end = hi_last > lo_first ? (hi_last + BN - 1) / BN : t.n_begin;
+    t.un_lo = (lo_last + BN - 1) / BN;
+    t.un_hi = hi_first / BN;
+#if FJ_SPLIT_KV
+    {
+        const int tiles = t.n_end - t.n_begin;
+        const int share = (tiles + p.num_splits - 1) / p.num_splits;
+        const int first = t.n_begin + split * share;
+        t.n_end = first + share < t.n_end ? first + share : t.n_end;
+        t.n_begin = first;
+    }
+#else
+    (void)split;
+#endif
+    return t;
+}
+
+/* The unmasked tiles [u0, u1): [un_lo, un_hi) clamped into [n_begin,
+   n_end). Kept out of key_tiles so that each kernel clamps next to the loop
+   that uses it: done in key_tiles, ptxas schedules both kernels
+   differently. */
+__device__ __forceinline__ void clamp_unmasked(const KeyTiles &t, int &u0, int &u1)
+{
+    u0 = t.un_lo < t.n_begin ? t.n_begin : (t.un_lo > t.n_end ? t.n_end : t.un_lo);
+    u1 = t.un_hi < u0 ? u0 : (t.un_hi > t.n_end ? t.n_end : t.un_hi);
+}
+
+} /* namespace fja */
+
+#endif
