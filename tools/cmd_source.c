@@ -19,10 +19,12 @@ static const char *const usage_text =
     "                       [--stages S] [--ptx]\n"
     "\n"
     "Prints the generated CUDA source of one kernel: NAME is canonical, e.g.\n"
-    "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90, or the flags describe the problem\n"
+    "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90 or (sm_90's warpgroup-MMA kernel)\n"
+    "flash_wgmma.d128.bf16.causal.m128n128g2s3.sm_90, or the flags describe the problem\n"
     "(defaults: bf16, no mask, sm_90, the heuristic's tiles; any tile flag overrides\n"
     "the heuristic). The source compiles on its own: flashjit source NAME > k.cu &&\n"
-    "nvcc -cubin -arch=sm_90 k.cu. --ptx prints NVRTC's PTX instead (needs libnvrtc).\n";
+    "nvcc -cubin -arch=sm_90 k.cu (-arch=sm_90a for flash_wgmma). --ptx prints\n"
+    "NVRTC's PTX instead (needs libnvrtc).\n";
 
 static bool parse_arch(const char *value, uint32_t *arch)
 {
