@@ -368,7 +368,12 @@ void fjt_random_desc(fjt_rng *rng, const fjt_axes *ax, fj_attention_desc *d)
         d->window_right = fjt_range(rng, 0, 40);
         break;
     }
-    if (fjt_range(rng, 0, 3) == 0) d->scale = (float)(0.05 + 0.5 * fjt_uniform(rng));
+    if (fjt_range(rng, 0, 3) == 0) {
+        d->scale = (float)(0.05 + 0.5 * fjt_uniform(rng));
+        /* a negative scale is legal (the softmax of -|scale| q.k); the CUDA
+           kernels take it by negating Q */
+        if (fjt_range(rng, 0, 1)) d->scale = -d->scale;
+    }
     switch (fjt_range(rng, 0, 2)) {
     case 0: break; /* dense */
     case 1: { /* BHSD: [batch, heads, seq, dim] */

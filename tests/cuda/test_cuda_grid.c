@@ -395,14 +395,22 @@ static void test_heads_and_layouts(void **state)
                                     (enum layout)l, h % 2 == 0);
             failures += !run_case(&c), cases++;
         }
-    /* custom scales: small, and large enough to stress the exponent range */
-    static const float scales[] = {0.03f, 0.3f, 2.0f};
-    for (int i = 0; i < 3; i++) {
+    /* custom scales: small, and large enough to stress the exponent range;
+       negative ones (the kernels negate Q in shared memory) on both kernels
+       of sm_90 (d64 flash_wgmma, d96 flash_fwd), causal too */
+    static const struct {
+        float scale;
+        int head_dim;
+        fj_causal causal;
+    } scales[] = {{0.03f, 64, FJ_CAUSAL_NONE},  {0.3f, 64, FJ_CAUSAL_NONE},
+                  {2.0f, 64, FJ_CAUSAL_NONE},   {-0.3f, 64, FJ_CAUSAL_NONE},
+                  {-2.0f, 128, FJ_CAUSAL_BOTTOM_RIGHT}, {-0.5f, 96, FJ_CAUSAL_TOP_LEFT}};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
         char label[48];
-        snprintf(label, sizeof label, "scale%g", (double)scales[i]);
-        grid_case c = make_case(label, 1, 2, 2, 130, 300, 64, i % 2 ? FJ_F16 : FJ_BF16,
-                                FJ_CAUSAL_NONE, -1, -1, DENSE, true);
-        c.d.scale = scales[i];
+        snprintf(label, sizeof label, "scale%g-d%d", (double)scales[i].scale, scales[i].head_dim);
+        grid_case c = make_case(label, 1, 2, 2, 130, 300, scales[i].head_dim,
+                                i % 2 ? FJ_F16 : FJ_BF16, scales[i].causal, -1, -1, DENSE, true);
+        c.d.scale = scales[i].scale;
         failures += !run_case(&c), cases++;
     }
     report("heads and layouts", cases, failures);
