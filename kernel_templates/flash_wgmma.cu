@@ -447,6 +447,18 @@ __device__ __forceinline__ void issue_pv(unsigned base, int stage, State &st,
         wgmma_rs<D>(st.o, pa[kk], make_desc(v0 + (unsigned)(kk * 2048), BN * 128u, 1024u));
 }
 
+/* O += P V of the tile in buffer `stage`, waited for: the accumulator fence
+   before (a rescale must land first) and after (O is read next). */
+__device__ __forceinline__ void pv_and_wait(int stage, State &st, const unsigned (&pa)[KV][4])
+{
+    fence_regs(st.o);
+    wgmma_fence();
+    issue_pv(smem_base(), stage, st, pa);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(st.o);
+}
+
 __device__ __forceinline__ void pack_p(const float (&s)[BN / 2], unsigned (&pa)[KV][4])
 {
 #pragma unroll
@@ -495,12 +507,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
     }
     unsigned pa[KV][4];
     scores_softmax<MASKED>(p, c, st, n, stage, pa);
-    fence_regs(st.o);
-    wgmma_fence();
-    issue_pv(smem_base(), stage, st, pa);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(st.o);
+    pv_and_wait(stage, st, pa);
 }
 #else
 /* Three or more buffers: the softmax of tile n overlaps O += P V of tile
@@ -706,12 +713,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
             if (n >= u1 || n < u0) pipelined_step<true>(p, c, st, n, stage, prev, pa);
             else pipelined_step<false>(p, c, st, n, stage, prev, pa);
         }
-        fence_regs(st.o);
-        wgmma_fence();
-        issue_pv(smem_base(), stage, st, pa);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(st.o);
+        pv_and_wait(stage, st, pa);
     }
 #endif
     fj_cp_async_wait<0>();
