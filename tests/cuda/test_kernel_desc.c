@@ -295,6 +295,24 @@ typedef struct bad_desc {
     const char *message;
 } bad_desc;
 
+/* Each case mutates a copy of base, which itself passes, and must be
+ * rejected with FJ_ERR_UNSUPPORTED and a message starting with prefix and
+ * containing the case's text. */
+static void expect_rejections(const bad_desc *cases, size_t n, fj_kernel_desc base,
+                              const char *prefix)
+{
+    assert_int_equal(fj_kernel_desc_check(&base, 0), FJ_OK);
+    for (size_t i = 0; i < n; i++) {
+        fj_kernel_desc k = base;
+        cases[i].mutate(&k);
+        fj_status s = fj_kernel_desc_check(&k, 0);
+        if (s != FJ_ERR_UNSUPPORTED)
+            fail_msg("%s: %s, not FJ_ERR_UNSUPPORTED", cases[i].what, fj_status_name(s));
+        assert_contains(fj_last_error(), cases[i].message);
+        assert_true(!strncmp(fj_last_error(), prefix, strlen(prefix)));
+    }
+}
+
 static void m_version(fj_kernel_desc *k) { k->generator_version = 0; }
 static void m_template(fj_kernel_desc *k) { k->template_id = 4; }
 static void m_template0(fj_kernel_desc *k) { k->template_id = 0; }
@@ -352,18 +370,8 @@ static void test_check_rejections(void **state)
          "memory ((block_m + 2 * stages * block_n) * (head_dim rounded up to 16 + 8) * 2), more "
          "than the 101376 bytes the arch allows a block"},
     };
-    fj_kernel_desc ok = base_desc();
-    assert_int_equal(fj_kernel_desc_check(&ok, 0), FJ_OK);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fj_kernel_desc k = base_desc();
-        cases[i].mutate(&k);
-        fj_status s = fj_kernel_desc_check(&k, 0);
-        if (s != FJ_ERR_UNSUPPORTED)
-            fail_msg("%s: %s, not FJ_ERR_UNSUPPORTED", cases[i].what, fj_status_name(s));
-        assert_contains(fj_last_error(), cases[i].message);
-        /* Every message starts with the kernel's name. */
-        assert_true(!strncmp(fj_last_error(), "kernel ", 7));
-    }
+    /* Every message starts with the kernel's name. */
+    expect_rejections(cases, sizeof cases / sizeof cases[0], base_desc(), "kernel ");
 }
 
 /* flash_wgmma's own rules (its mutations start from wgmma_desc()). */
@@ -416,17 +424,7 @@ static void test_wgmma_rules(void **state)
          "memory ((block_m + 2 * stages * block_n) * head_dim * 2 + 1024), more than the 232448 "
          "bytes the arch allows a block"},
     };
-    fj_kernel_desc ok = wgmma_desc();
-    assert_int_equal(fj_kernel_desc_check(&ok, 0), FJ_OK);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fj_kernel_desc k = wgmma_desc();
-        cases[i].mutate(&k);
-        fj_status s = fj_kernel_desc_check(&k, 0);
-        if (s != FJ_ERR_UNSUPPORTED)
-            fail_msg("%s: %s, not FJ_ERR_UNSUPPORTED", cases[i].what, fj_status_name(s));
-        assert_contains(fj_last_error(), cases[i].message);
-        assert_true(!strncmp(fj_last_error(), "kernel flash_wgmma.", 19));
-    }
+    expect_rejections(cases, sizeof cases / sizeof cases[0], wgmma_desc(), "kernel flash_wgmma.");
     /* Everything the rules allow passes exactly when it fits sm_90's 227 KiB. */
     int passed = 0, too_big = 0;
     for (uint32_t d = 64; d <= 256; d += 64)
