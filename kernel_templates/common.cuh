@@ -112,6 +112,24 @@ __device__ __forceinline__ void fj_cp_async_16(unsigned dst, const void *src, un
                  : "memory");
 }
 
+/* fj_cp_async_16 with an L2 cache policy (createpolicy; sm_80+). */
+__device__ __forceinline__ void fj_cp_async_16_policy(unsigned dst, const void *src,
+                                                      unsigned src_bytes, unsigned long long policy)
+{
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2, %3;\n"
+                 ::"r"(dst), "l"(src), "r"(src_bytes), "l"(policy)
+                 : "memory");
+}
+
+/* An L2 policy for data no other block will read (a decode call's K and V,
+ * streamed once): evict_first, so L2 gives those lines up before any other. */
+__device__ __forceinline__ unsigned long long fj_l2_evict_first(void)
+{
+    unsigned long long policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+
 /* Closes the current group of cp.async copies (possibly empty: callers commit
  * unconditionally so group counts stay compile-time constants). */
 __device__ __forceinline__ void fj_cp_async_commit(void)

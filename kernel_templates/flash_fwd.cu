@@ -124,13 +124,24 @@ constexpr int KSUB_UNMASKED = ksub_within(FJ_ACC_BUDGET_UNMASKED);
 static_assert(BN % KSUB_MASKED == 0 && KSUB_MASKED % 16 == 0, "bad softmax sub-tile");
 static_assert(BN % KSUB_UNMASKED == 0 && KSUB_UNMASKED % 16 == 0, "bad softmax sub-tile");
 
+/* One 16-byte copy of load_tile: with the L2 policy when POLICY. */
+template <bool POLICY>
+__device__ __forceinline__ void copy_chunk(unsigned dst, const void *src, unsigned src_bytes,
+                                           unsigned long long policy)
+{
+    if constexpr (POLICY) fj_cp_async_16_policy(dst, src, src_bytes, policy);
+    else fj_cp_async_16(dst, src, src_bytes);
+}
+
 /* Issues the cp.async copies of one tile of ROWS rows: row r of the tile comes
  * from g_row0 + r * row_stride when r < rows_valid, else is zero-filled (its
  * source address is then row 0's, which exists). Only the DCH data chunks of
- * a row are written; the padding chunk [D, DPAD) is zeroed once up front. */
-template <int ROWS>
+ * a row are written; the padding chunk [D, DPAD) is zeroed once up front.
+ * POLICY: the copies carry the L2 cache policy `policy`. */
+template <int ROWS, bool POLICY = false>
 __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0,
-                                          long long row_stride, int rows_valid, int tid)
+                                          long long row_stride, int rows_valid, int tid,
+                                          unsigned long long policy = 0)
 {
     /* (see load_kv: keeps the per-row offsets from being hoisted) */
     asm volatile("" : "+l"(row_stride));
@@ -147,8 +158,8 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
             const int r = it * RPI + r0;
             if (ROWS % RPI == 0 || r < ROWS) {
                 const bool ok = r < rows_valid;
-                fj_cp_async_16(s_tile + (unsigned)(r * ROW_BYTES + c * 16), ok ? src : row0,
-                               ok ? 16u : 0u);
+                copy_chunk<POLICY>(s_tile + (unsigned)(r * ROW_BYTES + c * 16), ok ? src : row0,
+                                   ok ? 16u : 0u, policy);
             }
             src += step;
         }
@@ -164,7 +175,8 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
                 const int r = idx / DCH, c = idx % DCH;
                 const bool ok = r < rows_valid;
                 const fj_elem *src = g_row0 + (ok ? (long long)r * row_stride : 0ll) + c * 8;
-                fj_cp_async_16(s_tile + (unsigned)(r * ROW_BYTES + c * 16), src, ok ? 16u : 0u);
+                copy_chunk<POLICY>(s_tile + (unsigned)(r * ROW_BYTES + c * 16), src, ok ? 16u : 0u,
+                                   policy);
             }
         }
     } else {
@@ -181,8 +193,8 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
         for (int it = 0; it < ITERS; ++it) {
             if (CHUNKS % THREADS == 0 || r < ROWS) { /* chunk index < CHUNKS */
                 const bool ok = r < rows_valid;
-                fj_cp_async_16(s_tile + (unsigned)(r * ROW_BYTES + c * 16), ok ? src : g_row0,
-                               ok ? 16u : 0u);
+                copy_chunk<POLICY>(s_tile + (unsigned)(r * ROW_BYTES + c * 16), ok ? src : g_row0,
+                                   ok ? 16u : 0u, policy);
             }
             r += DR;
             c += DC;
@@ -496,6 +508,17 @@ __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (
     }
 }
 
+/* The split variant of the one-warp decode tiles (one 16-row query tile)
+ * loads K and V with an L2 evict_first policy when the host says no other
+ * block reads them (p.kv_read_once), and with plain copies otherwise. On the
+ * H200 (2026-12-03, docs/benchmarks.md) evict_first took the batch-1 GQA
+ * row at 32k keys from 1.05-1.10x cuDNN's kernel time to 1.02x, but the
+ * unsplit 64-batch row from 1.03-1.05x to 1.13x, and an evict_normal policy
+ * in place of the plain copy cost up to 20 %: hence split kernels only, and
+ * no policy at all where the data is shared. Up to D = 128: above it the
+ * one-warp tiles spill already, and the second load path adds to that. */
+constexpr bool KV_L2_POLICY = BM == 16 && FJ_SPLIT_KV && D <= 128;
+
 /* Issues the copies of key tile n (K and V) into pipeline buffer `buf`. */
 __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
 {
@@ -513,10 +536,16 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
     const fj_elem *v_rows = (const fj_elem *)p.v +
                             (b * p.v_stride[0] + hk * p.v_stride[2] + n_row * p.v_stride[1]);
     const int rows = p.seqlen_k - n * BN;
-    load_tile<BN>(smem_base() + (unsigned)(SMEM_K + buf * TILE_BYTES), k_rows, p.k_stride[1],
-                  rows, tid);
-    load_tile<BN>(smem_base() + (unsigned)(SMEM_V + buf * TILE_BYTES), v_rows, p.v_stride[1],
-                  rows, tid);
+    const unsigned k_tile = smem_base() + (unsigned)(SMEM_K + buf * TILE_BYTES);
+    const unsigned v_tile = smem_base() + (unsigned)(SMEM_V + buf * TILE_BYTES);
+    if (KV_L2_POLICY && p.kv_read_once) {
+        const unsigned long long policy = fj_l2_evict_first();
+        load_tile<BN, true>(k_tile, k_rows, p.k_stride[1], rows, tid, policy);
+        load_tile<BN, true>(v_tile, v_rows, p.v_stride[1], rows, tid, policy);
+    } else {
+        load_tile<BN>(k_tile, k_rows, p.k_stride[1], rows, tid);
+        load_tile<BN>(v_tile, v_rows, p.v_stride[1], rows, tid);
+    }
 }
 
 /* One key tile n in buffer `stage`, with its place in the cp.async pipeline.

@@ -21,6 +21,9 @@ typedef struct fj_fwd_params {
     int seqlen_q, seqlen_k;
     int window_left, window_right;       /* -1 = unbounded; read only when FJ_HAS_WINDOW */
     int num_splits;           /* >= 1; keys split over gridDim.z / batch blocks */
+    int kv_read_once;         /* 1: one block reads each K and V element (one query tile
+                                 per kv head); the one-warp split kernels then load
+                                 them with an L2 evict_first policy */
     float scale_log2;         /* softmax scale * log2(e): scores go through exp2 */
 } fj_fwd_params;
 

@@ -471,13 +471,23 @@ fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kern
     return fj_kernel_desc_check(k, 0);
 }
 
-void fj_kernel_desc_combine_for(const fj_kernel_desc *k, fj_kernel_desc *c)
+unsigned fj_kernel_desc_combine_warps(unsigned head_dim, int splits)
+{
+    /* combine.cu keeps UNROLL splits' loads in flight per warp: 16 up to
+       head dim 128, 8 above */
+    const int per_warp =
+        head_dim <= 128 ? FJ_COMBINE_SPLITS_PER_WARP : FJ_COMBINE_SPLITS_PER_WARP / 2;
+    return splits <= per_warp ? 1u : FJ_COMBINE_WARPS;
+}
+
+void fj_kernel_desc_combine_for(const fj_kernel_desc *k, int splits, fj_kernel_desc *c)
 {
     *c = *k;
     c->template_id = FJ_TEMPLATE_COMBINE;
     c->split_kv = 1;
-    c->warps = FJ_COMBINE_WARPS;
-    c->block_m = 16 * FJ_COMBINE_WARPS;
+    c->mask = FJ_MASK_NONE;
+    c->warps = fj_kernel_desc_combine_warps(k->head_dim, splits);
+    c->block_m = 16 * c->warps;
     c->block_n = 64;
     c->stages = 1;
 }

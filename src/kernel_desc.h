@@ -96,13 +96,23 @@ int fj_kernel_desc_tiles_name(const fj_kernel_desc *k, char *buf, size_t n);
 fj_status fj_kernel_desc_parse_tiles(const char *tiles, fj_kernel_desc *k);
 
 /* Warps of the split-KV combine kernel's block, which merges one query row:
-   the warps share out its splits. */
+   the warps share out its splits. A row of at most FJ_COMBINE_SPLITS_PER_WARP
+   splits (8 above head dim 128) gets one warp instead: one warp then issues
+   all of its loads at once (combine.cu's UNROLL), and a one-warp block leaves
+   room for eight times as many rows per SM. With 8 warps and 9 splits, the
+   64-batch GQA decode row's combine took 17.4 us; most warps held nothing. */
 #define FJ_COMBINE_WARPS 8
+#define FJ_COMBINE_SPLITS_PER_WARP 16
 
-/* The combine kernel for the split-KV kernel k: same head dim, dtype, mask
- * and arch; the combine template uses warps only, so its tile fields are
- * fixed and one combine kernel serves every tile configuration. */
-void fj_kernel_desc_combine_for(const fj_kernel_desc *k, fj_kernel_desc *combine);
+/* The combine kernel's warps for rows of `splits` splits at this head dim:
+   1 or FJ_COMBINE_WARPS. */
+unsigned fj_kernel_desc_combine_warps(unsigned head_dim, int splits);
+
+/* The combine kernel for the split-KV kernel k with `splits` splits: same
+ * head dim, dtype and arch; the mask is "nomask" (the combine ignores it) and
+ * the tiles are fixed but for the warps, so two combine kernels, of 1 and of
+ * FJ_COMBINE_WARPS warps, serve every tile configuration and mask. */
+void fj_kernel_desc_combine_for(const fj_kernel_desc *k, int splits, fj_kernel_desc *combine);
 
 /* "nomask", "causal", "window", "causal_window"; NULL out of range. */
 const char *fj_kernel_desc_mask_name(uint32_t mask);

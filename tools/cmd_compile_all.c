@@ -16,6 +16,7 @@
  * identical to the runtime's, so both share cache entries. The spill figure
  * is the kernel's stack frame, where ptxas puts spilled registers (equal to
  * ptxas -v's "bytes stack frame"); a frame over --max-spill fails the run. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,7 +231,7 @@ static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mas
     if ((s = runtime_desc(head_dim, dtype, mask, 128, arch, &prefill)) ||
         (s = runtime_desc(head_dim, dtype, mask, 1, arch, &decode)))
         return s;
-    fj_kernel_desc out[5];
+    fj_kernel_desc out[6];
     int m = 0;
     if (f->kind[KIND_PREFILL]) out[m++] = prefill;
     if (f->kind[KIND_DECODE]) out[m++] = decode;
@@ -238,7 +239,10 @@ static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mas
         prefill.split_kv = decode.split_kv = 1;
         out[m++] = prefill;
         out[m++] = decode;
-        fj_kernel_desc_combine_for(&decode, &out[m++]);
+        /* both combine kernels: of one warp (few splits) and of
+           FJ_COMBINE_WARPS (many) */
+        fj_kernel_desc_combine_for(&decode, 1, &out[m++]);
+        fj_kernel_desc_combine_for(&decode, INT_MAX, &out[m++]);
     }
     /* Kinds can name one kernel twice (a masked decode problem keeps the
        prefill tiles; a causal mask that hides nothing is dropped): once. */
@@ -255,7 +259,7 @@ static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mas
 
 static fj_status make_variants(const flags *f, variant **out, size_t *count)
 {
-    size_t n = 0, cap = (size_t)f->narchs * 2 * 4 * (FJ_MAX_HEAD_DIM / 8) * 5;
+    size_t n = 0, cap = (size_t)f->narchs * 2 * 4 * (FJ_MAX_HEAD_DIM / 8) * 6;
     variant *v = calloc(cap, sizeof *v);
     if (!v) return FJ_ERR_OUT_OF_MEMORY;
     static const fj_dtype dtypes[2] = {FJ_F16, FJ_BF16};

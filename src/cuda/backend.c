@@ -2,6 +2,7 @@
  * can take the problem's layout and grid, and launching it. Every decision
  * and every string is made at plan time; execute checks the pointers' alignment,
  * copies the prepared parameters, and launches. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,8 +54,10 @@ typedef struct cuda_plan {
     unsigned grid[3];
     unsigned combine_grid[3];
     unsigned threads;
+    unsigned combine_threads;
     unsigned smem;
     int num_splits;
+    int splits_forced; /* FLASHJIT_CUDA_SPLITS, else 0 */
     int gqa_packed; /* query heads per block row when GQA-packed (fj_launch_view), else 0 */
     CUdeviceptr partials; /* o_partial then lse_partial (split-KV only) */
     bool combine_pdl;     /* launch the combine kernel as a programmatic dependent */
@@ -156,13 +159,18 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
                          "GQA packing: the %d query heads of each kv head are the rows of one "
                          "query tile (%d rows per kv head), so K and V are read once per kv head\n",
                          cp->gqa_packed, cp->params.seqlen_q);
+    char split_why[96];
+    if (cp->splits_forced)
+        snprintf(split_why, sizeof split_why, "FLASHJIT_CUDA_SPLITS=%d", cp->splits_forced);
+    else if (cp->num_splits > 1)
+        snprintf(split_why, sizeof split_why, "%u blocks alone would not fill %d SMs",
+                 cp->grid[0] * cp->grid[1] * (cp->grid[2] / cp->num_splits), s->sm_count);
     if (cp->num_splits > 1)
         fj_strbuf_printf(d,
-                         "split-KV: %d splits of the keys (%u blocks alone would not fill %d SMs), then "
-                         "%s%s; a %zu-byte partials workspace of the plan's own, so executes of this "
-                         "plan on different streams must not overlap\n",
-                         cp->num_splits, cp->grid[0] * cp->grid[1] * (cp->grid[2] / cp->num_splits),
-                         s->sm_count, cp->combine->name,
+                         "split-KV: %d splits of the keys (%s), then %s%s; a %zu-byte partials "
+                         "workspace of the plan's own, so executes of this plan on different "
+                         "streams must not overlap\n",
+                         cp->num_splits, split_why, cp->combine->name,
                          cp->combine_pdl ? " (a programmatic dependent launch)" : "",
                          (size_t)cp->params.batch * cp->params.heads_q * cp->params.seqlen_q *
                              cp->num_splits * (k->head_dim + 1) * sizeof(float));
@@ -215,8 +223,29 @@ static fj_status choose_tiles(const fj_context *ctx, const fj_problem *p, const 
     return FJ_OK;
 }
 
+/* FLASHJIT_CUDA_SPLITS=N: N splits wherever split-KV is allowed (a split
+ * kernel's rows of at least SPLIT_MIN_TILES key tiles, the workspace limit),
+ * in place of the model's count, so the model can be measured against other
+ * counts; N above what the problem allows gets the most it allows, 1 turns
+ * split-KV off. Sets *forced to 0 when the variable is unset or empty. */
+static fj_status splits_from_env(int *forced)
+{
+    *forced = 0;
+    const char *env = getenv("FLASHJIT_CUDA_SPLITS");
+    if (!env || !*env) return FJ_OK;
+    char *end;
+    errno = 0;
+    long n = strtol(env, &end, 10);
+    if (errno || *end || end == env || n < 1 || n > SPLIT_MAX)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "FLASHJIT_CUDA_SPLITS (\"%s\") is not a whole number in 1..%d", env,
+                       SPLIT_MAX);
+    *forced = (int)n;
+    return FJ_OK;
+}
+
 static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kernel_desc *k,
-                         int blocks_per_sm)
+                         int blocks_per_sm, int forced)
 {
     const int64_t blocks = (int64_t)cp->grid[0] * cp->grid[1] * cp->grid[2];
     const int64_t slots = (int64_t)blocks_per_sm * cp->cuda->sm_count;
@@ -227,6 +256,7 @@ static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kern
     const size_t per_split =
         (size_t)p->batch * p->heads_q * p->seqlen_q * (k->head_dim + 1) * sizeof(float);
     while (most > 1 && per_split * (size_t)most > SPLIT_MAX_WORKSPACE) most--;
+    if (forced) return (int)(forced < most ? forced : most > 1 ? most : 1);
     if (blocks >= slots || most < 2 || slots < 1) return 1;
     /* time(s) = waves(s) * (tiles / s + fixed), compared as a fraction
        without rounding: waves * (tiles + fixed * s) / s; ties keep fewer
@@ -262,7 +292,7 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
     const struct fj_cuda_state *s = cp->cuda;
     fj_kernel_desc ks = *k, kc;
     ks.split_kv = 1;
-    fj_kernel_desc_combine_for(&ks, &kc);
+    fj_kernel_desc_combine_for(&ks, splits, &kc);
     bool before;
     fj_status st;
     if ((st = fj_module_cache_get(s->modules, s, &ks, ctx->cache_dir, &cp->kernel, &before)) ||
@@ -270,6 +300,7 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
         return st;
     cp->num_splits = splits;
     cp->combine_pdl = combine_pdl_wanted(s);
+    cp->combine_threads = fj_kernel_desc_threads(&kc);
     cp->grid[2] = (unsigned)(p->batch * splits);
     cp->smem = cp->kernel->dyn_smem;
     cp->combine_grid[0] = (unsigned)p->seqlen_q; /* one block per query row */
@@ -337,13 +368,22 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     cp->smem = cp->kernel->dyn_smem;
     cp->num_splits = 1;
     fill_params(&cp->params, p, 1);
+    /* One query tile per (kv) head: no other block reads this block's K and
+       V, so they need not stay in L2 (a decode call; GQA only when packed). */
+    cp->params.kv_read_once = cp->grid[0] == 1 && p->group == 1;
     snprintf(cp->launch_what, sizeof cp->launch_what, "cuLaunchKernel(%s)", cp->kernel->name);
     int blocks_per_sm = 0;
     if ((st = check_resources(cp, &blocks_per_sm))) {
         free(cp);
         return st;
     }
-    int splits = choose_splits(cp, p, &k, blocks_per_sm);
+    int forced;
+    if ((st = splits_from_env(&forced))) {
+        free(cp);
+        return st;
+    }
+    cp->splits_forced = forced;
+    int splits = choose_splits(cp, p, &k, blocks_per_sm, forced);
     if (splits > 1 && (st = setup_split(cp, ctx, p, &k, splits, &blocks_per_sm))) {
         fj_cuda_plan_destroy(cp);
         return st;
@@ -401,13 +441,13 @@ static fj_status launch_current(const cuda_plan *cp, fj_fwd_params *prm, CUstrea
         attr.id = FJ_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.programmatic_stream_serialization_allowed = 1;
         const fj_cu_launch_config cfg = {cp->combine_grid[0], cp->combine_grid[1],
-                                         cp->combine_grid[2], 32 * FJ_COMBINE_WARPS, 1, 1, 0,
+                                         cp->combine_grid[2], cp->combine_threads, 1, 1, 0,
                                          stream, &attr, 1};
         r = api->cuLaunchKernelEx(&cfg, cp->combine->function, args, NULL);
         return r == FJ_CUDA_SUCCESS ? FJ_OK : fj_cuda_fail(api, r, "cuLaunchKernelEx(combine)");
     }
     r = api->cuLaunchKernel(cp->combine->function, cp->combine_grid[0], cp->combine_grid[1],
-                            cp->combine_grid[2], 32 * FJ_COMBINE_WARPS, 1, 1, 0, stream, args, NULL);
+                            cp->combine_grid[2], cp->combine_threads, 1, 1, 0, stream, args, NULL);
     return r == FJ_CUDA_SUCCESS ? FJ_OK : fj_cuda_fail(api, r, "cuLaunchKernel(combine)");
 }
 

@@ -298,6 +298,9 @@ static void test_plan_launch_records(void **state)
     assert_int_equal(l.block[2], 1);
     assert_int_equal(l.smem, fj_kernel_desc_smem_bytes(&k));
     assert_null(l.stream);
+    /* one query tile, but the 4 query heads of a kv head each read its K and V */
+    assert_int_equal(l.grid[0], 1);
+    assert_int_equal(l.params.kv_read_once, 0);
     assert_ptr_equal(l.ctx, fake_primary_context(0));
     const fj_fwd_params *p = &l.params;
     assert_ptr_equal(p->q, b.q);
@@ -374,11 +377,16 @@ static void test_split_kv_launches(void **state)
     assert_int_equal(l.params.heads_q, 8);
     assert_int_equal(l.params.group, 1);
     assert_int_equal(l.params.seqlen_q, 4);
+    assert_int_equal(l.params.kv_read_once, 1); /* one block per kv head and split */
     assert_int_equal(l.params.q_stride[1], 128); /* one query head to the next */
     assert_int_equal(l.params.q_stride[2], 4 * 128);
-    assert_int_equal(l.block[0], 32 * FJ_COMBINE_WARPS);
     assert_int_equal(l.smem, 0);
     int splits = l.params.num_splits;
+    /* one warp for a row of few splits, FJ_COMBINE_WARPS beyond */
+    const bool one_warp = splits <= FJ_COMBINE_SPLITS_PER_WARP;
+    assert_int_equal(l.block[0], one_warp ? 32 : 32 * FJ_COMBINE_WARPS);
+    assert_contains(desc, one_warp ? "combine.d128.bf16.nomask.m16n64w1s1"
+                                   : "combine.d128.bf16.nomask.m128n64w8s1");
     assert_true(splits >= 2 && splits <= 4096 / 32 / 4); /* >= 4 tiles of 32 keys each */
     assert_non_null(l.params.o_partial);
     assert_non_null(l.params.lse_partial);
@@ -390,6 +398,84 @@ static void test_split_kv_launches(void **state)
     assert_true(l.programmatic);
     free_buffers(ctx, &b);
     fj_plan_destroy(plan);
+    fj_context_destroy(ctx);
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.allocs, c.frees);
+}
+
+/* FLASHJIT_CUDA_SPLITS forces the split count where split-KV is allowed,
+ * clamped to the most the problem allows; 1 turns it off; anything but a
+ * whole number in 1..128 fails the plan with the variable named. */
+static void test_split_kv_forced(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 32, 8, 1, 4096, 128, FJ_BF16);
+    /* batch 64 x 32 heads fill the fake device: unsplit by the model */
+    fj_attention_desc big;
+    fj_attention_desc_init(&big, 64, 32, 32, 1, 4096, 128, FJ_BF16);
+    const struct {
+        const char *value;
+        const fj_attention_desc *desc;
+        int splits; /* 0: the plan fails */
+    } cases[] = {{"3", &d, 3}, {"1", &d, 1},   {"2", &big, 2}, {"128", &d, -1},
+                 {"0", &d, 0}, {"129", &d, 0}, {"2x", &d, 0},  {" ", &d, 0}};
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &big, &plan), FJ_OK);
+    assert_null(strstr(fj_plan_describe(plan), "split-KV"));
+    /* unsplit, and one block reads each K and V row; with three query tiles
+       per head, three blocks do */
+    fj_attention_desc prefill;
+    fj_attention_desc_init(&prefill, 1, 4, 4, 300, 300, 128, FJ_BF16);
+    struct {
+        fj_plan *plan;
+        const fj_attention_desc *desc;
+        int read_once;
+    } once[] = {{plan, &big, 1}, {NULL, &prefill, 0}};
+    assert_int_equal(fj_plan_create(ctx, &prefill, &once[1].plan), FJ_OK);
+    for (int i = 0; i < 2; i++) {
+        buffers b;
+        alloc_buffers(ctx, once[i].desc, &b);
+        assert_int_equal(fj_plan_execute(once[i].plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
+        assert_int_equal(fake_last_launch().params.num_splits, 1);
+        assert_int_equal(fake_last_launch().params.kv_read_once, once[i].read_once);
+        free_buffers(ctx, &b);
+        fj_plan_destroy(once[i].plan);
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("FLASHJIT_CUDA_SPLITS", cases[i].value, 1);
+        fj_status st = fj_plan_create(ctx, cases[i].desc, &plan);
+        if (cases[i].splits == 0) {
+            assert_int_equal(st, FJ_ERR_INVALID_ARGUMENT);
+            char want[96];
+            snprintf(want, sizeof want,
+                     "FLASHJIT_CUDA_SPLITS (\"%s\") is not a whole number in 1..128",
+                     cases[i].value);
+            assert_contains(fj_last_error(), want);
+            continue;
+        }
+        assert_int_equal(st, FJ_OK);
+        const char *desc = fj_plan_describe(plan);
+        if (cases[i].splits == 1) {
+            assert_null(strstr(desc, "split-KV"));
+        } else {
+            /* -1: the most a 4096-key row allows, 4 key tiles per split */
+            char want[96];
+            snprintf(want, sizeof want, "(FLASHJIT_CUDA_SPLITS=%s)", cases[i].value);
+            assert_contains(desc, want);
+            buffers b;
+            alloc_buffers(ctx, cases[i].desc, &b);
+            assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
+            int splits = fake_last_launch().params.num_splits;
+            if (cases[i].splits > 0) assert_int_equal(splits, cases[i].splits);
+            else assert_true(splits > 3 && splits < 128 && 4096 / splits >= 4 * 16);
+            free_buffers(ctx, &b);
+        }
+        fj_plan_destroy(plan);
+    }
+    unsetenv("FLASHJIT_CUDA_SPLITS");
     fj_context_destroy(ctx);
     fake_counts c = fake_get_counts();
     assert_int_equal(c.allocs, c.frees);
@@ -1092,6 +1178,7 @@ int main(int argc, char **argv)
         FAKE(test_plan_launch_records),
         FAKE(test_split_kv_launches),
         FAKE(test_split_kv_without_pdl),
+        FAKE(test_split_kv_forced),
         FAKE(test_one_shot_split_plans_per_stream),
         FAKE(test_window_and_top_left_params),
         FAKE(test_dynamic_smem_opt_in),
