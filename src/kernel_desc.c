@@ -471,23 +471,24 @@ fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kern
     return fj_kernel_desc_check(k, 0);
 }
 
-unsigned fj_kernel_desc_combine_warps(unsigned head_dim, int splits)
+unsigned fj_kernel_desc_combine_warps(unsigned head_dim, int splits, long long rows, int sm_count)
 {
     /* combine.cu keeps UNROLL splits' loads in flight per warp: 16 up to
        head dim 128, 8 above */
     const int per_warp =
         head_dim <= 128 ? FJ_COMBINE_SPLITS_PER_WARP : FJ_COMBINE_SPLITS_PER_WARP / 2;
-    return splits <= per_warp ? 1u : FJ_COMBINE_WARPS;
+    const bool all_resident = rows <= 2ll * sm_count;
+    return splits <= per_warp && !all_resident ? 1u : FJ_COMBINE_WARPS;
 }
 
-void fj_kernel_desc_combine_for(const fj_kernel_desc *k, int splits, fj_kernel_desc *c)
+void fj_kernel_desc_combine_for(const fj_kernel_desc *k, unsigned warps, fj_kernel_desc *c)
 {
     *c = *k;
     c->template_id = FJ_TEMPLATE_COMBINE;
     c->split_kv = 1;
     c->mask = FJ_MASK_NONE;
-    c->warps = fj_kernel_desc_combine_warps(k->head_dim, splits);
-    c->block_m = 16 * c->warps;
+    c->warps = warps;
+    c->block_m = 16 * warps;
     c->block_n = 64;
     c->stages = 1;
 }

@@ -96,23 +96,26 @@ int fj_kernel_desc_tiles_name(const fj_kernel_desc *k, char *buf, size_t n);
 fj_status fj_kernel_desc_parse_tiles(const char *tiles, fj_kernel_desc *k);
 
 /* Warps of the split-KV combine kernel's block, which merges one query row:
-   the warps share out its splits. A row of at most FJ_COMBINE_SPLITS_PER_WARP
-   splits (8 above head dim 128) gets one warp instead: one warp then issues
-   all of its loads at once (combine.cu's UNROLL), and a one-warp block leaves
-   room for eight times as many rows per SM. With 8 warps and 9 splits, the
-   64-batch GQA decode row's combine took 17.4 us; most warps held nothing. */
+   the warps share out its splits. When there are more rows than two blocks of
+   8 warps per SM would hold at once (8 warps with 16 splits' loads in flight
+   take 122 registers a thread at d128: 2 blocks per SM), and a row has at
+   most FJ_COMBINE_SPLITS_PER_WARP splits (8 above head dim 128), a row gets
+   one warp instead, which issues all of its loads at once (combine.cu's
+   UNROLL). H200: 2048 rows of 9 splits took 17.4 us with 8 warps and 4.9
+   with one; 256 rows of 10 splits 2.5 with 8 and 3.7 with one. */
 #define FJ_COMBINE_WARPS 8
 #define FJ_COMBINE_SPLITS_PER_WARP 16
 
-/* The combine kernel's warps for rows of `splits` splits at this head dim:
-   1 or FJ_COMBINE_WARPS. */
-unsigned fj_kernel_desc_combine_warps(unsigned head_dim, int splits);
+/* The combine kernel's warps for `rows` query rows of `splits` splits each at
+   this head dim, on a device of sm_count SMs: 1 or FJ_COMBINE_WARPS. */
+unsigned fj_kernel_desc_combine_warps(unsigned head_dim, int splits, long long rows, int sm_count);
 
-/* The combine kernel for the split-KV kernel k with `splits` splits: same
- * head dim, dtype and arch; the mask is "nomask" (the combine ignores it) and
- * the tiles are fixed but for the warps, so two combine kernels, of 1 and of
- * FJ_COMBINE_WARPS warps, serve every tile configuration and mask. */
-void fj_kernel_desc_combine_for(const fj_kernel_desc *k, int splits, fj_kernel_desc *combine);
+/* The combine kernel for the split-KV kernel k, with `warps` warps (1 or
+ * FJ_COMBINE_WARPS, from fj_kernel_desc_combine_warps): same head dim, dtype
+ * and arch; the mask is "nomask" (the combine ignores it) and the tiles are
+ * fixed but for the warps, so two combine kernels serve every tile
+ * configuration and mask. */
+void fj_kernel_desc_combine_for(const fj_kernel_desc *k, unsigned warps, fj_kernel_desc *combine);
 
 /* "nomask", "causal", "window", "causal_window"; NULL out of range. */
 const char *fj_kernel_desc_mask_name(uint32_t mask);

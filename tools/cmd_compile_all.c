@@ -16,7 +16,6 @@
  * identical to the runtime's, so both share cache entries. The spill figure
  * is the kernel's stack frame, where ptxas puts spilled registers (equal to
  * ptxas -v's "bytes stack frame"); a frame over --max-spill fails the run. */
-#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,7 +241,7 @@ static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mas
         /* both combine kernels: of one warp (few splits) and of
            FJ_COMBINE_WARPS (many) */
         fj_kernel_desc_combine_for(&decode, 1, &out[m++]);
-        fj_kernel_desc_combine_for(&decode, INT_MAX, &out[m++]);
+        fj_kernel_desc_combine_for(&decode, FJ_COMBINE_WARPS, &out[m++]);
     }
     /* Kinds can name one kernel twice (a masked decode problem keeps the
        prefill tiles; a causal mask that hides nothing is dropped): once. */

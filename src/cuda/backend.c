@@ -292,7 +292,10 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
     const struct fj_cuda_state *s = cp->cuda;
     fj_kernel_desc ks = *k, kc;
     ks.split_kv = 1;
-    fj_kernel_desc_combine_for(&ks, splits, &kc);
+    /* one combine block per query row */
+    const long long query_rows = (long long)p->batch * p->heads_q * p->seqlen_q;
+    fj_kernel_desc_combine_for(
+        &ks, fj_kernel_desc_combine_warps(k->head_dim, splits, query_rows, s->sm_count), &kc);
     bool before;
     fj_status st;
     if ((st = fj_module_cache_get(s->modules, s, &ks, ctx->cache_dir, &cp->kernel, &before)) ||

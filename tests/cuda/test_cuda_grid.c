@@ -662,11 +662,14 @@ static void test_plans_repeat_and_share(void **state)
 /* ---- split-KV: few query tiles, many keys --------------------------------- */
 
 /* Whether the GPU plan for d splits its keys (so the case tests that path). */
-static bool plan_splits(const fj_attention_desc *d)
+/* Whether d's plan splits its keys, and (combine non-NULL) names that
+ * combine kernel's tiles. */
+static bool plan_splits(const fj_attention_desc *d, const char *combine)
 {
     fj_plan *plan;
     if (fj_plan_create(gpu, d, &plan) != FJ_OK) return false;
-    bool split = strstr(fj_plan_describe(plan), "split-KV: ") != NULL;
+    const char *desc = fj_plan_describe(plan);
+    bool split = strstr(desc, "split-KV: ") != NULL && (!combine || strstr(desc, combine));
     fj_plan_destroy(plan);
     return split;
 }
@@ -693,12 +696,17 @@ static void test_split_kv(void **state)
         make_case("pack-gqa-causal-br", 1, 16, 2, 1, 9000, 96, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, DENSE, true),
         make_case("nopack-gqa-top-left", 1, 8, 2, 1, 5000, 64, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, -1, DENSE, true),
         make_case("pack-mqa-d256", 1, 8, 1, 1, 6000, 256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, DENSE, false),
+        /* 1024 packed rows of few splits: the one-warp combine kernel (the
+           cases above have at most 64 rows: eight warps) */
+        make_case("split-combine-one-warp", 32, 32, 8, 1, 2048, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, DENSE, true),
     };
     int n = (int)(sizeof cases / sizeof cases[0]), failures = 0, unsplit = 0;
     for (int i = 0; i < n; i++) {
-        if (!plan_splits(&cases[i].d)) {
-            printf("FAIL %s: the plan does not split its keys, so this case does not test split-KV\n",
-                   cases[i].label);
+        const bool one_warp = !strcmp(cases[i].label, "split-combine-one-warp");
+        if (!plan_splits(&cases[i].d, one_warp ? ".m16n64w1s1.split" : NULL)) {
+            printf("FAIL %s: the plan does not split its keys%s, so this case does not test %s\n",
+                   cases[i].label, one_warp ? " with a one-warp combine" : "",
+                   one_warp ? "that kernel" : "split-KV");
             unsplit++;
         }
         failures += !run_case(&cases[i]);

@@ -382,11 +382,9 @@ static void test_split_kv_launches(void **state)
     assert_int_equal(l.params.q_stride[2], 4 * 128);
     assert_int_equal(l.smem, 0);
     int splits = l.params.num_splits;
-    /* one warp for a row of few splits, FJ_COMBINE_WARPS beyond */
-    const bool one_warp = splits <= FJ_COMBINE_SPLITS_PER_WARP;
-    assert_int_equal(l.block[0], one_warp ? 32 : 32 * FJ_COMBINE_WARPS);
-    assert_contains(desc, one_warp ? "combine.d128.bf16.nomask.m16n64w1s1"
-                                   : "combine.d128.bf16.nomask.m128n64w8s1");
+    /* 32 rows on the fake's 132 SMs: FJ_COMBINE_WARPS warps per row */
+    assert_int_equal(l.block[0], 32 * FJ_COMBINE_WARPS);
+    assert_contains(desc, "combine.d128.bf16.nomask.m128n64w8s1.split");
     assert_true(splits >= 2 && splits <= 4096 / 32 / 4); /* >= 4 tiles of 32 keys each */
     assert_non_null(l.params.o_partial);
     assert_non_null(l.params.lse_partial);
@@ -469,6 +467,9 @@ static void test_split_kv_forced(void **state)
             alloc_buffers(ctx, cases[i].desc, &b);
             assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
             int splits = fake_last_launch().params.num_splits;
+            /* 2048 rows of 2 splits: a one-warp combine; 32 rows: 8 warps */
+            assert_int_equal(fake_last_launch().block[0],
+                             cases[i].desc == &big ? 32 : 32 * FJ_COMBINE_WARPS);
             if (cases[i].splits > 0) assert_int_equal(splits, cases[i].splits);
             else assert_true(splits > 3 && splits < 128 && 4096 / splits >= 4 * 16);
             free_buffers(ctx, &b);

@@ -985,28 +985,36 @@ static void test_codegen_wgmma(void **state)
     assert_false(fj_codegen_arch_specific(&f));
     /* The combine kernel gets the common files and combine.cu only. */
     fj_kernel_desc c;
-    /* The combine's warps follow the split count (one warp up to the splits
-       whose loads it issues at once: 16, 8 above head dim 128), and its mask
-       is always nomask: it never looks at the mask. */
-    f.mask = FJ_MASK_CAUSAL_WINDOW;
+    /* The combine's warps: one for a row of at most the splits whose loads
+       it issues at once (16, 8 above head dim 128) when the rows outnumber
+       two 8-warp blocks per SM; else 8. Its mask is always nomask: it never
+       looks at the mask. */
     const struct {
         unsigned head_dim;
         int splits;
+        long long rows;
         unsigned warps;
-    } combine_warps[] = {{128, 1, 1}, {128, 16, 1}, {128, 17, FJ_COMBINE_WARPS},
-                         {136, 8, 1},  {136, 9, FJ_COMBINE_WARPS}, {256, 128, FJ_COMBINE_WARPS},
-                         {8, 16, 1}};
-    for (size_t i = 0; i < sizeof combine_warps / sizeof combine_warps[0]; i++) {
-        f.head_dim = combine_warps[i].head_dim;
-        fj_kernel_desc_combine_for(&f, combine_warps[i].splits, &c);
-        assert_int_equal(c.warps, combine_warps[i].warps);
-        assert_int_equal(c.block_m, 16 * combine_warps[i].warps);
+    } combine_warps[] = {
+        {128, 9, 2048, 1},   {128, 16, 265, 1},  {128, 16, 264, FJ_COMBINE_WARPS},
+        {128, 17, 2048, FJ_COMBINE_WARPS},       {128, 10, 256, FJ_COMBINE_WARPS},
+        {136, 8, 4096, 1},   {136, 9, 4096, FJ_COMBINE_WARPS},
+        {256, 128, 32, FJ_COMBINE_WARPS},        {8, 2, 1 << 20, 1}};
+    for (size_t i = 0; i < sizeof combine_warps / sizeof combine_warps[0]; i++)
+        assert_int_equal(fj_kernel_desc_combine_warps(combine_warps[i].head_dim,
+                                                      combine_warps[i].splits,
+                                                      combine_warps[i].rows, 132),
+                         combine_warps[i].warps);
+    f.mask = FJ_MASK_CAUSAL_WINDOW;
+    for (unsigned warps = 1; warps <= FJ_COMBINE_WARPS; warps *= FJ_COMBINE_WARPS) {
+        fj_kernel_desc_combine_for(&f, warps, &c);
+        assert_int_equal(c.warps, warps);
+        assert_int_equal(c.block_m, 16 * warps);
         assert_int_equal(c.mask, FJ_MASK_NONE);
         assert_int_equal(c.template_id, FJ_TEMPLATE_COMBINE);
         assert_int_equal(fj_kernel_desc_check(&c, 0), FJ_OK);
     }
     f = base_desc();
-    fj_kernel_desc_combine_for(&f, 2, &c);
+    fj_kernel_desc_combine_for(&f, FJ_COMBINE_WARPS, &c);
     if (fj_codegen_render(&c, &src, &len) != FJ_OK) fail_msg("%s", fj_last_error());
     assert_contains(src, "#line 1 \"common.cuh\"\n");
     assert_contains(src, "#line 1 \"combine.cu\"\n");
