@@ -32,7 +32,7 @@ constexpr int THREADS = 32 * FJ_WARPS;
    splits in one round of loads (the batch-1 GQA decode row has 82, and
    took two rounds with 8: 4.6 us against cuDNN's 2.8-us reduction); 8 at
    D > 128, where each split's chunks take twice the registers. The host
-   launches one warp for rows of at most UNROLL splits
+   launches one warp (when rows are many) for rows of at most UNROLL splits
    (fj_kernel_desc_combine_warps), so keep the two in step. */
 constexpr int UNROLL = CPL == 1 ? 16 : 8;
 static_assert(D % 8 == 0 && D >= 8 && D <= 256, "FJ_HEAD_DIM must be a multiple of 8 in 8..256");
