@@ -159,13 +159,13 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
                          "GQA packing: the %d query heads of each kv head are the rows of one "
                          "query tile (%d rows per kv head), so K and V are read once per kv head\n",
                          cp->gqa_packed, cp->params.seqlen_q);
-    char split_why[96];
-    if (cp->splits_forced)
-        snprintf(split_why, sizeof split_why, "FLASHJIT_CUDA_SPLITS=%d", cp->splits_forced);
-    else if (cp->num_splits > 1)
-        snprintf(split_why, sizeof split_why, "%u blocks alone would not fill %d SMs",
-                 cp->grid[0] * cp->grid[1] * (cp->grid[2] / cp->num_splits), s->sm_count);
-    if (cp->num_splits > 1)
+    if (cp->num_splits > 1) {
+        char split_why[96];
+        if (cp->splits_forced)
+            snprintf(split_why, sizeof split_why, "FLASHJIT_CUDA_SPLITS=%d", cp->splits_forced);
+        else
+            snprintf(split_why, sizeof split_why, "%u blocks alone would not fill %d SMs",
+                     cp->grid[0] * cp->grid[1] * (cp->grid[2] / cp->num_splits), s->sm_count);
         fj_strbuf_printf(d,
                          "split-KV: %d splits of the keys (%s), then %s%s; a %zu-byte partials "
                          "workspace of the plan's own, so executes of this plan on different "
@@ -174,6 +174,7 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
                          cp->combine_pdl ? " (a programmatic dependent launch)" : "",
                          (size_t)cp->params.batch * cp->params.heads_q * cp->params.seqlen_q *
                              cp->num_splits * (k->head_dim + 1) * sizeof(float));
+    }
     if (loaded_before)
         fj_strbuf_printf(d, "image: %s %s, already loaded in this context\n",
                          kn->is_ptx ? "PTX" : "cubin", kn->target);
@@ -256,7 +257,7 @@ static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kern
     const size_t per_split =
         (size_t)p->batch * p->heads_q * p->seqlen_q * (k->head_dim + 1) * sizeof(float);
     while (most > 1 && per_split * (size_t)most > SPLIT_MAX_WORKSPACE) most--;
-    if (forced) return (int)(forced < most ? forced : most > 1 ? most : 1);
+    if (forced) return most < 2 ? 1 : (int)(forced < most ? forced : most);
     if (blocks >= slots || most < 2 || slots < 1) return 1;
     /* time(s) = waves(s) * (tiles / s + fixed), compared as a fraction
        without rounding: waves * (tiles + fixed * s) / s; ties keep fewer

@@ -661,9 +661,8 @@ static void test_plans_repeat_and_share(void **state)
 
 /* ---- split-KV: few query tiles, many keys --------------------------------- */
 
-/* Whether the GPU plan for d splits its keys (so the case tests that path). */
-/* Whether d's plan splits its keys, and (combine non-NULL) names that
- * combine kernel's tiles. */
+/* Whether the GPU plan for d splits its keys (so the case tests that path)
+ * and, when combine is not NULL, names that combine kernel's tiles. */
 static bool plan_splits(const fj_attention_desc *d, const char *combine)
 {
     fj_plan *plan;
@@ -696,25 +695,31 @@ static void test_split_kv(void **state)
         make_case("pack-gqa-causal-br", 1, 16, 2, 1, 9000, 96, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, DENSE, true),
         make_case("nopack-gqa-top-left", 1, 8, 2, 1, 5000, 64, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, -1, DENSE, true),
         make_case("pack-mqa-d256", 1, 8, 1, 1, 6000, 256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, DENSE, false),
-        /* 1024 packed rows of few splits: the one-warp combine kernel (the
-           cases above have at most 64 rows: eight warps); run with
-           FLASHJIT_CUDA_SPLITS=2, so it splits on any GPU */
-        make_case("split-combine-one-warp", 32, 32, 8, 1, 2048, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, DENSE, true),
     };
     int n = (int)(sizeof cases / sizeof cases[0]), failures = 0, unsplit = 0;
     for (int i = 0; i < n; i++) {
-        const bool one_warp = !strcmp(cases[i].label, "split-combine-one-warp");
-        if (one_warp) setenv("FLASHJIT_CUDA_SPLITS", "2", 1);
-        if (!plan_splits(&cases[i].d, one_warp ? ".m16n64w1s1.split" : NULL)) {
-            printf("FAIL %s: the plan does not split its keys%s, so this case does not test %s\n",
-                   cases[i].label, one_warp ? " with a one-warp combine" : "",
-                   one_warp ? "that kernel" : "split-KV");
+        if (!plan_splits(&cases[i].d, NULL)) {
+            printf("FAIL %s: the plan does not split its keys, so this case does not test split-KV\n",
+                   cases[i].label);
             unsplit++;
         }
         failures += !run_case(&cases[i]);
-        if (one_warp) unsetenv("FLASHJIT_CUDA_SPLITS");
     }
-    report("split-KV", n, failures + unsplit);
+    /* 1024 packed rows of few splits: the one-warp combine kernel (the cases
+       above have at most 64 rows: eight warps), with FLASHJIT_CUDA_SPLITS=2
+       so it splits on any GPU */
+    const grid_case one_warp = make_case("split-combine-one-warp", 32, 32, 8, 1, 2048, 128, FJ_BF16,
+                                         FJ_CAUSAL_NONE, -1, -1, DENSE, true);
+    setenv("FLASHJIT_CUDA_SPLITS", "2", 1);
+    if (!plan_splits(&one_warp.d, ".m16n64w1s1.split")) {
+        printf("FAIL %s: the plan does not split its keys with a one-warp combine, so this case "
+               "does not test that kernel\n",
+               one_warp.label);
+        unsplit++;
+    }
+    failures += !run_case(&one_warp);
+    unsetenv("FLASHJIT_CUDA_SPLITS");
+    report("split-KV", n + 1, failures + unsplit);
 }
 
 /* ---- setup -------------------------------------------------------------------------- */
