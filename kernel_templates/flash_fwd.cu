@@ -28,6 +28,15 @@
  * every key of the tile, so the softmax of a row never leaves its warp: a
  * row's values sit in the 4 lanes of a quad (mma C layout) and reduce with
  * two xor-shuffles.
+ *
+ * Key warps: when FJ_BLOCK_M < 16 * FJ_WARPS (the host allows it for
+ * FJ_BLOCK_M = 16 only), there are too few rows to go round, and the KW =
+ * FJ_WARPS / QW warps of each query-row group share out the keys of every
+ * tile instead, each taking FJ_BLOCK_N / KW consecutive keys with a softmax
+ * state of its own; after the key loop they merge those states through shared
+ * memory (merge_key_warps), so the output is the same as one warp's. This is
+ * the decode shape of cuDNN's kernel: few, large key tiles per SM (one
+ * stream of big contiguous K/V reads per block) and several warps on each.
  */
 
 #define FJ_THREADS (32 * FJ_WARPS)
@@ -48,16 +57,23 @@ constexpr int BM = FJ_BLOCK_M;
 constexpr int BN = FJ_BLOCK_N;
 constexpr int STAGES = FJ_STAGES;
 constexpr int THREADS = FJ_THREADS;
-constexpr int WARP_ROWS = BM / FJ_WARPS;      /* query rows per warp */
+constexpr int QW = BM < 16 * FJ_WARPS ? BM / 16 : FJ_WARPS; /* query-row warp groups */
+constexpr int KW = FJ_WARPS / QW;             /* key warps sharing each group's rows */
+constexpr int WARP_ROWS = BM / QW;            /* query rows per warp */
+constexpr int BNW = BN / KW;                  /* keys of each tile one warp takes */
 constexpr int MT = WARP_ROWS / 16;            /* 16-row m tiles per warp */
 constexpr int KQ = DPAD / 16;                 /* k16 steps of Q K^T */
 constexpr int NDT = D / 8;                    /* 8-column tiles of O (exact head dim) */
 constexpr int DCH = D / 8;                    /* 16-byte chunks of a row holding data */
 
 static_assert(D % 8 == 0 && D >= 8 && D <= 256, "FJ_HEAD_DIM must be a multiple of 8 in 8..256");
-static_assert(FJ_WARPS >= 1 && BM % FJ_WARPS == 0, "FJ_BLOCK_M must split evenly over the warps");
+static_assert(FJ_WARPS >= 1 && BM % 16 == 0 && BM >= 16, "FJ_BLOCK_M must be a multiple of 16");
+static_assert(QW * KW == FJ_WARPS && BM % QW == 0,
+              "FJ_WARPS must split evenly over the 16-row tiles or the tiles over the warps");
 static_assert(WARP_ROWS % 16 == 0, "each warp needs a whole number of 16-row mma tiles");
 static_assert(BN % 16 == 0 && BN >= 16, "FJ_BLOCK_N must be a multiple of 16");
+static_assert(BNW * KW == BN && BNW % 16 == 0,
+              "FJ_BLOCK_N must give each key warp a multiple of 16 keys");
 static_assert(STAGES >= 1, "FJ_STAGES must be >= 1");
 static_assert((ROW_BYTES / 16) % 2 == 1, "rows must be an odd number of 16-byte chunks");
 
@@ -98,12 +114,12 @@ __host__ __device__ constexpr int s_regs(int ksub) { return MT * (ksub / 8) * 4;
 #ifndef FJ_ACC_BUDGET_UNMASKED
 #define FJ_ACC_BUDGET_UNMASKED (FJ_HAS_WINDOW ? FJ_ACC_BUDGET : 192)
 #endif
-/* largest KSUB dividing BN, a multiple of 16 and >= min_ksub, with
-   O + S + extra within the budget; 0 when none */
+/* largest KSUB dividing BNW (a warp's keys of a tile), a multiple of 16 and
+   >= min_ksub, with O + S + extra within the budget; 0 when none */
 __host__ __device__ constexpr int pick_ksub(int budget, int extra, int min_ksub)
 {
-    for (int k = BN; k >= min_ksub; k -= 16)
-        if (BN % k == 0 && O_REGS + s_regs(k) + extra <= budget) return k;
+    for (int k = BNW; k >= min_ksub; k -= 16)
+        if (BNW % k == 0 && O_REGS + s_regs(k) + extra <= budget) return k;
     return 0;
 }
 /* Q in registers only with sub-tiles of >= 32 keys: below that, the extra
@@ -121,8 +137,8 @@ __host__ __device__ constexpr int ksub_within(int budget)
 /* Keys per softmax sub-tile in the masked and the unmasked key loops. */
 constexpr int KSUB_MASKED = ksub_within(FJ_ACC_BUDGET);
 constexpr int KSUB_UNMASKED = ksub_within(FJ_ACC_BUDGET_UNMASKED);
-static_assert(BN % KSUB_MASKED == 0 && KSUB_MASKED % 16 == 0, "bad softmax sub-tile");
-static_assert(BN % KSUB_UNMASKED == 0 && KSUB_UNMASKED % 16 == 0, "bad softmax sub-tile");
+static_assert(BNW % KSUB_MASKED == 0 && KSUB_MASKED % 16 == 0, "bad softmax sub-tile");
+static_assert(BNW % KSUB_UNMASKED == 0 && KSUB_UNMASKED % 16 == 0, "bad softmax sub-tile");
 
 /* One 16-byte copy of load_tile: with the L2 policy when POLICY. */
 template <bool POLICY>
@@ -284,9 +300,12 @@ __device__ __forceinline__ unsigned lane_addr_k(unsigned tile, unsigned t)
     const unsigned l = t & 31u, mi = l >> 3, r = l & 7u;
     return tile + (r + (mi >> 1) * 8u) * ROW_BYTES + (mi & 1u) * 16u;
 }
+/* The query-row group and the key warp within it of the warp of thread t. */
+__device__ __forceinline__ unsigned warp_q(unsigned t) { return (t >> 5) / KW; }
+__device__ __forceinline__ unsigned warp_k(unsigned t) { return (t >> 5) % KW; }
 __device__ __forceinline__ unsigned q_lane_addr(unsigned t)
 {
-    return lane_addr_a(smem_base() + SMEM_Q, (int)(t >> 5) * WARP_ROWS, t);
+    return lane_addr_a(smem_base() + SMEM_Q, (int)warp_q(t) * WARP_ROWS, t);
 }
 
 /* Which query tile, batch and head this block computes. */
@@ -360,7 +379,8 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
 {
     const int tid = threadIdx.x;
     const int col0 = n0 + 2 * (tid & 3); /* key of element (nt 0, e 0) */
-    const long long row0 = (long long)block_m0() + (tid >> 5) * WARP_ROWS + ((tid & 31) >> 2);
+    const long long row0 =
+        (long long)block_m0() + (int)warp_q((unsigned)tid) * WARP_ROWS + ((tid & 31) >> 2);
     const long long d = row0 + p.diag_offset - col0; /* diagonal key of row0, relative */
     constexpr long long BIG = 1ll << 24;
     long long lo = -BIG, hi = BIG; /* visible: lo <= j < hi, j relative to col0 */
@@ -578,14 +598,17 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
     }
 
     /* A rolled loop: unrolled, ptxas would overlap one sub-tile's Q K^T with
-       the previous one's P V and need both sets of registers. */
+       the previous one's P V and need both sets of registers. This warp's
+       keys of the tile start at key0 (0 without key warps). */
     constexpr int KSUB = MASKED ? KSUB_MASKED : KSUB_UNMASKED;
+    const int key0 = KW == 1 ? 0 : (int)warp_k(lane_id_opaque()) * BNW;
 #pragma unroll 1
-    for (int sub = 0; sub < BN / KSUB; ++sub) {
-        const unsigned off = (unsigned)(stage * TILE_BYTES + sub * KSUB * ROW_BYTES);
+    for (int sub = 0; sub < BNW / KSUB; ++sub) {
+        const int k_sub = key0 + sub * KSUB;
+        const unsigned off = (unsigned)(stage * TILE_BYTES + k_sub * ROW_BYTES);
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
-        if constexpr (MASKED) mask_tile(p, n * BN + sub * KSUB, s);
+        if constexpr (MASKED) mask_tile(p, n * BN + k_sub, s);
         softmax_tile<MASKED>(c, st, s);
         pv_tile(st, off, s);
     }
@@ -617,12 +640,87 @@ __device__ __forceinline__ Where where(const fj_fwd_params &p, bool opaque)
     return w;
 }
 
+/* Key warps (KW > 1): the warps of a query-row group saw disjoint keys of
+ * the same rows, so their states merge like two steps of the online softmax:
+ * M = the largest m, O = sum_w 2^(m_w - M) O_w, l likewise. Lane i of every
+ * warp holds the same rows and columns (the mma layouts do not depend on the
+ * warp), so the merge is lane by lane: warps 1.. of the group store their m,
+ * l and O in the K/V buffers (free once every warp is past the key loop;
+ * word r of lane i at [r][i], conflict-free), and warp 0 folds them into its
+ * own state, which store_output then writes. Returns whether this warp stores.
+ * A state that saw no visible key (m = -inf, l = 0, O = 0) weighs 0. */
+constexpr int XCHG_WORDS = MT * 4 + MT * NDT * 4; /* m, l, O per lane */
+constexpr int XCHG_BYTES = QW * (KW - 1) * XCHG_WORDS * 32 * 4;
+static_assert(SMEM_K + XCHG_BYTES <= SMEM_TOTAL, "key-warp exchange does not fit the K/V buffers");
+__device__ __forceinline__ float key_warp_weight(float m, float mx)
+{
+    return mx == FJ_NEG_INF ? 0.f : fj_exp2(m - mx);
+}
+__device__ __forceinline__ bool merge_key_warps(State &st)
+{
+    if constexpr (KW == 1) {
+        return true;
+    } else {
+        const unsigned t = lane_id_opaque(), lane = t & 31u, wk = warp_k(t);
+        float *x = (float *)(fj_smem + SMEM_K) + (warp_q(t) * (KW - 1) * XCHG_WORDS * 32 + lane);
+        __syncthreads(); /* every warp is done with K and V */
+        if (wk != 0) {
+            float *mine = x + (wk - 1) * XCHG_WORDS * 32;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    mine[((mt * 2 + hh) * 2) * 32] = st.m[mt][hh];
+                    mine[((mt * 2 + hh) * 2 + 1) * 32] = st.l[mt][hh];
+#pragma unroll
+                    for (int dt = 0; dt < NDT; ++dt)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            mine[(MT * 4 + (mt * NDT + dt) * 4 + 2 * hh + e) * 32] =
+                                st.o[mt][dt][2 * hh + e];
+                }
+        }
+        __syncthreads();
+        if (wk != 0) return false;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int r = (mt * 2 + hh) * 2;
+                float mx = st.m[mt][hh];
+#pragma unroll
+                for (int w = 0; w < KW - 1; ++w) mx = fmaxf(mx, x[(w * XCHG_WORDS + r) * 32]);
+                const float a = key_warp_weight(st.m[mt][hh], mx);
+                st.m[mt][hh] = mx;
+                st.l[mt][hh] *= a;
+#pragma unroll
+                for (int dt = 0; dt < NDT; ++dt)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) st.o[mt][dt][2 * hh + e] *= a;
+#pragma unroll
+                for (int w = 0; w < KW - 1; ++w) {
+                    const float *theirs = x + w * XCHG_WORDS * 32;
+                    const float aw = key_warp_weight(theirs[r * 32], mx);
+                    st.l[mt][hh] = fmaf(aw, theirs[(r + 1) * 32], st.l[mt][hh]);
+#pragma unroll
+                    for (int dt = 0; dt < NDT; ++dt)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            st.o[mt][dt][2 * hh + e] =
+                                fmaf(aw, theirs[(MT * 4 + (mt * NDT + dt) * 4 + 2 * hh + e) * 32],
+                                     st.o[mt][dt][2 * hh + e]);
+                }
+            }
+        return true;
+    }
+}
+
 /* Epilogue: full row sums, O / l and lse, written for rows < seqlen_q. */
 __device__ __forceinline__ void store_output(const fj_fwd_params &p, const State &st)
 {
     const Where wh = where(p, true);
     const int b = wh.b, h = wh.h, m0 = wh.m0, q_rows = wh.q_rows;
-    const int lane = (int)(lane_id_opaque() & 31u), warp = (int)(lane_id_opaque() >> 5);
+    const int lane = (int)(lane_id_opaque() & 31u), warp = (int)warp_q(lane_id_opaque());
     const int g = lane >> 2, tq = lane & 3;
 #if FJ_SPLIT_KV
     const int split = wh.split;
@@ -805,5 +903,5 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
        (it waits for this grid to finish before reading them) */
     fj_allow_dependent_launch();
 #endif
-    store_output(p, st);
+    if (merge_key_warps(st)) store_output(p, st);
 }

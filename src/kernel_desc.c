@@ -311,14 +311,20 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
         wgmma_rules(k, why, sizeof why);
     else if (k->warps != 1 && k->warps != 2 && k->warps != 4 && k->warps != 8)
         snprintf(why, sizeof why, "warps %u is not 1, 2, 4 or 8", (unsigned)k->warps);
-    else if (k->block_m < 16 || k->block_m > 256 || k->block_m % (16 * k->warps))
+    else if (k->block_m < 16 || k->block_m > 256 ||
+             (k->block_m % (16 * k->warps) && k->block_m != 16))
         snprintf(why, sizeof why,
-                 "block_m %u is not in 16..256 and a multiple of 16 * warps (%u): each warp "
-                 "owns whole 16-row MMA tiles",
+                 "block_m %u is neither 16 nor a multiple of 16 * warps (%u) in 16..256: each "
+                 "warp owns whole 16-row MMA tiles (at block_m 16 the warps share out the keys)",
                  (unsigned)k->block_m, 16u * k->warps);
     else if (k->block_n < 16 || k->block_n > 256 || k->block_n % 16)
         snprintf(why, sizeof why, "block_n %u is not a multiple of 16 in 16..256",
                  (unsigned)k->block_n);
+    else if (k->block_m == 16 && k->block_n % (16 * k->warps))
+        snprintf(why, sizeof why,
+                 "block_n %u is not a multiple of 16 * warps (%u): at block_m 16 the %u warps "
+                 "share each key tile, 16 keys or a multiple each",
+                 (unsigned)k->block_n, 16u * k->warps, (unsigned)k->warps);
     else if (k->stages < 1 || k->stages > 4)
         snprintf(why, sizeof why, "stages %u is not in 1..4", (unsigned)k->stages);
     else if (k->split_kv > 1)

@@ -210,7 +210,7 @@ static void test_tunes_prefill_and_decode_and_plans_use_the_file(void **state)
     expect_rc(fx, rc, 0);
     expect_in(fx, fx->out, "compiled ahead:");
     /* m64 with 8 warps breaks the one-16-row-tile-per-warp rule. */
-    expect_in(fx, fx->out, "pruned m64n32w8s2 for d64 bf16 nomask: block_m 64 is not");
+    expect_in(fx, fx->out, "pruned m64n32w8s2 for d64 bf16 nomask: block_m 64 is neither 16 nor");
     expect_in(fx, fx->out, "summary: 2 points tuned");
     expect_in(fx, fx->out, " 0 wrong");
     fake_counts after_tune = fake_get_counts();

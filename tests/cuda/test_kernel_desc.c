@@ -326,6 +326,8 @@ static void m_warps16(fj_kernel_desc *k) { k->warps = 16; }
 static void m_bm_warps(fj_kernel_desc *k) { k->block_m = 32; } /* 4 warps need 64 */
 static void m_bm_big(fj_kernel_desc *k) { k->block_m = 320; }
 static void m_bm_zero(fj_kernel_desc *k) { k->block_m = 0; }
+/* 4 warps of block_m 16 share each key tile: 16 keys each at least */
+static void m_bn_key_warps(fj_kernel_desc *k) { k->block_m = 16, k->block_n = 48; }
 static void m_bn_odd(fj_kernel_desc *k) { k->block_n = 40; }
 static void m_bn_big(fj_kernel_desc *k) { k->block_n = 272; }
 static void m_bn_zero(fj_kernel_desc *k) { k->block_n = 0; }
@@ -352,9 +354,12 @@ static void test_check_rejections(void **state)
         {"warps 3", m_warps3, "warps 3 is not 1, 2, 4 or 8"},
         {"warps 16", m_warps16, "warps 16 is not 1, 2, 4 or 8"},
         {"block_m per warp", m_bm_warps,
-         "block_m 32 is not in 16..256 and a multiple of 16 * warps (64)"},
-        {"block_m 320", m_bm_big, "block_m 320 is not in 16..256"},
-        {"block_m 0", m_bm_zero, "block_m 0 is not in 16..256"},
+         "block_m 32 is neither 16 nor a multiple of 16 * warps (64) in 16..256"},
+        {"block_m 320", m_bm_big, "block_m 320 is neither 16 nor"},
+        {"block_m 0", m_bm_zero, "block_m 0 is neither 16 nor"},
+        {"key warps' block_n", m_bn_key_warps,
+         "block_n 48 is not a multiple of 16 * warps (64): at block_m 16 the 4 warps share each "
+         "key tile"},
         {"block_n 40", m_bn_odd, "block_n 40 is not a multiple of 16 in 16..256"},
         {"block_n 272", m_bn_big, "block_n 272 is not a multiple of 16 in 16..256"},
         {"block_n 0", m_bn_zero, "block_n 0 is not a multiple of 16 in 16..256"},
@@ -372,6 +377,31 @@ static void test_check_rejections(void **state)
     };
     /* Every message starts with the kernel's name. */
     expect_rejections(cases, sizeof cases / sizeof cases[0], base_desc(), "kernel ");
+}
+
+/* Key warps: at block_m 16, 1..8 warps share each key tile when it gives
+ * each a multiple of 16 keys; the parsed name keeps the fields. */
+static void test_check_key_warps(void **state)
+{
+    (void)state;
+    static const char *const ok[] = {"m16n16w1s2", "m16n32w2s2", "m16n64w2s2", "m16n64w4s2",
+                                     "m16n128w4s1", "m16n128w8s2", "m16n256w8s1"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        fj_kernel_desc k = base_desc();
+        assert_int_equal(fj_kernel_desc_parse_tiles(ok[i], &k), FJ_OK);
+        assert_int_equal(k.block_m, 16);
+        if (fj_kernel_desc_check(&k, 0) != FJ_OK) fail_msg("%s: %s", ok[i], fj_last_error());
+        char name[32];
+        fj_kernel_desc_tiles_name(&k, name, sizeof name);
+        assert_string_equal(name, ok[i]);
+    }
+    static const char *const bad[] = {"m16n16w2s2", "m16n32w4s2", "m16n96w4s2", "m16n64w8s2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fj_kernel_desc k = base_desc();
+        assert_int_equal(fj_kernel_desc_parse_tiles(bad[i], &k), FJ_OK);
+        if (fj_kernel_desc_check(&k, 0) != FJ_ERR_UNSUPPORTED) fail_msg("%s accepted", bad[i]);
+        assert_contains(fj_last_error(), "at block_m 16 the");
+    }
 }
 
 /* flash_wgmma's own rules (its mutations start from wgmma_desc()). */
@@ -1068,6 +1098,7 @@ int main(void)
         cmocka_unit_test(test_name_round_trip),
         cmocka_unit_test(test_parse_rejections),
         cmocka_unit_test(test_check_rejections),
+        cmocka_unit_test(test_check_key_warps),
         cmocka_unit_test(test_wgmma_rules),
         cmocka_unit_test(test_smem),
         cmocka_unit_test(test_for_problem_rejections),
