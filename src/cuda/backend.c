@@ -41,7 +41,6 @@
  * first rule, "fill two waves", gave 9 splits for 64 blocks in 264 slots:
  * three waves, the last 18 % full.) */
 #define SPLIT_FIXED_TILES 2
-#define SPLIT_TAIL_SPEEDUP 2
 #define SPLIT_MIN_TILES 4
 /* 256 was tried for batch-1 GQA decode when the combine kernel walked the
    splits one at a time, and was slower; not retried since. */
@@ -161,21 +160,12 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
                          "query tile (%d rows per kv head), so K and V are read once per kv head\n",
                          cp->gqa_packed, cp->params.seqlen_q);
     if (cp->num_splits > 1) {
-        char split_why[160];
+        char split_why[96];
         if (cp->splits_forced)
             snprintf(split_why, sizeof split_why, "FLASHJIT_CUDA_SPLITS=%d", cp->splits_forced);
-        else {
-            const long long blocks = (long long)cp->grid[0] * cp->grid[1] *
-                                     (cp->grid[2] / cp->num_splits),
-                            slots = (long long)blocks_per_sm * s->sm_count;
-            if (blocks < slots)
-                snprintf(split_why, sizeof split_why, "%lld blocks alone would not fill %d SMs",
-                         blocks, s->sm_count);
-            else
-                snprintf(split_why, sizeof split_why,
-                         "%lld blocks alone would leave their last wave of %lld %lld%% full",
-                         blocks, slots, blocks % slots * 100 / slots);
-        }
+        else
+            snprintf(split_why, sizeof split_why, "%u blocks alone would not fill %d SMs",
+                     cp->grid[0] * cp->grid[1] * (cp->grid[2] / cp->num_splits), s->sm_count);
         fj_strbuf_printf(d,
                          "split-KV: %d splits of the keys (%s), then %s%s; a %zu-byte partials "
                          "workspace of the plan's own, so executes of this plan on different "
@@ -255,18 +245,6 @@ static fj_status splits_from_env(int *forced)
     return FJ_OK;
 }
 
-/* The model's duration of `blocks` equal blocks on `slots` resident slots,
-   in slot-waves times slots: whole waves, then a last wave that takes its
-   fraction of a wave's time, but at least 1 / SPLIT_TAIL_SPEEDUP of it (a
-   block alone is bound by its own memory latency, not by a share of the
-   bandwidth). */
-static int64_t split_busy_slots(int64_t blocks, int64_t slots)
-{
-    const int64_t whole = blocks / slots * slots, rest = blocks - whole;
-    const int64_t floor_ = slots / SPLIT_TAIL_SPEEDUP;
-    return whole + (rest == 0 ? 0 : (rest > floor_ ? rest : floor_));
-}
-
 static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kernel_desc *k,
                          int blocks_per_sm, int forced)
 {
@@ -280,19 +258,15 @@ static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kern
         (size_t)p->batch * p->heads_q * p->seqlen_q * (k->head_dim + 1) * sizeof(float);
     while (most > 1 && per_split * (size_t)most > SPLIT_MAX_WORKSPACE) most--;
     if (forced) return most < 2 ? 1 : (int)(forced < most ? forced : most);
-    if (most < 2 || slots < 1) return 1;
-    /* A grid of several waves gains from splitting only in its last wave,
-       and only where every block has the same work: one query tile per
-       head (otherwise causal tiles differ and the model does not hold). */
-    if (blocks >= slots && cp->grid[0] != 1) return 1;
-    /* time(s) = busy(s) * (tiles + fixed * s) / s, compared as fractions
-       without rounding; ties keep fewer splits (less partial traffic, a
-       cheaper combine) */
-    int64_t best = 0, best_num = 0, best_den = 1;
-    for (int64_t sp = 1; sp <= most; sp++) {
-        const int64_t num = split_busy_slots(blocks * sp, slots) * (tiles + SPLIT_FIXED_TILES * sp),
-                      den = sp;
-        if (!best || num * best_den < best_num * den) {
+    if (blocks >= slots || most < 2 || slots < 1) return 1;
+    /* time(s) = waves(s) * (tiles / s + fixed), compared as a fraction
+       without rounding: waves * (tiles + fixed * s) / s; ties keep fewer
+       splits (less partial traffic, a cheaper combine) */
+    int64_t best = 1, best_num = tiles + SPLIT_FIXED_TILES, best_den = 1; /* one wave */
+    for (int64_t sp = 2; sp <= most; sp++) {
+        const int64_t waves = (blocks * sp + slots - 1) / slots;
+        const int64_t num = waves * (tiles + SPLIT_FIXED_TILES * sp), den = sp;
+        if (num * best_den < best_num * den) {
             best = sp;
             best_num = num;
             best_den = den;
