@@ -139,6 +139,8 @@ constexpr int KSUB_MASKED = ksub_within(FJ_ACC_BUDGET);
 constexpr int KSUB_UNMASKED = ksub_within(FJ_ACC_BUDGET_UNMASKED);
 static_assert(BNW % KSUB_MASKED == 0 && KSUB_MASKED % 16 == 0, "bad softmax sub-tile");
 static_assert(BNW % KSUB_UNMASKED == 0 && KSUB_UNMASKED % 16 == 0, "bad softmax sub-tile");
+/* The single-buffer pipeline of alternating K and V loads (tile_iteration). */
+constexpr bool ALTERNATE = STAGES == 1 && KSUB_MASKED == BNW && KSUB_UNMASKED == BNW;
 
 /* One 16-byte copy of load_tile: with the L2 policy when POLICY. */
 template <bool POLICY>
@@ -539,7 +541,10 @@ __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (
  * one-warp tiles spill already, and the second load path adds to that. */
 constexpr bool KV_L2_POLICY = BM == 16 && FJ_SPLIT_KV && D <= 128;
 
-/* Issues the copies of key tile n (K and V) into pipeline buffer `buf`. */
+/* Issues the copies of key tile n into pipeline buffer `buf`: K when
+ * WHICH & 1, V when WHICH & 2. */
+enum { LOAD_K = 1, LOAD_V = 2, LOAD_KV = 3 };
+template <int WHICH = LOAD_KV>
 __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
 {
     /* Each of these goes through an empty volatile asm, so nothing derived
@@ -560,11 +565,11 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
     const unsigned v_tile = smem_base() + (unsigned)(SMEM_V + buf * TILE_BYTES);
     if (KV_L2_POLICY && p.kv_read_once) {
         const unsigned long long policy = fj_l2_evict_first();
-        load_tile<BN, true>(k_tile, k_rows, p.k_stride[1], rows, tid, policy);
-        load_tile<BN, true>(v_tile, v_rows, p.v_stride[1], rows, tid, policy);
+        if (WHICH & LOAD_K) load_tile<BN, true>(k_tile, k_rows, p.k_stride[1], rows, tid, policy);
+        if (WHICH & LOAD_V) load_tile<BN, true>(v_tile, v_rows, p.v_stride[1], rows, tid, policy);
     } else {
-        load_tile<BN>(k_tile, k_rows, p.k_stride[1], rows, tid);
-        load_tile<BN>(v_tile, v_rows, p.v_stride[1], rows, tid);
+        if (WHICH & LOAD_K) load_tile<BN>(k_tile, k_rows, p.k_stride[1], rows, tid);
+        if (WHICH & LOAD_V) load_tile<BN>(v_tile, v_rows, p.v_stride[1], rows, tid);
     }
 }
 
@@ -578,12 +583,36 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
  * buffer takes T_j+STAGES-1, in flight during this tile's math. The copies
  * are issued here, before S exists, where registers are plentiful. Empty
  * groups are committed past the last tile so the counts stay constant.
- * STAGES == 1 has one buffer: load, wait, compute, with no overlap. */
+ * STAGES == 1 has one K and one V buffer, and the loads alternate as in
+ * FlashAttention-2's sm_80 kernel (ALTERNATE): V of tile n is in flight
+ * during S = Q K^T and the softmax, K of the next tile during P V, so one
+ * of the two is always on its way; the group in flight at the top of an
+ * iteration is K_n alone. That needs the whole tile's S before P V, i.e.
+ * one softmax sub-tile per warp; otherwise each tile is loaded, waited
+ * for and computed with no overlap. */
 template <bool MASKED>
 __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx &c, State &st,
                                                int n, int stage)
 {
-    if constexpr (STAGES == 1) {
+    constexpr int KSUB = MASKED ? KSUB_MASKED : KSUB_UNMASKED;
+    if constexpr (ALTERNATE) {
+        fj_cp_async_wait<0>();
+        __syncthreads(); /* K_n has landed; every warp is done with V_n+1 */
+        load_kv<LOAD_V>(p, n, 0);
+        fj_cp_async_commit();
+        const unsigned off = (unsigned)(KW == 1 ? 0 : (int)warp_k(lane_id_opaque()) * BNW * ROW_BYTES);
+        float s[MT][KSUB / 8][4];
+        qk_tile(st, off, s);
+        if constexpr (MASKED)
+            mask_tile(p, n * BN + (KW == 1 ? 0 : (int)warp_k(lane_id_opaque()) * BNW), s);
+        softmax_tile<MASKED>(c, st, s);
+        fj_cp_async_wait<0>();
+        __syncthreads(); /* V_n has landed; every warp is done with K_n */
+        if (n - 1 >= c.n_begin) load_kv<LOAD_K>(p, n - 1, 0);
+        fj_cp_async_commit();
+        pv_tile(st, off, s);
+        return;
+    } else if constexpr (STAGES == 1) {
         __syncthreads(); /* every warp is done with the previous tile */
         load_kv(p, n, 0);
         fj_cp_async_commit();
@@ -600,7 +629,6 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
     /* A rolled loop: unrolled, ptxas would overlap one sub-tile's Q K^T with
        the previous one's P V and need both sets of registers. This warp's
        keys of the tile start at key0 (0 without key warps). */
-    constexpr int KSUB = MASKED ? KSUB_MASKED : KSUB_UNMASKED;
     const int key0 = KW == 1 ? 0 : (int)warp_k(lane_id_opaque()) * BNW;
 #pragma unroll 1
     for (int sub = 0; sub < BNW / KSUB; ++sub) {
@@ -843,10 +871,15 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
             if (n >= n_begin) load_kv(p, n, s);
             fj_cp_async_commit();
         }
+        if constexpr (ALTERNATE) {
+            load_kv<LOAD_K>(p, n_end - 1, 0);
+            fj_cp_async_commit();
+        }
     }
 
-    /* Q has landed (STAGES-1 younger groups may be in flight). */
-    fj_cp_async_wait<STAGES - 1>();
+    /* Q has landed (STAGES-1 younger groups, or K of the first tile, may be
+       in flight). */
+    fj_cp_async_wait<ALTERNATE ? 1 : STAGES - 1>();
     if (p.scale_log2 < 0.f) negate_q_chunks(s_q, tid);
     __syncthreads();
 
