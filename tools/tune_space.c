@@ -42,11 +42,14 @@ static void default_candidates(tune_space *s, bool cuda)
                                  m[a], n[b], w[c], st[d]);
         /* Decode-sized tiles (the decode heuristic's and its neighbours):
            one or two warps of 16 rows, for the decode bucket's few rows,
-           with deeper pipelines for one warp (more K/V bytes in flight);
+           with deeper pipelines for one warp (more K/V bytes in flight),
+           and one 16-row tile whose 2 or 4 warps share out the keys with
+           alternating K and V loads (s1: the H200's d128 decode choice);
            on prefill points they lose and, being slow, get only a few runs. */
         static const char *const small[] = {"m16n32w1s2", "m16n64w1s2", "m16n32w1s3",
                                             "m16n32w1s4", "m16n64w1s3", "m32n32w2s2",
-                                            "m32n64w2s2", "m32n32w2s3"};
+                                            "m32n64w2s2", "m32n32w2s3", "m16n64w2s1",
+                                            "m16n128w4s1"};
         for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
             snprintf(s->configs[s->n_configs++], TUNE_CONFIG_LEN, "%s", small[i]);
         /* flash_wgmma (sm_90 only; the rules prune them elsewhere): one to

@@ -36,12 +36,15 @@
  * the kernel's time: waves of resident blocks times the work of one block,
  * its key tiles plus SPLIT_FIXED_TILES of fixed cost (Q load, pipeline fill,
  * partials), so a count that leaves a nearly empty last wave loses to one
- * that fills whole waves. Each split keeps at least SPLIT_MIN_TILES key tiles
- * and the partials workspace stays within SPLIT_MAX_WORKSPACE bytes. (The
+ * that fills whole waves. Each split keeps at least SPLIT_MIN_KEYS keys (and
+ * one key tile), so a kernel with larger key tiles may split as finely as
+ * one with small tiles, and the partials workspace stays within
+ * SPLIT_MAX_WORKSPACE bytes. (The
  * first rule, "fill two waves", gave 9 splits for 64 blocks in 264 slots:
  * three waves, the last 18 % full.) */
 #define SPLIT_FIXED_TILES 2
 #define SPLIT_MIN_TILES 4
+#define SPLIT_MIN_KEYS 128
 /* 256 was tried for batch-1 GQA decode when the combine kernel walked the
    splits one at a time, and was slower; not retried since. */
 #define SPLIT_MAX 128
@@ -225,7 +228,7 @@ static fj_status choose_tiles(const fj_context *ctx, const fj_problem *p, const 
 }
 
 /* FLASHJIT_CUDA_SPLITS=N: N splits wherever split-KV is allowed (a split
- * kernel's rows of at least SPLIT_MIN_TILES key tiles, the workspace limit),
+ * kernel's rows of at least SPLIT_MIN_KEYS keys, the workspace limit),
  * in place of the model's count, so the model can be measured against other
  * counts; N above what the problem allows gets the most it allows, 1 turns
  * split-KV off. Sets *forced to 0 when the variable is unset or empty. */
@@ -251,7 +254,11 @@ static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kern
     const int64_t blocks = (int64_t)cp->grid[0] * cp->grid[1] * cp->grid[2];
     const int64_t slots = (int64_t)blocks_per_sm * cp->cuda->sm_count;
     const int64_t tiles = (p->seqlen_k + (int64_t)k->block_n - 1) / k->block_n;
-    int64_t most = tiles / SPLIT_MIN_TILES;
+    /* decode (at most FJ_DECODE_MAX_ROWS rows per head, packed):
+       SPLIT_MIN_KEYS keys per split; others SPLIT_MIN_TILES tiles */
+    const int64_t min_tiles = p->seqlen_q > FJ_DECODE_MAX_ROWS ? SPLIT_MIN_TILES
+                              : SPLIT_MIN_KEYS > k->block_n ? SPLIT_MIN_KEYS / k->block_n : 1;
+    int64_t most = tiles / min_tiles;
     if (most > SPLIT_MAX) most = SPLIT_MAX;
     if (most * p->batch > GRID_YZ_MAX) most = GRID_YZ_MAX / p->batch;
     const size_t per_split =

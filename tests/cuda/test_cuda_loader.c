@@ -385,7 +385,7 @@ static void test_split_kv_launches(void **state)
     /* 32 rows on the fake's 132 SMs: FJ_COMBINE_WARPS warps per row */
     assert_int_equal(l.block[0], 32 * FJ_COMBINE_WARPS);
     assert_contains(desc, "combine.d128.bf16.nomask.m128n64w8s1.split");
-    assert_true(splits >= 2 && splits <= 4096 / 32 / 4); /* >= 4 tiles of 32 keys each */
+    assert_true(splits >= 2 && splits <= 4096 / 32 / 4); /* >= 128 keys (SPLIT_MIN_KEYS) each */
     assert_non_null(l.params.o_partial);
     assert_non_null(l.params.lse_partial);
     assert_true((char *)l.params.lse_partial - (char *)l.params.o_partial ==
@@ -459,7 +459,7 @@ static void test_split_kv_forced(void **state)
         if (cases[i].splits == 1) {
             assert_null(strstr(desc, "split-KV"));
         } else {
-            /* -1: the most a 4096-key row allows, 4 key tiles per split */
+            /* -1: the most a 4096-key row allows, 128 keys per split */
             char want[96];
             snprintf(want, sizeof want, "(FLASHJIT_CUDA_SPLITS=%s)", cases[i].value);
             assert_contains(desc, want);
