@@ -414,12 +414,16 @@ static void test_split_kv_forced(void **state)
     /* batch 64 x 32 heads fill the fake device: unsplit by the model */
     fj_attention_desc big;
     fj_attention_desc_init(&big, 64, 32, 32, 1, 4096, 128, FJ_BF16);
+    /* d160 decode takes 64-key tiles: a split keeps 128 keys, two tiles */
+    fj_attention_desc wide;
+    fj_attention_desc_init(&wide, 1, 32, 8, 1, 4096, 160, FJ_BF16);
     const struct {
         const char *value;
         const fj_attention_desc *desc;
         int splits; /* 0: the plan fails */
-    } cases[] = {{"3", &d, 3}, {"1", &d, 1},   {"2", &big, 2}, {"128", &d, -1},
-                 {"0", &d, 0}, {"129", &d, 0}, {"2x", &d, 0},  {" ", &d, 0}};
+    } cases[] = {{"3", &d, 3},   {"1", &d, 1},   {"2", &big, 2}, {"128", &d, -1},
+                 {"128", &wide, 32}, {"0", &d, 0}, {"129", &d, 0}, {"2x", &d, 0},
+                 {" ", &d, 0}};
     fj_plan *plan;
     assert_int_equal(fj_plan_create(ctx, &big, &plan), FJ_OK);
     assert_null(strstr(fj_plan_describe(plan), "split-KV"));
