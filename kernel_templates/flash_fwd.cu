@@ -35,8 +35,10 @@
  * tile instead, each taking FJ_BLOCK_N / KW consecutive keys with a softmax
  * state of its own; after the key loop they merge those states through shared
  * memory (merge_key_warps), so the output is the same as one warp's. This is
- * the decode shape of cuDNN's kernel: few, large key tiles per SM (one
- * stream of big contiguous K/V reads per block) and several warps on each.
+ * the decode shape of cuDNN's kernel (16 rows by 128 keys, four warps along
+ * the keys). On the H200 the shape alone moved the decode rows by -7..+4 %;
+ * with the alternating one-stage pipeline below (m16n64w2s1) it is the d128
+ * decode choice (docs/benchmarks.md, "GPU decode, fourth pass").
  */
 
 #define FJ_THREADS (32 * FJ_WARPS)
@@ -600,11 +602,11 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         __syncthreads(); /* K_n has landed; every warp is done with V_n+1 */
         load_kv<LOAD_V>(p, n, 0);
         fj_cp_async_commit();
-        const unsigned off = (unsigned)(KW == 1 ? 0 : (int)warp_k(lane_id_opaque()) * BNW * ROW_BYTES);
+        const int key0 = KW == 1 ? 0 : (int)warp_k(lane_id_opaque()) * BNW; /* this warp's keys */
+        const unsigned off = (unsigned)(key0 * ROW_BYTES);
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
-        if constexpr (MASKED)
-            mask_tile(p, n * BN + (KW == 1 ? 0 : (int)warp_k(lane_id_opaque()) * BNW), s);
+        if constexpr (MASKED) mask_tile(p, n * BN + key0, s);
         softmax_tile<MASKED>(c, st, s);
         fj_cp_async_wait<0>();
         __syncthreads(); /* V_n has landed; every warp is done with K_n */
