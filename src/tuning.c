@@ -32,6 +32,11 @@ void fj_tuning_free(struct fj_tuning *t)
 
 int fj_tuning_count(const fj_tuning *t) { return t ? t->count : 0; }
 
+const fj_tuning_entry *fj_tuning_entry_at(const fj_tuning *t, int i)
+{
+    return t && i >= 0 && i < t->count ? &t->entries[i] : NULL;
+}
+
 int fj_tuning_bucket(int seqlen_q, int seqlen_k)
 {
     if (seqlen_q <= 16) return 1;

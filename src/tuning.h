@@ -62,6 +62,8 @@ const fj_tuning_entry *fj_tuning_find_in(const fj_tuning *t, const fj_tuning_ent
 /* Entries in t whose device and arch are these (for `flashjit info`). */
 int fj_tuning_count_matching(const fj_tuning *t, const char *device, const char *arch);
 int fj_tuning_count(const fj_tuning *t);
+/* Entry i (0 <= i < fj_tuning_count(t)) in file order; NULL outside that. */
+const fj_tuning_entry *fj_tuning_entry_at(const fj_tuning *t, int i);
 
 /* The sequence-length bucket of a problem: decode-like (seqlen_q <= 16)
  * problems are bucket 1; others the power of two nearest seqlen_k, clamped

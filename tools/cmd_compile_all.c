@@ -7,7 +7,10 @@
  * (causal alignment and window sizes are launch parameters, not code), the
  * heuristic's prefill and decode tiles, and with --kinds split their
  * split-KV variants and the combine kernel: 832 distinct kernels per arch
- * with every kind. --head-dims, --dtype, --mask and --kinds select a subset.
+ * with every kind. --kinds shipped adds the tiles of the shipped tuning
+ * tables' entries for the arch (what a plan takes on that device when the
+ * user's tuning file has no entry), with their split variants when split is
+ * also given. --head-dims, --dtype, --mask and --kinds select a subset.
  *
  * Registers, spills and static shared memory are read from each cubin's ELF
  * (src/cubin_info.h), not from ptxas -v output (NVRTC 13 prints that into the
@@ -29,17 +32,19 @@
 #include "kernel_desc.h"
 #include "paths.h"
 #include "problem.h"
+#include "tuning.h"
 
 #define USAGE_TEXT \
     "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n" \
     "                            [--head-dims 64,128] [--mask nomask,causal,window,causal_window]\n" \
-    "                            [--kinds prefill,decode,split] [--cache-dir DIR]\n" \
+    "                            [--kinds prefill,decode,split,shipped] [--cache-dir DIR]\n" \
     "                            [--max-spill BYTES]\n" \
     "\n" \
     "Compiles every kernel the runtime chooses without a tuning file (head dims 8..256\n" \
     "step 8, f16 and bf16, four mask kinds, the heuristic's tiles; --kinds: the prefill\n" \
     "tiles, the decode tiles (at most 16 query rows per head), and 'split': the split-KV\n" \
-    "variants of both and the combine kernel; default prefill,decode) for each arch\n" \
+    "variants of both and the combine kernel; 'shipped': the shipped tuning tables'\n" \
+    "tiles for the arch; default prefill,decode) for each arch\n" \
     "(default sm_90), on N threads (default: one per core), through the disk cache the\n" \
     "library uses (FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit;\n" \
     "--cache-dir overrides, \"\" turns it off), so a rerun is fast. Prints each\n" \
@@ -74,8 +79,14 @@ typedef struct job {
 /* What a plan can launch for one (head dim, dtype, mask): the prefill tiles,
  * the decode tiles (seqlen_q <= 16 after GQA packing), and with split-KV the
  * split variants of both and the combine kernel. */
-typedef enum variant_kind { KIND_PREFILL, KIND_DECODE, KIND_SPLIT, KIND_COUNT } variant_kind;
-static const char *const kind_names[KIND_COUNT] = {"prefill", "decode", "split"};
+typedef enum variant_kind {
+    KIND_PREFILL,
+    KIND_DECODE,
+    KIND_SPLIT,
+    KIND_SHIPPED,
+    KIND_COUNT
+} variant_kind;
+static const char *const kind_names[KIND_COUNT] = {"prefill", "decode", "split", "shipped"};
 
 typedef struct flags {
     uint32_t archs[MAX_ARCHS];
@@ -180,7 +191,8 @@ static int parse_flags(int argc, char **argv, flags *f)
         } else if (!strcmp(a, "--kinds")) {
             if (!each_token(val, kind_item, f))
                 return cli_usage_error("compile-all",
-                                       "--kinds: '%s' is not a list of prefill, decode, split",
+                                       "--kinds: '%s' is not a list of prefill, decode, split, "
+                                       "shipped",
                                        val ? val : "");
             any_kind = true;
         } else if (!strcmp(a, "--jobs")) {
@@ -221,6 +233,73 @@ static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, int seqlen
     return s == FJ_OK ? fj_kernel_desc_for_problem(&p, arch, k) : s;
 }
 
+/* Appends out[0..m) to v[*n], each kernel once. */
+static void add_unique(const fj_kernel_desc *out, int m, variant *v, size_t *n)
+{
+    /* Kinds can name one kernel twice (a masked decode problem keeps the
+       prefill tiles; a causal mask that hides nothing is dropped): once. */
+    for (int i = 0; i < m; i++) {
+        fj_kernel_desc_name(&out[i], v[*n].name, sizeof v[*n].name);
+        bool seen = false;
+        for (size_t j = 0; j < *n && !seen; j++) seen = !strcmp(v[j].name, v[*n].name);
+        if (seen) continue;
+        v[*n].desc = out[i];
+        (*n)++;
+    }
+}
+
+/* Appends to out[*m] k, and with split its split variant and both combine
+ * kernels: of one warp (few splits) and of FJ_COMBINE_WARPS (many). */
+static void with_split(const fj_kernel_desc *k, bool split, fj_kernel_desc *out, int *m)
+{
+    out[(*m)++] = *k;
+    if (!split) return;
+    fj_kernel_desc ks = *k;
+    ks.split_kv = 1;
+    out[(*m)++] = ks;
+    fj_kernel_desc_combine_for(&ks, 1, &out[(*m)++]);
+    fj_kernel_desc_combine_for(&ks, FJ_COMBINE_WARPS, &out[(*m)++]);
+}
+
+/* Index of a tuning entry's mask name; -1 for none of the four. */
+static int mask_index(const char *name)
+{
+    static const char *const names[4] = {"nomask", "causal", "window", "causal_window"};
+    for (int m = 0; m < 4; m++)
+        if (!strcmp(name, names[m])) return m;
+    return -1;
+}
+
+/* The kernels of the shipped tables' flash_fwd entries for sm_<arch> at the
+ * selected head dims, dtypes and masks, as a plan builds them: the point's
+ * descriptor (launch view included) with the entry's tiles. */
+static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *n)
+{
+    const fj_tuning *t = fj_tuning_shipped();
+    char arch_name[16];
+    snprintf(arch_name, sizeof arch_name, "sm_%u", (unsigned)arch);
+    for (int i = 0; i < fj_tuning_count(t); i++) {
+        const fj_tuning_entry *e = fj_tuning_entry_at(t, i);
+        fj_dtype dtype = !strcmp(e->dtype, "bf16") ? FJ_BF16 : !strcmp(e->dtype, "f16") ? FJ_F16
+                                                                                       : FJ_F32;
+        int mask = mask_index(e->mask);
+        if (strcmp(e->arch, arch_name) || strcmp(e->template_name, "flash_fwd") ||
+            dtype == FJ_F32 || mask < 0 || e->head_dim < 8 || e->head_dim > FJ_MAX_HEAD_DIM ||
+            !f->head_dim[e->head_dim] || !f->dtype[dtype] || !f->mask[mask])
+            continue;
+        fj_kernel_desc k;
+        fj_status s = runtime_desc(e->head_dim, dtype, mask, e->bucket == 1 ? 1 : 128, arch, &k);
+        if (!s) s = fj_kernel_desc_parse_tiles(e->config, &k);
+        if (s) return fj_fail_prefix(s, "shipped entry d%d %s %s bucket %d '%s'", e->head_dim,
+                                     e->dtype, e->mask, e->bucket, e->config);
+        fj_kernel_desc out[4];
+        int m = 0;
+        with_split(&k, f->kind[KIND_SPLIT], out, &m);
+        add_unique(out, m, v, n);
+    }
+    return FJ_OK;
+}
+
 /* Appends the kernels of one point the selected kinds need to v[*n]. */
 static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mask, uint32_t arch,
                            variant *v, size_t *n)
@@ -243,22 +322,14 @@ static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mas
         fj_kernel_desc_combine_for(&decode, 1, &out[m++]);
         fj_kernel_desc_combine_for(&decode, FJ_COMBINE_WARPS, &out[m++]);
     }
-    /* Kinds can name one kernel twice (a masked decode problem keeps the
-       prefill tiles; a causal mask that hides nothing is dropped): once. */
-    for (int i = 0; i < m; i++) {
-        fj_kernel_desc_name(&out[i], v[*n].name, sizeof v[*n].name);
-        bool seen = false;
-        for (size_t j = 0; j < *n && !seen; j++) seen = !strcmp(v[j].name, v[*n].name);
-        if (seen) continue;
-        v[*n].desc = out[i];
-        (*n)++;
-    }
+    add_unique(out, m, v, n);
     return FJ_OK;
 }
 
 static fj_status make_variants(const flags *f, variant **out, size_t *count)
 {
-    size_t n = 0, cap = (size_t)f->narchs * 2 * 4 * (FJ_MAX_HEAD_DIM / 8) * 6;
+    size_t n = 0, cap = (size_t)f->narchs * 2 * 4 * (FJ_MAX_HEAD_DIM / 8) * 6 +
+                        (size_t)f->narchs * fj_tuning_count(fj_tuning_shipped()) * 4;
     variant *v = calloc(cap, sizeof *v);
     if (!v) return FJ_ERR_OUT_OF_MEMORY;
     static const fj_dtype dtypes[2] = {FJ_F16, FJ_BF16};
@@ -273,6 +344,13 @@ static fj_status make_variants(const flags *f, variant **out, size_t *count)
                         return s;
                     }
                 }
+    for (int a = 0; a < f->narchs && f->kind[KIND_SHIPPED]; a++) {
+        fj_status s = add_shipped(f, f->archs[a], v, &n);
+        if (s != FJ_OK) {
+            free(v);
+            return s;
+        }
+    }
     *out = v;
     *count = n;
     return FJ_OK;
