@@ -278,6 +278,7 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
     const fj_tuning *t = fj_tuning_shipped();
     char arch_name[16];
     snprintf(arch_name, sizeof arch_name, "sm_%u", (unsigned)arch);
+    int matched = 0;
     for (int i = 0; i < fj_tuning_count(t); i++) {
         const fj_tuning_entry *e = fj_tuning_entry_at(t, i);
         fj_dtype dtype = !strcmp(e->dtype, "bf16") ? FJ_BF16 : !strcmp(e->dtype, "f16") ? FJ_F16
@@ -296,7 +297,12 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
         int m = 0;
         with_split(&k, f->kind[KIND_SPLIT], out, &m);
         add_unique(out, m, v, n);
+        matched++;
     }
+    if (!matched)
+        printf("compile-all: the shipped tuning tables have no flash_fwd entry for %s at the "
+               "selected head dims, dtypes and masks\n",
+               arch_name);
     return FJ_OK;
 }
 
