@@ -307,6 +307,11 @@ __device__ __forceinline__ unsigned lane_addr_k(unsigned tile, unsigned t)
 /* The query-row group and the key warp within it of the warp of thread t. */
 __device__ __forceinline__ unsigned warp_q(unsigned t) { return (t >> 5) / KW; }
 __device__ __forceinline__ unsigned warp_k(unsigned t) { return (t >> 5) % KW; }
+/* The first of this warp's keys in a tile (0 without key warps). */
+__device__ __forceinline__ int warp_key0()
+{
+    return KW == 1 ? 0 : (int)warp_k(lane_id_opaque()) * BNW;
+}
 __device__ __forceinline__ unsigned q_lane_addr(unsigned t)
 {
     return lane_addr_a(smem_base() + SMEM_Q, (int)warp_q(t) * WARP_ROWS, t);
@@ -602,7 +607,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         __syncthreads(); /* K_n has landed; every warp is done with V_n+1 */
         load_kv<LOAD_V>(p, n, 0);
         fj_cp_async_commit();
-        const int key0 = KW == 1 ? 0 : (int)warp_k(lane_id_opaque()) * BNW; /* this warp's keys */
+        const int key0 = warp_key0();
         const unsigned off = (unsigned)(key0 * ROW_BYTES);
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
@@ -629,9 +634,8 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
     }
 
     /* A rolled loop: unrolled, ptxas would overlap one sub-tile's Q K^T with
-       the previous one's P V and need both sets of registers. This warp's
-       keys of the tile start at key0 (0 without key warps). */
-    const int key0 = KW == 1 ? 0 : (int)warp_k(lane_id_opaque()) * BNW;
+       the previous one's P V and need both sets of registers. */
+    const int key0 = warp_key0();
 #pragma unroll 1
     for (int sub = 0; sub < BNW / KSUB; ++sub) {
         const int k_sub = key0 + sub * KSUB;

@@ -239,21 +239,21 @@ static void add_unique(const fj_kernel_desc *out, int m, variant *v, size_t *n)
     /* Kinds can name one kernel twice (a masked decode problem keeps the
        prefill tiles; a causal mask that hides nothing is dropped): once. */
     for (int i = 0; i < m; i++) {
-        fj_kernel_desc_name(&out[i], v[*n].name, sizeof v[*n].name);
+        char name[sizeof v->name];
+        fj_kernel_desc_name(&out[i], name, sizeof name);
         bool seen = false;
-        for (size_t j = 0; j < *n && !seen; j++) seen = !strcmp(v[j].name, v[*n].name);
+        for (size_t j = 0; j < *n && !seen; j++) seen = !strcmp(v[j].name, name);
         if (seen) continue;
+        memcpy(v[*n].name, name, sizeof name);
         v[*n].desc = out[i];
         (*n)++;
     }
 }
 
-/* Appends to out[*m] k, and with split its split variant and both combine
- * kernels: of one warp (few splits) and of FJ_COMBINE_WARPS (many). */
-static void with_split(const fj_kernel_desc *k, bool split, fj_kernel_desc *out, int *m)
+/* Appends to out[*m] the split variant of k and both combine kernels: of one
+ * warp (few splits) and of FJ_COMBINE_WARPS (many). */
+static void add_split_of(const fj_kernel_desc *k, fj_kernel_desc *out, int *m)
 {
-    out[(*m)++] = *k;
-    if (!split) return;
     fj_kernel_desc ks = *k;
     ks.split_kv = 1;
     out[(*m)++] = ks;
@@ -295,7 +295,8 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
                                      e->dtype, e->mask, e->bucket, e->config);
         fj_kernel_desc out[4];
         int m = 0;
-        with_split(&k, f->kind[KIND_SPLIT], out, &m);
+        out[m++] = k;
+        if (f->kind[KIND_SPLIT]) add_split_of(&k, out, &m);
         add_unique(out, m, v, n);
         matched++;
     }
@@ -315,18 +316,14 @@ static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mas
     if ((s = runtime_desc(head_dim, dtype, mask, 128, arch, &prefill)) ||
         (s = runtime_desc(head_dim, dtype, mask, 1, arch, &decode)))
         return s;
-    fj_kernel_desc out[6];
+    fj_kernel_desc out[8];
     int m = 0;
     if (f->kind[KIND_PREFILL]) out[m++] = prefill;
     if (f->kind[KIND_DECODE]) out[m++] = decode;
     if (f->kind[KIND_SPLIT]) {
-        prefill.split_kv = decode.split_kv = 1;
-        out[m++] = prefill;
-        out[m++] = decode;
-        /* both combine kernels: of one warp (few splits) and of
-           FJ_COMBINE_WARPS (many) */
-        fj_kernel_desc_combine_for(&decode, 1, &out[m++]);
-        fj_kernel_desc_combine_for(&decode, FJ_COMBINE_WARPS, &out[m++]);
+        /* the combine kernels of both are the same two (add_unique) */
+        add_split_of(&prefill, out, &m);
+        add_split_of(&decode, out, &m);
     }
     add_unique(out, m, v, n);
     return FJ_OK;

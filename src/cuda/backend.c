@@ -254,10 +254,11 @@ static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kern
     const int64_t blocks = (int64_t)cp->grid[0] * cp->grid[1] * cp->grid[2];
     const int64_t slots = (int64_t)blocks_per_sm * cp->cuda->sm_count;
     const int64_t tiles = (p->seqlen_k + (int64_t)k->block_n - 1) / k->block_n;
-    /* decode (at most FJ_DECODE_MAX_ROWS rows per head, packed):
-       SPLIT_MIN_KEYS keys per split; others SPLIT_MIN_TILES tiles */
-    const int64_t min_tiles = p->seqlen_q > FJ_DECODE_MAX_ROWS ? SPLIT_MIN_TILES
-                              : SPLIT_MIN_KEYS > k->block_n ? SPLIT_MIN_KEYS / k->block_n : 1;
+    /* decode (at most FJ_DECODE_MAX_ROWS rows per head, packed): at least
+       SPLIT_MIN_KEYS keys per split, one tile at least */
+    int64_t min_tiles = SPLIT_MIN_TILES;
+    if (p->seqlen_q <= FJ_DECODE_MAX_ROWS)
+        min_tiles = SPLIT_MIN_KEYS > k->block_n ? SPLIT_MIN_KEYS / k->block_n : 1;
     int64_t most = tiles / min_tiles;
     if (most > SPLIT_MAX) most = SPLIT_MAX;
     if (most * p->batch > GRID_YZ_MAX) most = GRID_YZ_MAX / p->batch;
