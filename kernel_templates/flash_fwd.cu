@@ -88,6 +88,28 @@ constexpr int SMEM_TOTAL = SMEM_V + STAGES * BN * ROW_BYTES;
 constexpr int TILE_BYTES = BN * ROW_BYTES;
 static_assert(SMEM_TOTAL == FJ_SMEM_BYTES, "shared layout disagrees with FJ_SMEM_BYTES");
 
+/* Rows of the K and V tiles. Padded as Q's by default; with KV_SWIZZLE,
+ * rows of exactly D * 2 bytes (within the same buffers) whose 16-byte chunk c
+ * sits at chunk c ^ (row & 7). Both keep ldmatrix free of bank conflicts
+ * (its 8 rows of one chunk column land in 8 different chunks of a 128-byte
+ * line of banks), but only the swizzle also keeps each 128-byte line of
+ * global memory in one 128-byte line of shared memory: with padded rows
+ * every second line straddles two, and a warp's cp.async copies go to L2 as
+ * more, smaller requests (on the H200, 2.6 requests and 1.5x the sectors per
+ * line of K and V, where cuDNN's decode kernel makes 1 request of 4 sectors).
+ * The decode tiles (FJ_BLOCK_M 16) take it: with it m16n64w2s1 reads 3-14 %
+ * more TB/s on every decode row of the H200, at 210 registers instead of 176
+ * (still 4 blocks per SM; docs/benchmarks.md, "GPU decode, fifth pass").
+ * The larger tiles keep padded rows: their loads are a small part of their
+ * time, and at m128n64w4s2 the swizzle's addresses spill on sm_80. It needs
+ * D a multiple of 64 (whole 8-chunk groups, no padding columns). */
+#ifndef FJ_KV_SWIZZLE
+#define FJ_KV_SWIZZLE (FJ_BLOCK_M == 16)
+#endif
+constexpr bool KV_SWIZZLE = FJ_KV_SWIZZLE && D % 64 == 0;
+constexpr int KV_ROW_BYTES = KV_SWIZZLE ? D * 2 : ROW_BYTES;
+static_assert(!KV_SWIZZLE || DPAD == D, "a swizzled row has no padding columns");
+
 /* Register plan (32-bit registers per thread). The O accumulator is fixed
  * (O_REGS); the S accumulator covers one sub-tile of KSUB keys at a time (the
  * online softmax runs per sub-tile, so a key tile of BN keys is taken in
@@ -153,12 +175,22 @@ __device__ __forceinline__ void copy_chunk(unsigned dst, const void *src, unsign
     else fj_cp_async_16(dst, src, src_bytes);
 }
 
+/* Byte offset of chunk c of row r in a tile: padded rows, or (SWZ) the K/V
+ * swizzle above. */
+template <bool SWZ>
+__device__ __forceinline__ unsigned chunk_offset(int r, int c)
+{
+    if constexpr (SWZ) return (unsigned)(r * KV_ROW_BYTES + ((c ^ (r & 7)) << 4));
+    else return (unsigned)(r * ROW_BYTES + c * 16);
+}
+
 /* Issues the cp.async copies of one tile of ROWS rows: row r of the tile comes
  * from g_row0 + r * row_stride when r < rows_valid, else is zero-filled (its
  * source address is then row 0's, which exists). Only the DCH data chunks of
  * a row are written; the padding chunk [D, DPAD) is zeroed once up front.
- * POLICY: the copies carry the L2 cache policy `policy`. */
-template <int ROWS, bool POLICY = false>
+ * SWZ: the K/V swizzle (KV_SWIZZLE). POLICY: the copies carry the L2 cache
+ * policy `policy`. */
+template <int ROWS, bool SWZ = false, bool POLICY = false>
 __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0,
                                           long long row_stride, int rows_valid, int tid,
                                           unsigned long long policy = 0)
@@ -178,7 +210,7 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
             const int r = it * RPI + r0;
             if (ROWS % RPI == 0 || r < ROWS) {
                 const bool ok = r < rows_valid;
-                copy_chunk<POLICY>(s_tile + (unsigned)(r * ROW_BYTES + c * 16), ok ? src : row0,
+                copy_chunk<POLICY>(s_tile + chunk_offset<SWZ>(r, c), ok ? src : row0,
                                    ok ? 16u : 0u, policy);
             }
             src += step;
@@ -195,7 +227,7 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
                 const int r = idx / DCH, c = idx % DCH;
                 const bool ok = r < rows_valid;
                 const fj_elem *src = g_row0 + (ok ? (long long)r * row_stride : 0ll) + c * 8;
-                copy_chunk<POLICY>(s_tile + (unsigned)(r * ROW_BYTES + c * 16), src, ok ? 16u : 0u,
+                copy_chunk<POLICY>(s_tile + chunk_offset<SWZ>(r, c), src, ok ? 16u : 0u,
                                    policy);
             }
         }
@@ -213,7 +245,7 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
         for (int it = 0; it < ITERS; ++it) {
             if (CHUNKS % THREADS == 0 || r < ROWS) { /* chunk index < CHUNKS */
                 const bool ok = r < rows_valid;
-                copy_chunk<POLICY>(s_tile + (unsigned)(r * ROW_BYTES + c * 16), ok ? src : g_row0,
+                copy_chunk<POLICY>(s_tile + chunk_offset<SWZ>(r, c), ok ? src : g_row0,
                                    ok ? 16u : 0u, policy);
             }
             r += DR;
@@ -304,6 +336,35 @@ __device__ __forceinline__ unsigned lane_addr_k(unsigned tile, unsigned t)
     const unsigned l = t & 31u, mi = l >> 3, r = l & 7u;
     return tile + (r + (mi >> 1) * 8u) * ROW_BYTES + (mi & 1u) * 16u;
 }
+/* With KV_SWIZZLE, a lane's K or V address is its row's (lane_row_*) plus
+ * kv_chunk(lane_chunk_*, j) for the pair of chunks 2j, 2j+1 the instruction
+ * reads: the lane's chunk, 0 or 1 of the pair, is swizzled by its row (r & 7
+ * = lane & 7 in every 8x8 matrix) once, and since 2j has no bit 0 the pair's
+ * offset enters as an exclusive or. */
+__device__ __forceinline__ unsigned lane_row_k(unsigned tile, unsigned t)
+{
+    const unsigned l = t & 31u;
+    return tile + ((l & 7u) + ((l >> 4) & 1u) * 8u) * KV_ROW_BYTES;
+}
+__device__ __forceinline__ unsigned lane_chunk_k(unsigned t)
+{
+    const unsigned l = t & 31u;
+    return (((l >> 3) & 1u) ^ (l & 7u)) << 4;
+}
+__device__ __forceinline__ unsigned lane_row_v(unsigned tile, unsigned t)
+{
+    const unsigned l = t & 31u;
+    return tile + ((l & 7u) + ((l >> 3) & 1u) * 8u) * KV_ROW_BYTES;
+}
+__device__ __forceinline__ unsigned lane_chunk_v(unsigned t)
+{
+    const unsigned l = t & 31u;
+    return (((l >> 4) & 1u) ^ (l & 7u)) << 4;
+}
+__device__ __forceinline__ unsigned kv_chunk(unsigned lane_chunk, int j)
+{
+    return lane_chunk ^ (unsigned)(j << 5);
+}
 /* The query-row group and the key warp within it of the warp of thread t. */
 __device__ __forceinline__ unsigned warp_q(unsigned t) { return (t >> 5) / KW; }
 __device__ __forceinline__ unsigned warp_k(unsigned t) { return (t >> 5) % KW; }
@@ -342,7 +403,9 @@ template <int NT>
 __device__ __forceinline__ void qk_tile(const State &st, unsigned k_off, float (&s)[MT][NT][4])
 {
     const unsigned t = lane_id_opaque();
-    const unsigned s_k_lane = lane_addr_k(smem_base() + SMEM_K, t) + k_off;
+    const unsigned s_k_lane = (KV_SWIZZLE ? lane_row_k(smem_base() + SMEM_K, t)
+                                          : lane_addr_k(smem_base() + SMEM_K, t)) + k_off;
+    const unsigned k_chunk = KV_SWIZZLE ? lane_chunk_k(t) : 0u;
     const unsigned s_q_lane = Q_IN_REGS ? 0u : q_lane_addr(t);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -368,7 +431,11 @@ __device__ __forceinline__ void qk_tile(const State &st, unsigned k_off, float (
         for (int np = 0; np < NT / 2; ++np) {
             /* keys 16np..16np+15, dims 16kk..16kk+15: b0/b1 of n tiles 2np, 2np+1 */
             unsigned b0, b1, b2, b3;
-            fj_ldsm_x4(s_k_lane + (unsigned)(np * 16 * ROW_BYTES + kk * 32), b0, b1, b2, b3);
+            if constexpr (KV_SWIZZLE)
+                fj_ldsm_x4(s_k_lane + (unsigned)(np * 16 * KV_ROW_BYTES) + kv_chunk(k_chunk, kk), b0,
+                           b1, b2, b3);
+            else
+                fj_ldsm_x4(s_k_lane + (unsigned)(np * 16 * ROW_BYTES + kk * 32), b0, b1, b2, b3);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 fj_mma_16816(s[mt][2 * np], a[mt], b0, b1);
@@ -503,7 +570,10 @@ template <int NT>
 __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (&s)[MT][NT][4])
 {
     constexpr int KV = NT / 2; /* k16 steps of P V */
-    const unsigned s_v_lane = lane_addr_a(smem_base() + SMEM_V, 0, lane_id_opaque()) + v_off;
+    const unsigned t = lane_id_opaque();
+    const unsigned s_v_lane = (KV_SWIZZLE ? lane_row_v(smem_base() + SMEM_V, t)
+                                          : lane_addr_a(smem_base() + SMEM_V, 0, t)) + v_off;
+    const unsigned v_chunk = KV_SWIZZLE ? lane_chunk_v(t) : 0u;
 #pragma unroll
     for (int kk = 0; kk < KV; ++kk) {
         unsigned a[MT][4];
@@ -517,7 +587,9 @@ __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (
 #pragma unroll
         for (int dp = 0; dp < (NDT + 1) / 2; ++dp) {
             /* keys 16kk..16kk+15, columns 16dp..16dp+15 (transposed: V is [key][d]) */
-            const unsigned addr = s_v_lane + (unsigned)(kk * 16 * ROW_BYTES + dp * 32);
+            const unsigned addr =
+                KV_SWIZZLE ? s_v_lane + (unsigned)(kk * 16 * KV_ROW_BYTES) + kv_chunk(v_chunk, dp)
+                           : s_v_lane + (unsigned)(kk * 16 * ROW_BYTES + dp * 32);
             if (2 * dp + 1 < NDT) {
                 unsigned b0, b1, b2, b3;
                 fj_ldsm_x4_trans(addr, b0, b1, b2, b3);
@@ -572,11 +644,13 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
     const unsigned v_tile = smem_base() + (unsigned)(SMEM_V + buf * TILE_BYTES);
     if (KV_L2_POLICY && p.kv_read_once) {
         const unsigned long long policy = fj_l2_evict_first();
-        if (WHICH & LOAD_K) load_tile<BN, true>(k_tile, k_rows, p.k_stride[1], rows, tid, policy);
-        if (WHICH & LOAD_V) load_tile<BN, true>(v_tile, v_rows, p.v_stride[1], rows, tid, policy);
+        if (WHICH & LOAD_K)
+            load_tile<BN, KV_SWIZZLE, true>(k_tile, k_rows, p.k_stride[1], rows, tid, policy);
+        if (WHICH & LOAD_V)
+            load_tile<BN, KV_SWIZZLE, true>(v_tile, v_rows, p.v_stride[1], rows, tid, policy);
     } else {
-        if (WHICH & LOAD_K) load_tile<BN>(k_tile, k_rows, p.k_stride[1], rows, tid);
-        if (WHICH & LOAD_V) load_tile<BN>(v_tile, v_rows, p.v_stride[1], rows, tid);
+        if (WHICH & LOAD_K) load_tile<BN, KV_SWIZZLE>(k_tile, k_rows, p.k_stride[1], rows, tid);
+        if (WHICH & LOAD_V) load_tile<BN, KV_SWIZZLE>(v_tile, v_rows, p.v_stride[1], rows, tid);
     }
 }
 
@@ -608,7 +682,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         load_kv<LOAD_V>(p, n, 0);
         fj_cp_async_commit();
         const int key0 = warp_key0();
-        const unsigned off = (unsigned)(key0 * ROW_BYTES);
+        const unsigned off = (unsigned)(key0 * KV_ROW_BYTES);
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
         if constexpr (MASKED) mask_tile(p, n * BN + key0, s);
@@ -639,7 +713,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
 #pragma unroll 1
     for (int sub = 0; sub < BNW / KSUB; ++sub) {
         const int k_sub = key0 + sub * KSUB;
-        const unsigned off = (unsigned)(stage * TILE_BYTES + k_sub * ROW_BYTES);
+        const unsigned off = (unsigned)(stage * TILE_BYTES + k_sub * KV_ROW_BYTES);
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
         if constexpr (MASKED) mask_tile(p, n * BN + k_sub, s);
