@@ -37,8 +37,9 @@
  * memory (merge_key_warps), so the output is the same as one warp's. This is
  * the decode shape of cuDNN's kernel (16 rows by 128 keys, four warps along
  * the keys). On the H200 the shape alone moved the decode rows by -7..+4 %;
- * with the alternating one-stage pipeline below (m16n64w2s1) it is the d128
- * decode choice (docs/benchmarks.md, "GPU decode, fourth pass").
+ * with the alternating one-stage pipeline and the K/V swizzle below
+ * (m16n128w4s1, m16n64w2s1) it is the d128 decode choice (docs/benchmarks.md,
+ * "GPU decode, fourth pass" and "fifth pass").
  */
 
 #define FJ_THREADS (32 * FJ_WARPS)
@@ -97,9 +98,10 @@ static_assert(SMEM_TOTAL == FJ_SMEM_BYTES, "shared layout disagrees with FJ_SMEM
  * every second line straddles two, and a warp's cp.async copies go to L2 as
  * more, smaller requests (on the H200, 2.6 requests and 1.5x the sectors per
  * line of K and V, where cuDNN's decode kernel makes 1 request of 4 sectors).
- * The decode tiles (FJ_BLOCK_M 16) take it: with it m16n64w2s1 reads 3-14 %
- * more TB/s on every decode row of the H200, at 210 registers instead of 176
- * (still 4 blocks per SM; docs/benchmarks.md, "GPU decode, fifth pass").
+ * The decode tiles (FJ_BLOCK_M 16) take it: with it m16n64w2s1 reads 2-13 %
+ * more TB/s on every decode row of the H200 (L2 read requests 11.0M -> 4.2M
+ * on b1 h32 sk32768, as cuDNN's), at 210 registers instead of 176, still 4
+ * blocks per SM (docs/benchmarks.md, "GPU decode, fifth pass").
  * The larger tiles keep padded rows: their loads are a small part of their
  * time, and at m128n64w4s2 the swizzle's addresses spill on sm_80. It needs
  * D a multiple of 64 (whole 8-chunk groups, no padding columns). */

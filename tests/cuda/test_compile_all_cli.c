@@ -67,7 +67,7 @@ static int teardown(void **state)
         }                                                                                   \
     } while (0)
 
-/* The H200 table's d128 bf16 nomask entries: decode m16n64w2s1, prefill
+/* The H200 table's d128 bf16 nomask entries: decode m16n128w4s1, prefill
    m128n128g2s3 (flash_wgmma); nothing split unless asked. */
 static void test_shipped_tiles(void **state)
 {
@@ -77,7 +77,7 @@ static void test_shipped_tiles(void **state)
             "--mask", "nomask", NULL);
     fjt_cli_expect_status(&fx->r, 0);
     expect_out(fx, "compile-all: 2 kernels", true);
-    expect_out(fx, "flash_fwd.d128.bf16.nomask.m16n64w2s1.sm_90", true);
+    expect_out(fx, "flash_fwd.d128.bf16.nomask.m16n128w4s1.sm_90", true);
     expect_out(fx, "flash_wgmma.d128.bf16.nomask.m128n128g2s3.sm_90", true);
     expect_out(fx, ".split.", false);
     expect_out(fx, " 0 failed, 0 spilling", true);
@@ -85,7 +85,7 @@ static void test_shipped_tiles(void **state)
     run_cli(fx, "--arch", "sm_90", "--kinds", "shipped,split", "--head-dims", "128", "--dtype",
             "bf16", "--mask", "nomask", NULL);
     fjt_cli_expect_status(&fx->r, 0);
-    expect_out(fx, "flash_fwd.d128.bf16.nomask.m16n64w2s1.split.sm_90", true);
+    expect_out(fx, "flash_fwd.d128.bf16.nomask.m16n128w4s1.split.sm_90", true);
     expect_out(fx, "combine.d128.bf16.nomask.m16n64w1s1.split.sm_90", true);
     expect_out(fx, " 0 failed, 0 spilling", true);
 }
