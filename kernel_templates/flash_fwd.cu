@@ -177,13 +177,11 @@ __device__ __forceinline__ void copy_chunk(unsigned dst, const void *src, unsign
     else fj_cp_async_16(dst, src, src_bytes);
 }
 
-/* Byte offset of chunk c of row r in a tile: padded rows, or (SWZ) the K/V
- * swizzle above. */
-template <bool SWZ>
-__device__ __forceinline__ unsigned chunk_offset(int r, int c)
+/* Shared address of chunk c of row r of a K/V tile at s_tile under the
+ * swizzle above (padded rows: s_tile + r * ROW_BYTES + c * 16). */
+__device__ __forceinline__ unsigned swizzled_addr(unsigned s_tile, int r, int c)
 {
-    if constexpr (SWZ) return (unsigned)(r * KV_ROW_BYTES + ((c ^ (r & 7)) << 4));
-    else return (unsigned)(r * ROW_BYTES + c * 16);
+    return s_tile + (unsigned)(r * KV_ROW_BYTES + ((c ^ (r & 7)) << 4));
 }
 
 /* Issues the cp.async copies of one tile of ROWS rows: row r of the tile comes
@@ -212,7 +210,7 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
             const int r = it * RPI + r0;
             if (ROWS % RPI == 0 || r < ROWS) {
                 const bool ok = r < rows_valid;
-                copy_chunk<POLICY>(s_tile + chunk_offset<SWZ>(r, c), ok ? src : row0,
+                copy_chunk<POLICY>((SWZ ? swizzled_addr(s_tile, r, c) : s_tile + (unsigned)(r * ROW_BYTES + c * 16)), ok ? src : row0,
                                    ok ? 16u : 0u, policy);
             }
             src += step;
@@ -229,7 +227,7 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
                 const int r = idx / DCH, c = idx % DCH;
                 const bool ok = r < rows_valid;
                 const fj_elem *src = g_row0 + (ok ? (long long)r * row_stride : 0ll) + c * 8;
-                copy_chunk<POLICY>(s_tile + chunk_offset<SWZ>(r, c), src, ok ? 16u : 0u,
+                copy_chunk<POLICY>((SWZ ? swizzled_addr(s_tile, r, c) : s_tile + (unsigned)(r * ROW_BYTES + c * 16)), src, ok ? 16u : 0u,
                                    policy);
             }
         }
@@ -247,7 +245,7 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
         for (int it = 0; it < ITERS; ++it) {
             if (CHUNKS % THREADS == 0 || r < ROWS) { /* chunk index < CHUNKS */
                 const bool ok = r < rows_valid;
-                copy_chunk<POLICY>(s_tile + chunk_offset<SWZ>(r, c), ok ? src : g_row0,
+                copy_chunk<POLICY>((SWZ ? swizzled_addr(s_tile, r, c) : s_tile + (unsigned)(r * ROW_BYTES + c * 16)), ok ? src : g_row0,
                                    ok ? 16u : 0u, policy);
             }
             r += DR;
@@ -572,10 +570,14 @@ template <int NT>
 __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (&s)[MT][NT][4])
 {
     constexpr int KV = NT / 2; /* k16 steps of P V */
-    const unsigned t = lane_id_opaque();
-    const unsigned s_v_lane = (KV_SWIZZLE ? lane_row_v(smem_base() + SMEM_V, t)
-                                          : lane_addr_a(smem_base() + SMEM_V, 0, t)) + v_off;
-    const unsigned v_chunk = KV_SWIZZLE ? lane_chunk_v(t) : 0u;
+    unsigned s_v_lane, v_chunk = 0u;
+    if constexpr (KV_SWIZZLE) {
+        const unsigned t = lane_id_opaque();
+        s_v_lane = lane_row_v(smem_base() + SMEM_V, t) + v_off;
+        v_chunk = lane_chunk_v(t);
+    } else {
+        s_v_lane = lane_addr_a(smem_base() + SMEM_V, 0, lane_id_opaque()) + v_off;
+    }
 #pragma unroll
     for (int kk = 0; kk < KV; ++kk) {
         unsigned a[MT][4];
