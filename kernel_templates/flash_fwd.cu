@@ -178,7 +178,10 @@ __device__ __forceinline__ void copy_chunk(unsigned dst, const void *src, unsign
 }
 
 /* Shared address of chunk c of row r of a K/V tile at s_tile under the
- * swizzle above (padded rows: s_tile + r * ROW_BYTES + c * 16). */
+ * swizzle above. The padded rows' address, s_tile + r * ROW_BYTES + c * 16,
+ * stays written out where it is used: through a helper NVRTC 13.0 adds the
+ * terms in another order, and ptxas then gave one heuristic tile (d40 nomask
+ * m32n32w2s2 on sm_90) an 8-byte stack frame. */
 __device__ __forceinline__ unsigned swizzled_addr(unsigned s_tile, int r, int c)
 {
     return s_tile + (unsigned)(r * KV_ROW_BYTES + ((c ^ (r & 7)) << 4));
@@ -210,8 +213,9 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
             const int r = it * RPI + r0;
             if (ROWS % RPI == 0 || r < ROWS) {
                 const bool ok = r < rows_valid;
-                copy_chunk<POLICY>((SWZ ? swizzled_addr(s_tile, r, c) : s_tile + (unsigned)(r * ROW_BYTES + c * 16)), ok ? src : row0,
-                                   ok ? 16u : 0u, policy);
+                const unsigned dst = SWZ ? swizzled_addr(s_tile, r, c)
+                                         : s_tile + (unsigned)(r * ROW_BYTES + c * 16);
+                copy_chunk<POLICY>(dst, ok ? src : row0, ok ? 16u : 0u, policy);
             }
             src += step;
         }
@@ -227,8 +231,9 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
                 const int r = idx / DCH, c = idx % DCH;
                 const bool ok = r < rows_valid;
                 const fj_elem *src = g_row0 + (ok ? (long long)r * row_stride : 0ll) + c * 8;
-                copy_chunk<POLICY>((SWZ ? swizzled_addr(s_tile, r, c) : s_tile + (unsigned)(r * ROW_BYTES + c * 16)), src, ok ? 16u : 0u,
-                                   policy);
+                const unsigned dst = SWZ ? swizzled_addr(s_tile, r, c)
+                                         : s_tile + (unsigned)(r * ROW_BYTES + c * 16);
+                copy_chunk<POLICY>(dst, src, ok ? 16u : 0u, policy);
             }
         }
     } else {
@@ -245,8 +250,9 @@ __device__ __forceinline__ void load_tile(unsigned s_tile, const fj_elem *g_row0
         for (int it = 0; it < ITERS; ++it) {
             if (CHUNKS % THREADS == 0 || r < ROWS) { /* chunk index < CHUNKS */
                 const bool ok = r < rows_valid;
-                copy_chunk<POLICY>((SWZ ? swizzled_addr(s_tile, r, c) : s_tile + (unsigned)(r * ROW_BYTES + c * 16)), ok ? src : g_row0,
-                                   ok ? 16u : 0u, policy);
+                const unsigned dst = SWZ ? swizzled_addr(s_tile, r, c)
+                                         : s_tile + (unsigned)(r * ROW_BYTES + c * 16);
+                copy_chunk<POLICY>(dst, ok ? src : g_row0, ok ? 16u : 0u, policy);
             }
             r += DR;
             c += DC;
