@@ -342,30 +342,24 @@ __device__ __forceinline__ unsigned lane_addr_k(unsigned tile, unsigned t)
     const unsigned l = t & 31u, mi = l >> 3, r = l & 7u;
     return tile + (r + (mi >> 1) * 8u) * ROW_BYTES + (mi & 1u) * 16u;
 }
-/* With KV_SWIZZLE, a lane's K or V address is its row's (lane_row_*) plus
- * kv_chunk(lane_chunk_*, j) for the pair of chunks 2j, 2j+1 the instruction
+/* With KV_SWIZZLE, a lane's K or V address is its row's (lane_row_kv) plus
+ * kv_chunk(lane_chunk_kv, j) for the pair of chunks 2j, 2j+1 the instruction
  * reads: the lane's chunk, 0 or 1 of the pair, is swizzled by its row (r & 7
  * = lane & 7 in every 8x8 matrix) once, and since 2j has no bit 0 the pair's
- * offset enters as an exclusive or. */
-__device__ __forceinline__ unsigned lane_row_k(unsigned tile, unsigned t)
+ * offset enters as an exclusive or. Matrix i = lane / 8 takes keys
+ * +8 * (i >> 1) and chunk i & 1 of K (as lane_addr_k), keys +8 * (i & 1) and
+ * chunk i >> 1 of V (as lane_addr_a): bit 4 or 3 of the lane picks the
+ * 8-key half, the other the chunk (KEYS_BIT_K, KEYS_BIT_V). */
+enum { KEYS_BIT_K = 4, KEYS_BIT_V = 3 };
+__device__ __forceinline__ unsigned lane_row_kv(unsigned tile, unsigned t, unsigned keys_bit)
 {
     const unsigned l = t & 31u;
-    return tile + ((l & 7u) + ((l >> 4) & 1u) * 8u) * KV_ROW_BYTES;
+    return tile + ((l & 7u) + ((l >> keys_bit) & 1u) * 8u) * KV_ROW_BYTES;
 }
-__device__ __forceinline__ unsigned lane_chunk_k(unsigned t)
+__device__ __forceinline__ unsigned lane_chunk_kv(unsigned t, unsigned keys_bit)
 {
     const unsigned l = t & 31u;
-    return (((l >> 3) & 1u) ^ (l & 7u)) << 4;
-}
-__device__ __forceinline__ unsigned lane_row_v(unsigned tile, unsigned t)
-{
-    const unsigned l = t & 31u;
-    return tile + ((l & 7u) + ((l >> 3) & 1u) * 8u) * KV_ROW_BYTES;
-}
-__device__ __forceinline__ unsigned lane_chunk_v(unsigned t)
-{
-    const unsigned l = t & 31u;
-    return (((l >> 4) & 1u) ^ (l & 7u)) << 4;
+    return (((l >> (7u - keys_bit)) & 1u) ^ (l & 7u)) << 4;
 }
 __device__ __forceinline__ unsigned kv_chunk(unsigned lane_chunk, int j)
 {
@@ -409,9 +403,9 @@ template <int NT>
 __device__ __forceinline__ void qk_tile(const State &st, unsigned k_off, float (&s)[MT][NT][4])
 {
     const unsigned t = lane_id_opaque();
-    const unsigned s_k_lane = (KV_SWIZZLE ? lane_row_k(smem_base() + SMEM_K, t)
+    const unsigned s_k_lane = (KV_SWIZZLE ? lane_row_kv(smem_base() + SMEM_K, t, KEYS_BIT_K)
                                           : lane_addr_k(smem_base() + SMEM_K, t)) + k_off;
-    const unsigned k_chunk = KV_SWIZZLE ? lane_chunk_k(t) : 0u;
+    const unsigned k_chunk = KV_SWIZZLE ? lane_chunk_kv(t, KEYS_BIT_K) : 0u;
     const unsigned s_q_lane = Q_IN_REGS ? 0u : q_lane_addr(t);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -579,8 +573,8 @@ __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (
     unsigned s_v_lane, v_chunk = 0u;
     if constexpr (KV_SWIZZLE) {
         const unsigned t = lane_id_opaque();
-        s_v_lane = lane_row_v(smem_base() + SMEM_V, t) + v_off;
-        v_chunk = lane_chunk_v(t);
+        s_v_lane = lane_row_kv(smem_base() + SMEM_V, t, KEYS_BIT_V) + v_off;
+        v_chunk = lane_chunk_kv(t, KEYS_BIT_V);
     } else {
         s_v_lane = lane_addr_a(smem_base() + SMEM_V, 0, lane_id_opaque()) + v_off;
     }
