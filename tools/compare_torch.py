@@ -6,14 +6,25 @@ call after warm-up, median of many runs).
 libflashjit.so is loaded with ctypes; the tensors are PyTorch's dense
 [batch, heads, seq, head_dim] ones, passed to flashjit with BHSD strides.
 
-usage: compare_torch.py [--lib build/libflashjit.so] [--grid prefill|extra|decode|all]
+usage: compare_torch.py [--lib build/libflashjit.so] [--grid prefill|extra|decode|decode64|all]
                         [--dtypes bf16,fp16] [--json FILE] [--backends math,efficient,flash,cudnn]
+                        [--match REGEX] [--rounds R] [--seed N]
+
+--rounds R measures each row R times. Every round allocates the row's tensors
+anew behind a spacer of random size, so they land elsewhere in memory, and
+odd rounds run the PyTorch backends before flashjit: where the tensors sit and
+what ran just before moved the large decode rows by up to 12 % for every
+library, more than the differences being measured. The medians over the
+rounds are printed, and with cudnn the median of the per-round ratios.
 """
 import argparse
 import json
 import math
 import os
+import random
+import re
 import sys
+import time
 import warnings
 
 import torch
@@ -69,7 +80,8 @@ def time_ms(fn, reps=30):
 
 
 def grid(names):
-    """The rows of one or more grids: "prefill,extra", "decode", "all"."""
+    """The rows of one or more grids: "prefill,extra", "decode", "decode64",
+    "all" (prefill, extra and decode)."""
     names = set(names.split(","))
     if "all" in names:
         names |= {"prefill", "extra", "decode"}
@@ -87,15 +99,63 @@ def grid(names):
         for s in (4096, 16384):
             for c in (False, True):
                 rows.append((16384 // s, 32, 8, s, s, 128, c))
-    if "decode" in names:
-        for b, hkv, sk in ((1, 32, 4096), (1, 32, 32768), (1, 8, 4096), (1, 8, 32768),
-                           (8, 32, 4096), (8, 8, 32768), (64, 32, 32768), (64, 8, 32768)):
-            rows.append((b, 32, hkv, 1, sk, 128, False))
+    # decode64: the anchors' decode rows at head dim 64 (not in the anchors;
+    # they check the d64 decode entries of the tuning table)
+    for name, d in (("decode", 128), ("decode64", 64)):
+        if name in names:
+            for b, hkv, sk in ((1, 32, 4096), (1, 32, 32768), (1, 8, 4096), (1, 8, 32768),
+                               (8, 32, 4096), (8, 8, 32768), (64, 32, 32768), (64, 8, 32768)):
+                rows.append((b, 32, hkv, 1, sk, d, False))
     return rows
 
 
 SDPA = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
         "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def measure_flashjit(fj, t, causal, dtype, rate, check):
+    """flashjit on the round's tensors: ms, rate, kernel, and (check) its
+    relative error against PyTorch's math on float copies."""
+    q, k, v, o = t
+    o.fill_(float("nan"))  # unwritten elements show up in the error
+    plan, kernel = fj.plan(q, k, v, causal, FJ_BF16 if dtype == torch.bfloat16 else FJ_F16)
+    try:
+        # the stream current at each call: inside time_ms's capture it is
+        # the capturing stream, and a launch elsewhere would leave the graph empty
+        run = lambda: fj.execute(plan, q, k, v, o, torch.cuda.current_stream().cuda_stream)
+        ms = time_ms(run)
+        res = {"flashjit_ms": ms, "flashjit": rate(ms), "kernel": kernel}
+        if check:
+            o.fill_(float("nan"))
+            run()
+            torch.cuda.synchronize()
+            b, hq, sq, _ = q.shape
+            sk, hkv = k.shape[2], k.shape[1]
+            if sq * sk * b * hq <= 2**31:
+                ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
+                                                     enable_gqa=hq != hkv)
+                res["rel_err"] = ((o.float() - ref).norm() / ref.norm()).item()
+                del ref
+        return res
+    finally:
+        fj.destroy(plan)  # a split-KV plan holds its partials workspace
+
+
+def measure_backend(name, t, causal, rate):
+    q, k, v, _ = t
+    try:
+        with sdpa_kernel([SDPA[name]]):
+            fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                        enable_gqa=q.shape[1] != k.shape[1])
+            ms = time_ms(fn)
+        return {name: rate(ms), name + "_ms": ms}
+    except Exception:  # a backend that does not take this shape
+        return {name: None}
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
 
 
 def main():
@@ -105,70 +165,97 @@ def main():
     ap.add_argument("--grid", default="all")
     ap.add_argument("--dtypes", default="bf16,fp16")
     ap.add_argument("--backends", default="efficient,flash,cudnn")
+    ap.add_argument("--match", help="only the rows whose shape label (as printed) matches this regex")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure each row this many times, on fresh tensors behind a spacer of "
+                         "random size, alternating which library goes first; print the medians")
+    ap.add_argument("--seed", type=int, help="the spacers' sizes (default: from the clock, printed)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.rounds < 1:
+        sys.exit("--rounds (%d) must be at least 1" % args.rounds)
+    match = re.compile(args.match) if args.match else None
     fj = Library(args.lib)
     if fj.backend() != FJ_BACKEND_CUDA:
         sys.exit("flashjit did not choose CUDA here:\n" + fj.describe())
-    torch.manual_seed(0)
+    seed = args.seed if args.seed is not None else int(time.time() * 1000) % (1 << 31)
+    spacers = random.Random(seed)
+    if args.rounds > 1:
+        print("%d rounds per row, spacer seed %d: figures are medians over the rounds, ratio the "
+              "median of flashjit/cudnn per round" % (args.rounds, seed))
     results = []
     names = [n for n in args.backends.split(",") if n]
+    ratio = args.rounds > 1 and "cudnn" in names
     print("%-5s %-32s %9s %9s" % ("dtype", "shape", "flashjit", "err") +
-          "".join(" %9s" % n for n in names) + "  (TFLOP/s; decode rows: TB/s of K+V)  kernel")
+          "".join(" %9s" % n for n in names) + (" %6s" % "ratio" if ratio else "") +
+          "  (TFLOP/s; decode rows: TB/s of K+V)  kernel")
     for dt in args.dtypes.split(","):
         dtype = torch.bfloat16 if dt == "bf16" else torch.float16
         for (b, hq, hkv, sq, sk, d, causal) in grid(args.grid):
-            q = torch.randn(b, hq, sq, d, device="cuda", dtype=dtype)
-            k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype)
-            v = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype)
-            o = torch.full_like(q, float("nan"))
+            shape = "b%d h%d/%d s%d/%d d%d%s" % (b, hq, hkv, sq, sk, d, " causal" if causal else "")
+            if match and not match.search(shape):
+                continue
             decode = sq <= 16
             flops = 4.0 * b * hq * sq * sk * d * (0.5 if causal and sq == sk else 1.0)
-            kv_bytes = 2.0 * b * hkv * sk * d * q.element_size()
+            kv_bytes = 2.0 * b * hkv * sk * d * 2  # K and V, 2-byte elements
             rate = (lambda ms: kv_bytes / ms / 1e9) if decode else (lambda ms: flops / ms / 1e9)
             row = {"dtype": dt, "batch": b, "heads_q": hq, "heads_kv": hkv, "seqlen_q": sq,
                    "seqlen_k": sk, "head_dim": d, "causal": causal, "unit": "TB/s" if decode else "TFLOP/s"}
-            try:
-                plan, kernel = fj.plan(q, k, v, causal, FJ_BF16 if dtype == torch.bfloat16 else FJ_F16)
-                # the stream current at each call: inside time_ms's capture it is
-                # the capturing stream, and a launch elsewhere would leave the graph empty
-                run = lambda: fj.execute(plan, q, k, v, o, torch.cuda.current_stream().cuda_stream)
-                ms = time_ms(run)
-                run()
-                torch.cuda.synchronize()
-                ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
-                                                     enable_gqa=hq != hkv) if sq * sk * b * hq <= 2**31 else None
-                err = ((o.float() - ref).norm() / ref.norm()).item() if ref is not None else float("nan")
-                row.update(flashjit_ms=ms, flashjit=rate(ms), rel_err=err, kernel=kernel)
-                fj.destroy(plan)  # a split-KV plan holds its partials workspace
-            except Exception as e:
-                row.update(flashjit=None, error=str(e)[:200], kernel="")
-            for n in names:
-                try:
-                    with sdpa_kernel([SDPA[n]]):
-                        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                                                    enable_gqa=hq != hkv)
-                        ms = time_ms(fn)
-                    row[n] = rate(ms)
-                    row[n + "_ms"] = ms
-                except Exception:  # a backend that does not take this shape
-                    row[n] = None
+            rounds = []
+            for r in range(args.rounds):
+                # one round's tensors: the same seed for every round (the same
+                # values), a new placement in memory when there are rounds
+                spacer = (torch.empty(spacers.randrange(1, 1024) << 20, dtype=torch.uint8, device="cuda")
+                          if args.rounds > 1 else None)
+                torch.manual_seed(0)
+                t = (torch.randn(b, hq, sq, d, device="cuda", dtype=dtype),
+                     torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype),
+                     torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype),
+                     torch.empty(b, hq, sq, d, device="cuda", dtype=dtype))
+                res = {}
+                libs = ["flashjit"] + names
+                if r % 2:
+                    libs = names + ["flashjit"]
+                for lib in libs:
+                    if lib != "flashjit":
+                        res.update(measure_backend(lib, t, causal, rate))
+                        continue
+                    try:
+                        res.update(measure_flashjit(fj, t, causal, dtype, rate, check=r == 0))
+                    except Exception as e:
+                        res.update(flashjit=None, error=str(e)[:200], kernel="")
+                rounds.append(res)
+                del t, spacer
+                if args.rounds > 1:
+                    torch.cuda.empty_cache()  # the next round's tensors come from new allocations
+            row.update({k: v for k, v in rounds[0].items()})
+            for lib in ["flashjit"] + names:
+                vals = [x.get(lib) for x in rounds]
+                if args.rounds > 1 and all(isinstance(x, float) for x in vals):
+                    row[lib] = median(vals)
+                    row[lib + "_ms"] = median([x[lib + "_ms"] for x in rounds])
+            if args.rounds > 1:
+                row["rounds"] = rounds
+            if ratio and all(isinstance(x.get("flashjit"), float) and isinstance(x.get("cudnn"), float)
+                             for x in rounds):
+                row["ratio_cudnn"] = median([x["flashjit"] / x["cudnn"] for x in rounds])
             results.append(row)
             f = lambda x: "%9.2f" % x if isinstance(x, float) else "%9s" % "-"
-            shape = "b%d h%d/%d s%d/%d d%d%s" % (b, hq, hkv, sq, sk, d, " causal" if causal else "")
             print("%-5s %-32s %s %9.1e" % (dt, shape, f(row.get("flashjit")), row.get("rel_err", float("nan"))) +
-                  "".join(" " + f(row.get(n)) for n in names) + "  " + row.get("kernel", row.get("error", "")),
+                  "".join(" " + f(row.get(n)) for n in names) +
+                  ((" %6.3f" % row["ratio_cudnn"] if "ratio_cudnn" in row else " %6s" % "-") if ratio else "") +
+                  "  " + row.get("kernel", row.get("error", "")),
                   flush=True)
-            del q, k, v, o
     copy = None
-    if "decode" in args.grid or args.grid == "all":
+    if any(g.startswith("decode") or g == "all" for g in args.grid.split(",")):
         copy = copy_tbps()
         print("copy bandwidth: %.2f TB/s (device-to-device copy of 4 GiB, read + write bytes); "
               "decode rows at 80%% of it: %.2f TB/s" % (copy, 0.8 * copy))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "copy_tbps": copy, "rows": results}, fh, indent=1)
+                       "copy_tbps": copy, "rounds": args.rounds, "spacer_seed": seed,
+                       "rows": results}, fh, indent=1)
 
 
 def copy_tbps():
