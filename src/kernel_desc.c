@@ -408,12 +408,26 @@ void fj_kernel_desc_heuristic(fj_kernel_desc *k)
    d104 (an 8-byte stack frame in the split variant on sm_90; compile-all
    over every head dim, both dtypes, sm_80 and sm_90); there and above d128
    four warps of 16 rows each with 64-key tiles (m32 spills 16-96 bytes at
-   d192-d256). */
+   d192-d256). At d64 and d128, where K and V rows are swizzled rather than
+   padded (a whole number of 128-byte lines), one 16-row tile whose four
+   warps share out each 128-key tile (m16n128w4s1) is what flashjit tune
+   chose for the H200's table; over 7 rounds next to cuDNN it read the
+   anchors' decode rows at 1.006-1.26x cuDNN (d128, both dtypes; d64
+   0.98-1.24x), where m32n32w2s2 had read 0.60-0.97x in the first decode
+   pass (docs/benchmarks.md, first and sixth decode passes). GPUs without a
+   shipped table get it too (measured on none but the H200), but for d128
+   only from sm_90: on sm_80 ptxas gives that kernel 168 registers and an
+   8-byte stack frame (compile-all). */
 static void decode_heuristic(fj_kernel_desc *k)
 {
     k->template_id = FJ_TEMPLATE_FLASH_FWD;
     k->stages = 2;
-    if (k->head_dim <= 128 && k->head_dim != 104) {
+    if (k->head_dim == 64 || (k->head_dim == 128 && k->arch >= 90)) {
+        k->block_m = 16;
+        k->block_n = 128;
+        k->warps = 4;
+        k->stages = 1;
+    } else if (k->head_dim <= 128 && k->head_dim != 104) {
         k->block_m = 32;
         k->block_n = 32;
         k->warps = 2;

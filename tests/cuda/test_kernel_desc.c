@@ -629,11 +629,30 @@ static void test_decode_tiles(void **state)
     (void)state;
     /* one query of an MHA head, and GQA 32:8 packed to 4 rows: decode tiles */
     /* (d128, which flash_wgmma takes for prefill: decode stays flash_fwd) */
+    /* (d128, swizzled K/V rows: one 16-row tile, four key warps) */
     fj_problem p = gqa_problem(32, 32, 1, FJ_CAUSAL_NONE, -1, false);
-    expect_tiles(&p, "m32n32w2s2");
+    expect_tiles(&p, "m16n128w4s1");
     p = gqa_problem(32, 8, 1, FJ_CAUSAL_BOTTOM_RIGHT, -1, false);
-    fj_kernel_desc k = expect_tiles(&p, "m32n32w2s2");
+    fj_kernel_desc k = expect_tiles(&p, "m16n128w4s1");
     assert_int_equal(k.mask, FJ_MASK_NONE); /* the packed problem's */
+    /* on sm_80 d128 keeps two warps of 16 rows with 32-key tiles (the four
+       key warps get a stack frame there), d64 takes the four key warps */
+    assert_int_equal(fj_kernel_desc_for_problem(&p, 80, &k), FJ_OK);
+    assert_int_equal(k.block_m, 32);
+    assert_int_equal(k.block_n, 32);
+    assert_int_equal(k.warps, 2);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 8, 8, 1, 1000, 64, FJ_F16);
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    expect_tiles(&p, "m16n128w4s1");
+    assert_int_equal(fj_kernel_desc_for_problem(&p, 80, &k), FJ_OK);
+    assert_int_equal(k.block_m, 16);
+    assert_int_equal(k.block_n, 128);
+    assert_int_equal(k.warps, 4);
+    /* other head dims up to 128 (but 104): two warps of 16 rows, 32-key tiles */
+    fj_attention_desc_init(&d, 1, 8, 8, 1, 1000, 96, FJ_BF16);
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    expect_tiles(&p, "m32n32w2s2");
     /* masks that hide something keep the prefill tiles */
     p = gqa_problem(32, 8, 1, FJ_CAUSAL_TOP_LEFT, -1, false);
     expect_tiles(&p, sm90_prefill_tiles(128));
@@ -647,7 +666,6 @@ static void test_decode_tiles(void **state)
     assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
     /* decode tiles at head dim 256: four warps (one would spill), and they
        fit every arch */
-    fj_attention_desc d;
     fj_attention_desc_init(&d, 1, 4, 4, 1, 100, 256, FJ_F16);
     assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
     for (uint32_t arch = 80; arch <= 90; arch++) {
