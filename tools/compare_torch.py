@@ -12,10 +12,11 @@ usage: compare_torch.py [--lib build/libflashjit.so] [--grid prefill|extra|decod
 
 --rounds R measures each row R times. Every round allocates the row's tensors
 anew behind a spacer of random size, so they land elsewhere in memory, and
-odd rounds run the PyTorch backends before flashjit: where the tensors sit and
-what ran just before moved the large decode rows by up to 12 % for every
-library, more than the differences being measured. The medians over the
-rounds are printed, and with cudnn the median of the per-round ratios.
+odd rounds run the PyTorch backends before flashjit. Measured once, a row can
+be decided by something other than the kernels: on the H200 the first one or
+two rounds of b64 h32/8 sk32768 read 3.9-4.1 TB/s for whichever library ran
+then and 4.5 afterwards, and small rows move with the order. The medians over
+the rounds are printed, and with cudnn the median of the per-round ratios.
 """
 import argparse
 import json
@@ -228,7 +229,7 @@ def main():
                 del t, spacer
                 if args.rounds > 1:
                     torch.cuda.empty_cache()  # the next round's tensors come from new allocations
-            row.update({k: v for k, v in rounds[0].items()})
+            row.update(rounds[0])  # the kernel and error; the rates become medians below
             for lib in ["flashjit"] + names:
                 vals = [x.get(lib) for x in rounds]
                 if args.rounds > 1 and all(isinstance(x, float) for x in vals):
