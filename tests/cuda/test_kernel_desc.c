@@ -628,8 +628,8 @@ static void test_decode_tiles(void **state)
 {
     (void)state;
     /* one query of an MHA head, and GQA 32:8 packed to 4 rows: decode tiles */
-    /* (d128, which flash_wgmma takes for prefill: decode stays flash_fwd) */
-    /* (d128, swizzled K/V rows: one 16-row tile, four key warps) */
+    /* (d128, which flash_wgmma takes for prefill: decode stays flash_fwd,
+       one 16-row tile with four key warps over swizzled K/V rows) */
     fj_problem p = gqa_problem(32, 32, 1, FJ_CAUSAL_NONE, -1, false);
     expect_tiles(&p, "m16n128w4s1");
     p = gqa_problem(32, 8, 1, FJ_CAUSAL_BOTTOM_RIGHT, -1, false);
