@@ -9,10 +9,12 @@ overlaps the kernels). Also flashjit's plan lines (tiles, splits, blocks per
 SM), so a row's split count is on the same screen as its time.
 
 usage (GPU machine): tools/dev/decode_timeline.py --lib build-gpu/libflashjit.so [--calls 20]
+                     [--grid decode|decode64] [--match REGEX]
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -83,16 +85,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--lib", required=True)
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--grid", default="decode", help="compare_torch.py's decode or decode64 rows")
+    ap.add_argument("--match", help="only the rows whose label (as printed) matches this regex")
     a = ap.parse_args()
     fj = Library(a.lib)
     torch.manual_seed(0)
-    for (b, hq, hkv, sq, sk, d, causal) in grid("decode"):
+    for (b, hq, hkv, sq, sk, d, causal) in grid(a.grid):
+        label = "b%d h%d/%d s%d/%d d%d" % (b, hq, hkv, sq, sk, d)
+        if a.match and not re.search(a.match, label):
+            continue
         q = torch.randn(b, hq, sq, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16)
         o = torch.empty_like(q)
         mb = 2.0 * b * hkv * sk * d * 2 / 1e6
-        print("== b%d h%d/%d s%d/%d d%d (K+V %.1f MB)" % (b, hq, hkv, sq, sk, d, mb), flush=True)
+        print("== %s (K+V %.1f MB)" % (label, mb), flush=True)
         plan, _ = fj.plan(q, k, v, causal, FJ_BF16)
         for line in fj.lib.fj_plan_describe(plan).decode().splitlines():
             if line.split(":")[0] in ("kernel", "launch", "resources", "split-KV"):
