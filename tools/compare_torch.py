@@ -110,6 +110,12 @@ def grid(names):
     return rows
 
 
+def label(row):
+    """A grid row as printed: "b1 h32/8 s1/4096 d128" (" causal" after)."""
+    b, hq, hkv, sq, sk, d, causal = row
+    return "b%d h%d/%d s%d/%d d%d%s" % (b, hq, hkv, sq, sk, d, " causal" if causal else "")
+
+
 SDPA = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
         "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
@@ -193,7 +199,7 @@ def main():
     for dt in args.dtypes.split(","):
         dtype = torch.bfloat16 if dt == "bf16" else torch.float16
         for (b, hq, hkv, sq, sk, d, causal) in grid(args.grid):
-            shape = "b%d h%d/%d s%d/%d d%d%s" % (b, hq, hkv, sq, sk, d, " causal" if causal else "")
+            shape = label((b, hq, hkv, sq, sk, d, causal))
             if match and not match.search(shape):
                 continue
             decode = sq <= 16

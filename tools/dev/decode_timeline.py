@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from compare_torch import grid  # noqa: E402
+from compare_torch import grid, label  # noqa: E402
 from flashjit_ctypes import FJ_BF16, Library  # noqa: E402
 
 
@@ -90,16 +90,17 @@ def main():
     a = ap.parse_args()
     fj = Library(a.lib)
     torch.manual_seed(0)
-    for (b, hq, hkv, sq, sk, d, causal) in grid(a.grid):
-        label = "b%d h%d/%d s%d/%d d%d" % (b, hq, hkv, sq, sk, d)
-        if a.match and not re.search(a.match, label):
+    for row in grid(a.grid):
+        b, hq, hkv, sq, sk, d, causal = row
+        name = label(row)
+        if a.match and not re.search(a.match, name):
             continue
         q = torch.randn(b, hq, sq, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16)
         o = torch.empty_like(q)
         mb = 2.0 * b * hkv * sk * d * 2 / 1e6
-        print("== %s (K+V %.1f MB)" % (label, mb), flush=True)
+        print("== %s (K+V %.1f MB)" % (name, mb), flush=True)
         plan, _ = fj.plan(q, k, v, causal, FJ_BF16)
         for line in fj.lib.fj_plan_describe(plan).decode().splitlines():
             if line.split(":")[0] in ("kernel", "launch", "resources", "split-KV"):
