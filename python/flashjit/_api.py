@@ -59,6 +59,9 @@ def attention(q, k, v, *, causal=None, window=(-1, -1), scale=None, return_lse=F
 
 
 def _attention_dlpack(q, k, v, causal, window, scale, return_lse, out, backend, where):
+    if not _dlpack.is_array(q):
+        raise TypeError("%s: q must be a torch.Tensor or an array with __dlpack__ (numpy, ...), "
+                        "not %s" % (where, type(q).__name__))
     for x, n in ((k, "k"), (v, "v"), (out, "out")):
         if _is_torch(x):
             raise TypeError("%s: %s is a torch.Tensor but q is a %s: pass tensors of one kind "
@@ -96,7 +99,7 @@ def _attention_dlpack(q, k, v, causal, window, scale, return_lse, out, backend, 
     return (out, lse) if return_lse else out
 
 
-def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
          enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention's signature on
     flashjit: query [batch, heads_q, seqlen_q, head_dim], key and value
@@ -106,7 +109,8 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     is_causal is PyTorch's (top-left: query i sees keys 0..i). attn_mask must
     be None and dropout_p 0 (flashjit computes causal and window masks only,
     forward only); heads_q != heads_kv needs enable_gqa=True, as in PyTorch.
-    Raises ValueError for what it cannot express."""
+    scale and enable_gqa are keyword-only, as in torch. Raises ValueError for
+    what it cannot express."""
     where = "flashjit.sdpa"
     if not _is_torch(query):
         raise TypeError("%s: query must be a torch.Tensor (flashjit.attention takes DLPack arrays), "
