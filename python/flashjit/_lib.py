@@ -31,7 +31,7 @@ class Error(RuntimeError):
     name (e.g. "FJ_ERR_NO_DEVICE", "FJ_ERR_COMPILE"); the message is the
     library's, which names the cause."""
 
-    def __init__(self, message, status):
+    def __init__(self, message, status=""):
         super().__init__(message)
         self.status = status
 
@@ -41,6 +41,10 @@ class ArgumentError(Error, ValueError):
     FJ_ERR_UNSUPPORTED by the chosen backend). The Python API checks its
     arguments first and raises TypeError or ValueError naming the argument;
     this is for a rule only the library knows (e.g. a CUDA grid limit)."""
+
+
+# Shown as flashjit.Error, where the package exports them.
+Error.__module__ = ArgumentError.__module__ = "flashjit"
 
 
 class Desc(ctypes.Structure):
