@@ -6,9 +6,10 @@
 #
 # Needs there: python3 with torch (CUDA), pytest, numpy and transformers,
 # meson, ninja, a C compiler and OpenBLAS, the NVIDIA driver and NVRTC.
-# meson-python is not there: fetch its wheels first, where PyPI is reachable,
-# into the ignored folder .devdeps/python/ (it travels with the checkout when
-# a run carries .devdeps, or when it is not ignored there):
+# meson-python is not there. With its wheels fetched beforehand (where PyPI
+# is reachable) into the ignored folder .devdeps/python/, carried with the
+# run, the package is built as a user's `pip install .` builds it; without
+# them, by meson directly with the same options and install tag.
 #
 #     tests/python/run_gpu.sh --fetch          # here: meson-python's wheels
 #     tests/python/run_gpu.sh [PYTEST ARGS]    # there: build, install, test
@@ -35,9 +36,10 @@ mkdir -p "$out"
 log="$out/python-gpu.log"
 export FLASHJIT_CACHE_DIR="$work/kernel-cache"
 
-if ! ls "$wheels"/meson_python-*.whl >/dev/null 2>&1; then
-    echo "run_gpu.sh: no meson-python wheel in $wheels: run tests/python/run_gpu.sh --fetch where PyPI is reachable, and carry .devdeps" >&2
-    exit 2
+if ls "$wheels"/meson_python-*.whl >/dev/null 2>&1; then
+    how=pip
+else
+    how=meson
 fi
 
 {
@@ -45,12 +47,23 @@ fi
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
     python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none')"
     python3 -c "import transformers; print('transformers', transformers.__version__)" || true
-
-    echo "== build deps: meson-python from $wheels"
-    python3 -m pip install -q --no-index --no-deps --target "$work/build-deps" "$wheels"/*.whl
-    echo "== pip install . (no build isolation: meson and ninja from this machine)"
-    PYTHONPATH="$work/build-deps${PYTHONPATH:+:$PYTHONPATH}" \
-        python3 -m pip install --no-index --no-deps --no-build-isolation --target "$work/site" .
+    if [ "$how" = pip ]; then
+        echo "== build deps: meson-python from $wheels"
+        python3 -m pip install -q --no-index --no-deps --target "$work/build-deps" "$wheels"/*.whl
+        echo "== pip install . (no build isolation: meson and ninja from this machine)"
+        PYTHONPATH="$work/build-deps${PYTHONPATH:+:$PYTHONPATH}" \
+            python3 -m pip install --no-index --no-deps --no-build-isolation --target "$work/site" .
+    else
+        # What pip install . runs through meson-python, by hand: the same
+        # options (pyproject.toml) and the package's install tag.
+        echo "== no meson-python wheel in $wheels (tests/python/run_gpu.sh --fetch): meson setup + install"
+        meson setup "$work/build" --prefix "$work/prefix" -Dpython=true -Dtools=false -Dtests=disabled
+        ninja -C "$work/build"
+        meson install -C "$work/build" --tags python-runtime --quiet
+        pkg=$(find "$work/prefix" -name __init__.py -path "*/flashjit/__init__.py" | head -n 1)
+        mkdir -p "$work/site"
+        cp -r "$(dirname "$pkg")" "$work/site/"
+    fi
 } 2>&1 | tee "$log"
 
 export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"

@@ -49,8 +49,10 @@ def compiled_matches_eager(gen, device, dtype):
         want = fn(q, k, v)
         for g, w in zip(got if isinstance(got, tuple) else (got,),
                         want if isinstance(want, tuple) else (want,)):
-            # inductor may sum in another order than eager: float rounding only
-            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, msg=fn.__name__)
+            # inductor may sum in another order than eager: rounding only
+            # (for bf16, one unit in the last place)
+            tol = 1e-5 if dtype == torch.float32 else 1.6e-2
+            torch.testing.assert_close(g, w, rtol=tol, atol=tol, msg=fn.__name__)
 
 
 def test_compile_fullgraph_cpu(gen):

@@ -201,3 +201,37 @@ def test_cuda_errors():
     flat = torch.randn(2 * 5 * 4 * 64 + 1, dtype=torch.bfloat16, device="cuda")
     shifted = flat[1:].view(2, 5, 4, 64)
     expect(ValueError, r"q's data pointer \(0x[0-9a-f]+\) is not 16-byte aligned", shifted, k, v)
+
+
+def test_cuda_rules_on_metadata_alone():
+    """The CUDA backend's rules, checked without a GPU on operands that say
+    they live on cuda:0 (the same checks run on real CUDA tensors)."""
+    from flashjit import _lib, _problem
+
+    def op(name, shape, strides=None, dtype=_lib.BF16, ptr=0x10000):
+        if strides is None:
+            strides = (shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3], 1)
+        return _problem.Operand(name, shape, strides, dtype, "torch.bfloat16", "cuda", 0, ptr, 2)
+
+    q, k = op("q", (2, 5, 4, 64)), op("k", (2, 7, 2, 64))
+    p = _problem.check(q, k, k)
+    assert (p.backend, p.device_index, p.o_stride) == ("cuda", 0, (1280, 256, 64))
+    with pytest.raises(TypeError, match=r"the CUDA backend computes float16 and bfloat16"):
+        _problem.check(op("q", (2, 5, 4, 64), dtype=_lib.F32), op("k", (2, 7, 2, 64), dtype=_lib.F32),
+                       op("v", (2, 7, 2, 64), dtype=_lib.F32))
+    with pytest.raises(ValueError, match=r"head_dim 20 is not supported by the CUDA backend.*"
+                       r"zero-pad q and k to 24"):
+        _problem.check(op("q", (2, 5, 4, 20)), op("k", (2, 7, 2, 20)), op("v", (2, 7, 2, 20)))
+    with pytest.raises(ValueError, match=r"v's seqlen stride \(132 elements"):
+        _problem.check(q, k, op("v", (2, 7, 2, 64), (7 * 136, 132, 64, 1)))
+    # size-1 axes take the dense stride, whatever the tensor says
+    p = _problem.check(op("q", (1, 1, 4, 64), (3, 3, 64, 1)), op("k", (1, 7, 2, 64)),
+                       op("v", (1, 7, 2, 64)))
+    assert p.q_stride == (256, 256, 64)
+    p = _problem.check(q, k, k)
+    _problem.check_pointers(p, [q, k, k], "test")
+    with pytest.raises(ValueError, match=r"k's data pointer \(0x10002\) is not 16-byte aligned"):
+        _problem.check_pointers(p, [q, op("k", (2, 7, 2, 64), ptr=0x10002), k], "test")
+    with pytest.raises(ValueError, match=r'backend="cpu" computes on host memory, and q is on '
+                       r'cuda:0'):
+        _problem.check(q, k, k, backend="cpu")
