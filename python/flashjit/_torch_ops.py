@@ -19,9 +19,10 @@ from . import _execute, _lib, _problem
 DTYPES = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
 CAUSAL_NAMES = {_lib.CAUSAL_NONE: "none", _lib.CAUSAL_BOTTOM_RIGHT: "bottom-right",
                 _lib.CAUSAL_TOP_LEFT: "top-left"}
-# The operators' last argument, api, says whose rules' names the messages
-# use, so that a bad call through flashjit.sdpa speaks of "query" and a call
-# is checked once, in the operator (its fake kernel under torch.compile).
+# The operators' last argument, api, names the function a call came through,
+# so that the operator's messages use that function's argument names (a bad
+# call through flashjit.sdpa speaks of "query") and a call is checked once,
+# in the operator (in its fake kernel under torch.compile).
 API_NAMES = {"attention": ("flashjit.attention", ("q", "k", "v")),
              "sdpa": ("flashjit.sdpa", ("query", "key", "value"))}
 DIRECT = ("torch.ops.flashjit", ("q", "k", "v"))

@@ -49,7 +49,9 @@ def test_nvrtc_found_in_a_pip_wheel(tmp_path, monkeypatch):
     lib = tmp_path / "nvidia" / "cu13" / "lib"
     lib.mkdir(parents=True)
     (lib / "libnvrtc.so.13").write_bytes(b"")
-    monkeypatch.delenv("FLASHJIT_LIBNVRTC", raising=False)
+    # Set (empty, which counts as unset) through monkeypatch, so that what the
+    # function writes is undone after the test, as the variable was before it.
+    monkeypatch.setenv("FLASHJIT_LIBNVRTC", "")
     monkeypatch.setattr(_lib, "_NVRTC_NAMES", ("libflashjit-test-no-such-nvrtc.so",))
     monkeypatch.setattr(sys, "path", [str(tmp_path)] + sys.path)
     assert _lib.point_at_wheel_nvrtc() == str(lib / "libnvrtc.so.13")
@@ -58,3 +60,8 @@ def test_nvrtc_found_in_a_pip_wheel(tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHJIT_LIBNVRTC", "/elsewhere/libnvrtc.so.13")
     assert _lib.point_at_wheel_nvrtc() is None
     assert os.environ["FLASHJIT_LIBNVRTC"] == "/elsewhere/libnvrtc.so.13"
+    # The loader finding a libnvrtc by itself wins over the wheels, as in
+    # the C library's own search (libnvrtc.so.13, .12, .so).
+    monkeypatch.setenv("FLASHJIT_LIBNVRTC", "")
+    monkeypatch.setattr(_lib, "_NVRTC_NAMES", ("libc.so.6",))
+    assert _lib.point_at_wheel_nvrtc() is None and os.environ["FLASHJIT_LIBNVRTC"] == ""
