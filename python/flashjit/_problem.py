@@ -20,7 +20,6 @@ MAX_HEAD_DIM = 256  # FJ_MAX_HEAD_DIM
 CUDA_ROW_ALIGN_ELEMS = 8  # the CUDA kernels move 16-byte rows of 2-byte elements
 CUDA_PTR_ALIGN = 16
 
-DTYPE_NAMES = {_lib.F32: "float32", _lib.F16: "float16", _lib.BF16: "bfloat16"}
 CAUSAL = {None: _lib.CAUSAL_NONE, False: _lib.CAUSAL_NONE, "none": _lib.CAUSAL_NONE,
           "bottom-right": _lib.CAUSAL_BOTTOM_RIGHT, "top-left": _lib.CAUSAL_TOP_LEFT}
 BACKEND_CHOICES = ("auto", "cpu", "cpu-reference", "cuda")
@@ -99,7 +98,7 @@ def parse_causal(causal, where):
 
 def parse_window(window, where):
     ok = isinstance(window, (tuple, list)) and len(window) == 2 and all(
-        isinstance(w, int) and not isinstance(w, bool) for w in window)
+        isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in window)
     if not ok:
         _fail(TypeError, where,
               "window must be a pair of ints (left, right), -1 for unbounded; got %r" % (window,))

@@ -14,10 +14,11 @@
 #     tests/python/run_gpu.sh --fetch          # here: meson-python's wheels
 #     tests/python/run_gpu.sh [PYTEST ARGS]    # there: build, install, test
 #
-# Logs, the JUnit XML and the package's info/describe go to $OUT (the device
-# runner's folder) when it is set, else build-gpu-py/. Kernels compile into a
-# fresh cache there, so the run covers NVRTC compiles as a user's first run
-# does. Exit status: pytest's.
+# Logs, the JUnit XML, the CUDA context's info and the per-call overhead
+# (tools/python_overhead.py) go to $OUT (the device runner's folder) when it
+# is set, else build-gpu-py/. Kernels compile into a fresh cache (a temporary
+# folder), so the run covers NVRTC compiles as a user's first run does.
+# Exit status: pytest's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 wheels=.devdeps/python
@@ -79,5 +80,7 @@ python3 -m pytest tests/python -rs -q --junitxml="$out/python-gpu.xml" "$@" 2>&1
 status=${PIPESTATUS[0]}
 set -e
 echo "== pytest exit status $status; kernels compiled this run: $(ls "$FLASHJIT_CACHE_DIR" 2>/dev/null | wc -l) cache files" | tee -a "$log"
+echo "== a call's host cost next to torch SDPA's (tools/python_overhead.py --device cuda)" | tee -a "$log"
+python3 tools/python_overhead.py --device cuda 2>&1 | tee -a "$log" "$out/overhead.txt" || true
 rm -rf "$work"
 exit "$status"
