@@ -269,3 +269,23 @@ def test_cuda_sdpa_decode_and_describe(gen):
     assert oracle.rel_error(got, ref.double().cpu()) < 2 * oracle.TOLERANCE[torch.float16]
     text = flashjit.describe(*bshd)
     assert "backend: cuda" in text, text
+
+
+def test_threads(gen):
+    """Concurrent calls from several threads (shared contexts and plan
+    cache, the GIL released during each call) give each its own result."""
+    import concurrent.futures
+
+    problems = [make(gen, (1, 4, 2, 7 + n, 9 + 2 * n, 32), torch.float32, "cpu") for n in range(6)]
+
+    def work(n):
+        q, k, v = problems[n % len(problems)]
+        out = torch.full_like(q, math.nan)
+        for _ in range(20):
+            flashjit.attention(q, k, v, causal="bottom-right", out=out)
+        return n, out
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        for n, out in pool.map(work, range(24)):
+            q, k, v = problems[n % len(problems)]
+            oracle.check(out, None, q, k, v, "bottom-right", context="(thread task %d)" % n)
