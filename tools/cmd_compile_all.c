@@ -25,14 +25,14 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "codegen.h"
-#include "cubin_info.h"
-#include "cuda/nvrtc_compile.h"
-#include "kernel_build.h"
-#include "kernel_desc.h"
+#include "cuda/jit/codegen.h"
+#include "cuda/jit/cubin_info.h"
+#include "cuda/jit/nvrtc_compile.h"
+#include "cuda/jit/kernel_build.h"
+#include "cuda/jit/kernel_desc.h"
 #include "paths.h"
 #include "problem.h"
-#include "tuning.h"
+#include "tune/tuning.h"
 
 #define USAGE_TEXT \
     "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n" \

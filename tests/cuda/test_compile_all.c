@@ -20,13 +20,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen.h"
-#include "cubin_info.h"
+#include "cuda/jit/codegen.h"
+#include "cuda/jit/cubin_info.h"
 #include "fake_driver.h"
 #include "cuda/cuda_api.h"
-#include "cuda/nvrtc_compile.h"
-#include "kernel_build.h"
-#include "kernel_desc.h"
+#include "cuda/jit/nvrtc_compile.h"
+#include "cuda/jit/kernel_build.h"
+#include "cuda/jit/kernel_desc.h"
 #include "problem.h"
 
 static fj_status nvrtc_status;

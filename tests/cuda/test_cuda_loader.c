@@ -22,8 +22,8 @@
 #include "cuda/cuda_api.h"
 #include "fake_driver.h"
 #include "flashjit.h"
-#include "kernel_desc.h"
-#include "plan_timing.h"
+#include "cuda/jit/kernel_desc.h"
+#include "tune/measure.h"
 #include "problem.h"
 
 extern char **environ;

@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen.h"
-#include "gqa_pack.h"
-#include "kernel_desc.h"
+#include "cuda/jit/codegen.h"
+#include "cuda/jit/launch_view.h"
+#include "cuda/jit/kernel_desc.h"
 #include "problem.h"
-#include "templates.h"
+#include "embedded.h"
 
 static fj_kernel_desc base_desc(void)
 {
@@ -229,7 +229,7 @@ static void test_parse_rejections(void **state)
          "combine kernels count warps as w<warps>, not as in 'm64n64g1s1'"},
         {"flash_wgmma.d128.bf16.causal.m128n128g65s2.sm_90",
          "kernel name 'flash_wgmma.d128.bf16.causal.m128n128g65s2.sm_90': 'm128n128g65s2' is "
-         "not m<block_m>n<block_n>w<warps>s<stages> or m<block_m>n<block_n>g<warpgroups>s<stages>"},
+         "not m<block_m>n<block_n>w<warps>s<stages> (flash_fwd) or m<block_m>n<block_n>g<warpgroups>s<stages> (flash_wgmma)"},
         {"flash_wgmma.d128.bf16.causal.m128n128g999999s2.sm_90", "'m128n128g999999s2' is not"},
         {"flash_wgmma.d128.bf16.causal.m128n128g1234567s2.sm_90", "'m128n128g1234567s2' is not"},
         {"flash_wgmma.d128.bf16.causal.m128n128g4294967296s2.sm_90", "'m128n128g4294967296s2'"},
@@ -963,7 +963,7 @@ static void test_codegen_layout(void **state)
                                         "flash_fwd.cu"};
     const char *at = a;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        const fj_template *t = fj_template_find(files[i]);
+        const fj_embedded_file *t = fj_template_find(files[i]);
         if (!t) fail_msg("template %s is not embedded", files[i]);
         char marker[64];
         snprintf(marker, sizeof marker, "#line 1 \"%s\"\n", files[i]);
@@ -1010,7 +1010,7 @@ static void test_codegen_wgmma(void **state)
                                         "flash_wgmma.cu"};
     const char *at = src;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        const fj_template *t = fj_template_find(files[i]);
+        const fj_embedded_file *t = fj_template_find(files[i]);
         if (!t) fail_msg("template %s is not embedded", files[i]);
         char marker[64];
         snprintf(marker, sizeof marker, "#line 1 \"%s\"\n", files[i]);

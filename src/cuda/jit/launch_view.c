@@ -1,4 +1,4 @@
-#include "gqa_pack.h"
+#include "cuda/jit/launch_view.h"
 
 static bool rows_are_one_sequence(const fj_problem *p, const int64_t stride[3])
 {

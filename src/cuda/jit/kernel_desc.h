@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/jit/template_table.h"
 #include "flashjit.h"
 #include "problem.h"
 
@@ -17,29 +18,13 @@
  * of the source, hence of every cache key). */
 #define FJ_GENERATOR_VERSION 1
 
-typedef enum fj_template_id {
-    FJ_TEMPLATE_FLASH_FWD = 1, /* kernel_templates/flash_fwd.cu, "flash_fwd" */
-    FJ_TEMPLATE_COMBINE = 2,   /* kernel_templates/combine.cu (split-KV), "combine" */
-    FJ_TEMPLATE_FLASH_WGMMA = 3, /* kernel_templates/flash_wgmma.cu (sm_90 only), "flash_wgmma" */
-} fj_template_id;
-
-/* The templates that compute attention (the combine kernel only merges):
- * flash_fwd (mma.sync, sm_80 and up) and flash_wgmma (warpgroup MMA, sm_90).
- * Their tile strings tell them apart: "m128n64w4s2" (w: warps) is flash_fwd,
- * "m128n128g2s2" (g: warpgroups of 4 warps) is flash_wgmma. */
+/* The templates that compute attention (the combine kernel only merges);
+ * their tile strings tell them apart by the unit letter (template_table.h). */
 static inline int fj_template_is_attention(uint32_t id)
 {
-    return id == FJ_TEMPLATE_FLASH_FWD || id == FJ_TEMPLATE_FLASH_WGMMA;
+    const fj_template_row *r = fj_template_row_of(id);
+    return r && r->attention;
 }
-
-/* Mask kinds that change code. The causal alignment (bottom-right or
- * top-left) and the window sizes are launch parameters, not code. */
-typedef enum fj_mask_kind {
-    FJ_MASK_NONE = 0,          /* "nomask" */
-    FJ_MASK_CAUSAL = 1,        /* "causal" */
-    FJ_MASK_WINDOW = 2,        /* "window" */
-    FJ_MASK_CAUSAL_WINDOW = 3, /* "causal_window" */
-} fj_mask_kind;
 
 typedef struct fj_kernel_desc {
     uint32_t generator_version; /* FJ_GENERATOR_VERSION */
@@ -48,7 +33,7 @@ typedef struct fj_kernel_desc {
     uint32_t dtype;             /* fj_dtype: FJ_F16 or FJ_BF16 */
     uint32_t mask;              /* fj_mask_kind */
     uint32_t block_m, block_n;  /* query rows per block, keys per tile */
-    uint32_t warps;             /* warps per block (flash_wgmma: 4 per warpgroup) */
+    uint32_t warps;             /* warps per block, every role counted */
     uint32_t stages;            /* K/V tiles in flight */
     uint32_t split_kv;          /* 0/1: writes float partials for the combine kernel */
     uint32_t arch;              /* SM version: 80 for sm_80, 90 for sm_90 */
@@ -64,9 +49,10 @@ int fj_kernel_desc_name(const fj_kernel_desc *k, char *buf, size_t n);
  * naming the part that does not parse. */
 fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k);
 
-/* Checks the descriptor against the template's rules (head dim, tile shape,
- * warps, stages, shared memory within smem_limit bytes; 0: the arch's
- * opt-in maximum). FJ_ERR_UNSUPPORTED naming the rule. */
+/* Checks the descriptor against the common rules and its template's row
+ * (arch range, tile shape, warps, stages, shared memory within smem_limit
+ * bytes; 0: the arch's opt-in maximum). FJ_ERR_UNSUPPORTED naming the kernel
+ * and the rule. */
 fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit);
 
 /* Dynamic shared memory the kernel's layout needs, in bytes: the template
@@ -80,18 +66,29 @@ static inline unsigned fj_kernel_desc_threads(const fj_kernel_desc *k) { return 
  * tiles (one warp of 16 rows) are chosen over the prefill heuristic's. */
 #define FJ_DECODE_MAX_ROWS 16
 
-/* Fills template, head dim, dtype, mask and arch for the problem as the
- * kernel sees it (fj_launch_view), and the built-in heuristic's tiles:
- * decode tiles for at most FJ_DECODE_MAX_ROWS rows without a mask, else
- * fj_kernel_desc_heuristic's. FJ_ERR_UNSUPPORTED with what to do for F32 or
- * a head dim that is not a multiple of 8. */
+/* FJ_OK when some template computes p's dtype and head dim; else
+ * FJ_ERR_UNSUPPORTED with what to do (f32, a head dim that is not a multiple
+ * of 8). */
+fj_status fj_kernel_desc_supports(const fj_problem *p);
+
+/* Fills head dim, dtype, mask and arch for the problem as the kernel sees it
+ * (view: the launch view, launch_view.h, of a problem fj_kernel_desc_supports
+ * accepted), and the built-in heuristic's template and tiles: decode tiles
+ * for at most FJ_DECODE_MAX_ROWS rows without a mask, else
+ * fj_kernel_desc_heuristic's. */
+void fj_kernel_desc_default(const fj_problem *view, uint32_t arch, fj_kernel_desc *k);
+
+/* The two above for a user's problem (through its launch view), then
+ * fj_kernel_desc_check against the arch's shared-memory maximum: what the
+ * library runs for p on that arch without a tuning file (the tools' and
+ * tests' way in). */
 fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kernel_desc *k);
 
 /* The tiles alone, "m128n64w4s2" or "m128n128g2s2" (the tuning file's config
  * field), and back: parse sets block_m, block_n, warps and stages and, when k
- * is an attention kernel, the template its letter names (w: flash_fwd, g:
- * flash_wgmma); FJ_ERR_INVALID_ARGUMENT naming the text when it does not
- * parse (the rules are fj_kernel_desc_check's). */
+ * is an attention kernel, the template its unit letter names (template
+ * rows); FJ_ERR_INVALID_ARGUMENT naming the text when it does not parse (the
+ * rules are fj_kernel_desc_check's). */
 int fj_kernel_desc_tiles_name(const fj_kernel_desc *k, char *buf, size_t n);
 fj_status fj_kernel_desc_parse_tiles(const char *tiles, fj_kernel_desc *k);
 
@@ -117,11 +114,10 @@ unsigned fj_kernel_desc_combine_warps(unsigned head_dim, int splits, long long r
  * configuration and mask. */
 void fj_kernel_desc_combine_for(const fj_kernel_desc *k, unsigned warps, fj_kernel_desc *combine);
 
-/* "nomask", "causal", "window", "causal_window"; NULL out of range. */
-const char *fj_kernel_desc_mask_name(uint32_t mask);
 
-/* Sets the prefill heuristic's tiles (block_m, block_n, warps, stages) for
- * the descriptor's head dim, arch and mask. */
+/* Sets the prefill heuristic's template and tiles (block_m, block_n, warps,
+ * stages) for the descriptor's head dim, arch and mask: the first template
+ * row whose prefill_tiles takes it. */
 void fj_kernel_desc_heuristic(fj_kernel_desc *k);
 
 #endif

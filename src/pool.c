@@ -6,7 +6,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "blas_threads.h"
 #include "status.h"
 
 struct fj_pool {
@@ -120,7 +119,6 @@ void fj_pool_run(fj_pool *p, int64_t ntasks, fj_task_fn fn, void *arg)
 {
     if (ntasks <= 0) return;
     pthread_mutex_lock(&p->job_lock);
-    fj_blas_single_thread_begin();
     int helpers = p->threads - 1;
     if (helpers > ntasks - 1) helpers = (int)(ntasks - 1);
     if (helpers == 0) {
@@ -140,6 +138,5 @@ void fj_pool_run(fj_pool *p, int64_t ntasks, fj_task_fn fn, void *arg)
         while (p->busy > 0) pthread_cond_wait(&p->done, &p->lock);
         pthread_mutex_unlock(&p->lock);
     }
-    fj_blas_single_thread_end();
     pthread_mutex_unlock(&p->job_lock);
 }

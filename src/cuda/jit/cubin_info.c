@@ -7,7 +7,7 @@
  *    EIATTR_REGCOUNT (0x2f) and EIATTR_FRAME_SIZE (0x11) are SVAL with an
  *    8-byte payload: the kernel's symbol index, then the value.
  * Fields are read byte by byte, so the input needs no alignment. */
-#include "cubin_info.h"
+#include "cuda/jit/cubin_info.h"
 
 #include <stdint.h>
 #include <stdio.h>

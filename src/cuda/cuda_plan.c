@@ -8,13 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_backend.h"
+#include "cuda/cuda_plan.h"
+#include "cuda/device.h"
 #include "cuda/module_cache.h"
-#include "gqa_pack.h"
-#include "kernel_desc.h"
+#include "cuda/jit/launch_view.h"
+#include "cuda/jit/kernel_desc.h"
 #include "log.h"
 #include "status.h"
-#include "tuning.h"
+#include "tune/tuning.h"
 /* The launch parameters: one definition shared with the generated source. */
 #include "../../kernel_templates/fwd_params.h"
 
@@ -51,7 +52,7 @@
 #define SPLIT_MAX_WORKSPACE ((size_t)256 << 20)
 
 typedef struct cuda_plan {
-    const struct fj_cuda_state *cuda;
+    const fj_cuda_state *cuda;
     const fj_cuda_kernel *kernel;
     const fj_cuda_kernel *combine; /* split-KV only */
     unsigned grid[3];
@@ -66,6 +67,7 @@ typedef struct cuda_plan {
     bool combine_pdl;     /* launch the combine kernel as a programmatic dependent */
     fj_fwd_params params; /* all but the tensors, which each execute sets */
     char launch_what[160]; /* "cuLaunchKernel(<kernel name>)" for a failed launch */
+    fj_tiles_source tiles_from;
     char why[256];         /* where the tiles came from */
 } cuda_plan;
 
@@ -87,6 +89,31 @@ static fj_status check_strides(const fj_problem *p)
                                t[i].name, a, axis[a], (long long)t[i].stride[a], ROW_ALIGN_ELEMS,
                                ROW_ALIGN_BYTES, ROW_ALIGN_ELEMS);
     return FJ_OK;
+}
+
+/* The grid has one block row per query head of the launch view and one
+   block layer per batch (times splits). */
+static fj_status check_grid(const fj_problem *view)
+{
+    if (view->heads_q > GRID_YZ_MAX)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "cuda: heads_q (%d) is above %d, the CUDA grid's y limit (one block row "
+                       "per query head)",
+                       view->heads_q, GRID_YZ_MAX);
+    if (view->batch > GRID_YZ_MAX)
+        return fj_fail(FJ_ERR_UNSUPPORTED, "cuda: batch (%d) is above %d, the CUDA grid's z limit",
+                       view->batch, GRID_YZ_MAX);
+    return FJ_OK;
+}
+
+fj_status fj_cuda_supports(const fj_context *ctx, const fj_problem *p)
+{
+    (void)ctx;
+    fj_status st;
+    if ((st = fj_kernel_desc_supports(p)) || (st = check_strides(p))) return st;
+    fj_problem view;
+    fj_launch_view(p, &view);
+    return check_grid(&view);
 }
 
 static void fill_params(fj_fwd_params *prm, const fj_problem *p, int num_splits)
@@ -143,7 +170,7 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
 {
     const fj_cuda_kernel *kn = cp->kernel;
     const fj_kernel_desc *k = &kn->desc;
-    const struct fj_cuda_state *s = cp->cuda;
+    const fj_cuda_state *s = cp->cuda;
     fj_strbuf_printf(d, "backend: cuda (device %d: %s, sm_%d)\n", s->ordinal, s->name, s->arch);
     fj_strbuf_printf(d, "kernel: %s\n", kn->name);
     fj_strbuf_printf(d, "why: %s\n", cp->why);
@@ -191,40 +218,44 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
 
 /* The tiles: the given config, else the tuning entry for the point (the
  * user's file, then the shipped table) when it passes the template's rules
- * on this device, else the heuristic fj_kernel_desc_for_problem chose. */
+ * on this device, else the heuristic fj_kernel_desc_for_problem chose. The
+ * descriptor that comes out is checked against this device, once. */
 static fj_status choose_tiles(const fj_context *ctx, const fj_problem *p, const char *config,
-                              fj_kernel_desc *k, char *why, size_t n)
+                              fj_kernel_desc *k, fj_tiles_source *from, char *why, size_t n)
 {
-    const struct fj_cuda_state *s = ctx->cuda;
+    const fj_cuda_state *s = ctx->backend_state;
+    const size_t smem = (size_t)s->smem_optin;
     if (config) {
         fj_status st = fj_kernel_desc_parse_tiles(config, k);
         if (st) return fj_fail_prefix(st, "cuda");
         snprintf(why, n, "given configuration %s", config);
-        return FJ_OK;
+        *from = FJ_TILES_GIVEN;
+        return fj_kernel_desc_check(k, smem);
     }
     char arch[16];
     snprintf(arch, sizeof arch, "sm_%d", s->arch);
     fj_tuning_entry key;
     fj_tuning_key_for(p, s->name, arch, "flash_fwd", &key);
-    const char *from;
-    const fj_tuning_entry *e = fj_tuning_find(ctx, &key, &from);
+    const fj_tuning_entry *e = fj_tuning_find(ctx, &key, from);
     fj_kernel_desc tuned = *k;
     if (e && fj_kernel_desc_parse_tiles(e->config, &tuned) == FJ_OK &&
-        fj_kernel_desc_check(&tuned, (size_t)s->smem_optin) == FJ_OK) {
+        fj_kernel_desc_check(&tuned, smem) == FJ_OK) {
         *k = tuned;
-        snprintf(why, n, "tuned: %s entry for %s %s d%d %s %s bucket %d (%.4g ms, %s)", from,
-                 key.device, key.arch, key.head_dim, key.dtype, key.mask, key.bucket, e->ms, e->date);
+        snprintf(why, n, "tuned: %s entry for %s %s d%d %s %s bucket %d (%.4g ms, %s)",
+                 fj_tuning_source_text(*from), key.device, key.arch, key.head_dim, key.dtype,
+                 key.mask, key.bucket, e->ms, e->date);
         return FJ_OK;
     }
     fj_clear_error();
     if (e)
         snprintf(why, n, "heuristic for d%u on sm_%u (%s entry '%s' is unusable here)", k->head_dim,
-                 k->arch, from, e->config);
+                 k->arch, fj_tuning_source_text(*from), e->config);
     else
         snprintf(why, n, "heuristic for d%u on sm_%u (no tuning entry for %s %s d%d %s %s bucket %d)",
                  k->head_dim, k->arch, key.device, key.arch, key.head_dim, key.dtype, key.mask,
                  key.bucket);
-    return FJ_OK;
+    *from = FJ_TILES_HEURISTIC;
+    return fj_kernel_desc_check(k, smem);
 }
 
 /* FLASHJIT_CUDA_SPLITS=N: N splits wherever split-KV is allowed (a split
@@ -288,7 +319,7 @@ static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kern
  * completion, and griddepcontrol.wait in the kernel keeps it from reading
  * partials early. FLASHJIT_CUDA_PDL=0 turns it off (to measure it, or to rule
  * it out). */
-static bool combine_pdl_wanted(const struct fj_cuda_state *s)
+static bool combine_pdl_wanted(const fj_cuda_state *s)
 {
     const char *env = getenv("FLASHJIT_CUDA_PDL");
     return s->arch >= 90 && s->api->cuLaunchKernelEx && !(env && strcmp(env, "0") == 0);
@@ -298,7 +329,7 @@ static bool combine_pdl_wanted(const struct fj_cuda_state *s)
 static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p,
                              const fj_kernel_desc *k, int splits, int *blocks_per_sm)
 {
-    const struct fj_cuda_state *s = cp->cuda;
+    const fj_cuda_state *s = cp->cuda;
     fj_kernel_desc ks = *k, kc;
     ks.split_kv = 1;
     /* one combine block per query row */
@@ -336,37 +367,33 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
     return FJ_OK;
 }
 
+/* Plan creation resolves the kernel once: the launch view, the heuristic's
+ * descriptor for it, the tiles (given, tuning file, shipped table, or that
+ * heuristic), one check against this device, then the module cache (memory,
+ * disk cache, or NVRTC). supports() has accepted p. */
 fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *config,
                               void **state, fj_strbuf *describe)
 {
     *state = NULL;
-    const struct fj_cuda_state *s = ctx->cuda;
-    fj_kernel_desc k;
-    char why[256];
-    fj_status st = fj_kernel_desc_for_problem(p, (uint32_t)s->arch, &k);
-    if (st) return st;
-    /* Tuning entries are keyed by the user's problem; the kernel and its
-       launch see the packed one. */
-    if ((st = choose_tiles(ctx, p, config, &k, why, sizeof why))) return st;
-    if ((st = check_strides(p))) return st;
+    const fj_cuda_state *s = ctx->backend_state;
     fj_problem packed;
     bool gqa_packed = fj_launch_view(p, &packed);
+    fj_kernel_desc k;
+    fj_kernel_desc_default(&packed, (uint32_t)s->arch, &k);
+    /* Tuning entries are keyed by the user's problem; the kernel and its
+       launch see the packed one. */
+    char why[256];
+    fj_status st;
+    fj_tiles_source from;
+    if ((st = choose_tiles(ctx, p, config, &k, &from, why, sizeof why))) return st;
     const fj_problem *user = p;
     p = &packed;
-    if (p->heads_q > GRID_YZ_MAX)
-        return fj_fail(FJ_ERR_UNSUPPORTED,
-                       "cuda: heads_q (%d) is above %d, the CUDA grid's y limit (one block row "
-                       "per query head)",
-                       p->heads_q, GRID_YZ_MAX);
-    if (p->batch > GRID_YZ_MAX)
-        return fj_fail(FJ_ERR_UNSUPPORTED, "cuda: batch (%d) is above %d, the CUDA grid's z limit",
-                       p->batch, GRID_YZ_MAX);
-    if ((st = fj_kernel_desc_check(&k, (size_t)s->smem_optin))) return st;
 
     cuda_plan *cp = calloc(1, sizeof *cp);
     if (!cp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cuda: out of memory for the plan");
     cp->cuda = s;
     cp->gqa_packed = gqa_packed ? user->group : 0;
+    cp->tiles_from = from;
     snprintf(cp->why, sizeof cp->why, "%s", why);
     bool loaded_before;
     if ((st = fj_module_cache_get(s->modules, s, &k, ctx->cache_dir, &cp->kernel, &loaded_before))) {
@@ -494,13 +521,18 @@ int fj_cuda_launches(const void *state)
     return cp->num_splits > 1 ? 2 : 1;
 }
 
-void fj_cuda_plan_info_get(const void *state, fj_cuda_plan_info *out)
+void fj_cuda_plan_info(const void *state, fj_plan_info *out)
 {
     const cuda_plan *cp = state;
-    out->kernel = cp->kernel->desc;
-    out->local_bytes = cp->kernel->local_bytes;
-    out->num_splits = cp->num_splits;
-    out->why = cp->why;
+    const fj_cuda_kernel *kn = cp->kernel;
+    snprintf(out->kernel, sizeof out->kernel, "%s", kn->name);
+    fj_kernel_desc_tiles_name(&kn->desc, out->tiles, sizeof out->tiles);
+    out->tiles_source = cp->tiles_from;
+    out->registers = kn->num_regs;
+    out->local_bytes = kn->local_bytes;
+    out->shared_bytes = (int)cp->smem + kn->static_smem;
+    out->threads = (int)cp->threads;
+    out->splits = cp->num_splits;
 }
 
 /* Device time of each run, from events around each launch on the default

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "kernel_desc.h"
+#include "cuda/jit/kernel_desc.h"
 
 /* *source is malloc'd and NUL-terminated; *len excludes the NUL. */
 fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len);

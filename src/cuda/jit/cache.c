@@ -57,7 +57,7 @@
  * same bytes and the last rename wins; files are never changed in place, so a
  * reader's open descriptor keeps one complete version.
  */
-#include "cache.h"
+#include "cuda/jit/cache.h"
 
 #include <dirent.h>
 #include <errno.h>

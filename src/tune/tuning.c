@@ -1,5 +1,5 @@
 /* The tuning file and the shipped table: parsing, lookup, appending. */
-#include "tuning.h"
+#include "tune/tuning.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -10,18 +10,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kernel_desc.h"
 #include "log.h"
 #include "status.h"
-#include "templates.h"
+#include "embedded.h"
 
 struct fj_tuning {
     fj_tuning_entry *entries;
     int count, cap;
 };
-
-/* Embedded at build time from the tables in src/tuning/ (src/tuning/meson.build). */
-extern const fj_template fj_tuning_tables[];
 
 void fj_tuning_free(struct fj_tuning *t)
 {
@@ -174,7 +170,7 @@ static void load_shipped(void)
 {
     fj_tuning *all = calloc(1, sizeof *all);
     if (!all) return;
-    for (const fj_template *f = fj_tuning_tables; f->name; f++) {
+    for (const fj_embedded_file *f = fj_tuning_tables; f->name; f++) {
         fj_tuning *one;
         fj_strbuf notes;
         fj_strbuf_init(&notes);
@@ -196,16 +192,18 @@ const fj_tuning *fj_tuning_shipped(void)
 }
 
 const fj_tuning_entry *fj_tuning_find(const fj_context *ctx, const fj_tuning_entry *key,
-                                      const char **from)
+                                      fj_tiles_source *from)
 {
     const fj_tuning_entry *e = find_in(ctx->tuning, key);
-    if (e) {
-        *from = "the tuning file";
-        return e;
-    }
-    e = find_in(fj_tuning_shipped(), key);
-    *from = e ? "the shipped tuning table" : NULL;
-    return e;
+    *from = FJ_TILES_TUNING_FILE;
+    if (e) return e;
+    *from = FJ_TILES_SHIPPED_TABLE;
+    return find_in(fj_tuning_shipped(), key);
+}
+
+const char *fj_tuning_source_text(fj_tiles_source from)
+{
+    return from == FJ_TILES_TUNING_FILE ? "the tuning file" : "the shipped tuning table";
 }
 
 static char *read_file(const char *path, int *err)
@@ -303,8 +301,6 @@ void fj_tuning_key_for(const fj_problem *p, const char *device, const char *arch
     snprintf(key->template_name, sizeof key->template_name, "%s", template_name);
     key->head_dim = p->head_dim;
     snprintf(key->dtype, sizeof key->dtype, "%s", fj_dtype_name(p->dtype));
-    fj_mask_kind mask = (fj_mask_kind)((p->causal != FJ_CAUSAL_NONE ? FJ_MASK_CAUSAL : 0) |
-                                       (p->window_left >= 0 || p->window_right >= 0 ? FJ_MASK_WINDOW : 0));
-    snprintf(key->mask, sizeof key->mask, "%s", fj_kernel_desc_mask_name(mask));
+    snprintf(key->mask, sizeof key->mask, "%s", fj_mask_kind_name(fj_problem_mask_kind(p)));
     key->bucket = fj_tuning_bucket(p->seqlen_q, p->seqlen_k);
 }

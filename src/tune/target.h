@@ -2,7 +2,7 @@
  * key fields its tuning entries carry (device token, arch, template) and, on
  * CUDA, the limits candidates are pruned against. One accessor, so the tool
  * needs neither backend's internals and keys its entries exactly as plan
- * creation looks them up (src/cuda/backend.c choose_tiles,
+ * creation looks them up (src/cuda/cuda_plan.c choose_tiles,
  * src/cpu/tiled_blocks.c tuned_blocks). */
 #ifndef FJ_TUNING_TARGET_H
 #define FJ_TUNING_TARGET_H

@@ -1,4 +1,4 @@
-#include "plan_timing.h"
+#include "tune/measure.h"
 
 #include <time.h>
 

@@ -20,7 +20,8 @@ void fj_pool_destroy(fj_pool *pool);
 int fj_pool_threads(const fj_pool *pool);
 
 /* Runs fn(arg, t, w) for every t in [0, ntasks) and returns when all are done.
- * BLAS is kept single-threaded for the duration (see blas_threads.h). */
+ * Workers that call the BLAS run through fj_cpu_pool_run (cpu/blas_threads.h),
+ * which keeps it single-threaded for the duration. */
 void fj_pool_run(fj_pool *pool, int64_t ntasks, fj_task_fn fn, void *arg);
 
 #endif

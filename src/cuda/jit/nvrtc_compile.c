@@ -2,7 +2,7 @@
  * device is newer than the loaded NVRTC knows. The options are fixed here
  * and exposed (fj_nvrtc_target), because they change the binary and so
  * belong in the cache key. */
-#include "cuda/nvrtc_compile.h"
+#include "cuda/jit/nvrtc_compile.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "cuda/nvrtc_compile.h"
-#include "kernel_desc.h"
+#include "cuda/jit/nvrtc_compile.h"
+#include "cuda/jit/kernel_desc.h"
 
 typedef struct fj_kernel_image {
     void *data;              /* cubin, or NUL-terminated PTX when is_ptx */

@@ -4,45 +4,32 @@
  * the kernel template. The output depends on the descriptor and the
  * embedded text only, so equal descriptors give equal bytes and equal cache
  * keys. */
-#include "codegen.h"
+#include "cuda/jit/codegen.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "strbuf.h"
-#include "templates.h"
-
-static const char *template_file(uint32_t id)
-{
-    switch (id) {
-    case FJ_TEMPLATE_FLASH_FWD: return "flash_fwd.cu";
-    case FJ_TEMPLATE_COMBINE: return "combine.cu";
-    case FJ_TEMPLATE_FLASH_WGMMA: return "flash_wgmma.cu";
-    }
-    return NULL;
-}
+#include "embedded.h"
 
 const char *fj_codegen_entry(const fj_kernel_desc *k)
 {
-    switch (k->template_id) {
-    case FJ_TEMPLATE_FLASH_FWD: return "fj_flash_fwd";
-    case FJ_TEMPLATE_COMBINE: return "fj_combine";
-    case FJ_TEMPLATE_FLASH_WGMMA: return "fj_flash_fwd";
-    }
-    return NULL;
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    return r ? r->entry : NULL;
 }
 
 bool fj_codegen_arch_specific(const fj_kernel_desc *k)
 {
-    return k->template_id == FJ_TEMPLATE_FLASH_WGMMA;
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    return r && r->arch_specific;
 }
 
 /* Pastes one embedded file, preceded by a #line directive so that NVRTC's
  * diagnostics name the template file and its own line numbers. */
 static fj_status paste(fj_strbuf *b, const char *file)
 {
-    const fj_template *t = fj_template_find(file);
+    const fj_embedded_file *t = fj_template_find(file);
     if (!t)
         return fj_fail(FJ_ERR_INTERNAL,
                        "kernel template '%s' is not embedded in this build (template_files in "
@@ -91,7 +78,7 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
     /* attention_rows.cuh: what the two attention templates share */
     const char *files[] = {"fwd_params.h", "common.cuh",
                            fj_template_is_attention(k->template_id) ? "attention_rows.cuh" : NULL,
-                           template_file(k->template_id)};
+                           fj_template_row_of(k->template_id)->file};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         if (files[i] && (s = paste(&b, files[i])) != FJ_OK) {
             fj_strbuf_free(&b);

@@ -2,15 +2,15 @@
  * NVRTC on a miss, store. The cache key covers everything that changes the
  * image (source, options, NVRTC version, target), so a hit is always the
  * image a compile would give now. */
-#include "kernel_build.h"
+#include "cuda/jit/kernel_build.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
-#include "codegen.h"
-#include "cuda/nvrtc_compile.h"
+#include "cuda/jit/cache.h"
+#include "cuda/jit/codegen.h"
+#include "cuda/jit/nvrtc_compile.h"
 #include "log.h"
 #include "status.h"
 

@@ -45,9 +45,12 @@ void fj_tuning_free(struct fj_tuning *t);
 
 /* The entry matching every key field of `key` (config, ms and date
  * ignored): the user's file first, then the shipped table. NULL: none.
- * *from says which ("tuning file PATH" / "shipped table"). */
+ * *from says which (FJ_TILES_TUNING_FILE or FJ_TILES_SHIPPED_TABLE). */
 const fj_tuning_entry *fj_tuning_find(const fj_context *ctx, const fj_tuning_entry *key,
-                                      const char **from);
+                                      fj_tiles_source *from);
+
+/* "the tuning file" or "the shipped tuning table", for describe texts. */
+const char *fj_tuning_source_text(fj_tiles_source from);
 
 /* The key fields of the entry for problem p on (device token, arch,
  * template); config, ms and date are left empty. */
