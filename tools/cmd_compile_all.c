@@ -251,9 +251,11 @@ static void add_unique(const fj_kernel_desc *out, int m, variant *v, size_t *n)
 }
 
 /* Appends to out[*m] the split variant of k and both combine kernels: of one
- * warp (few splits) and of FJ_COMBINE_WARPS (many). */
+ * warp (few splits) and of FJ_COMBINE_WARPS (many); nothing for a template
+ * without split variants (plans never split its problems). */
 static void add_split_of(const fj_kernel_desc *k, fj_kernel_desc *out, int *m)
 {
+    if (!fj_template_row_of(k->template_id)->split_kv) return;
     fj_kernel_desc ks = *k;
     ks.split_kv = 1;
     out[(*m)++] = ks;

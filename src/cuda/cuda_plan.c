@@ -11,6 +11,7 @@
 #include "cuda/cuda_plan.h"
 #include "cuda/device.h"
 #include "cuda/module_cache.h"
+#include "cuda/tma_launch.h"
 #include "cuda/jit/launch_view.h"
 #include "cuda/jit/kernel_desc.h"
 #include "log.h"
@@ -65,6 +66,8 @@ typedef struct cuda_plan {
     int gqa_packed; /* query heads per block row when GQA-packed (fj_launch_view), else 0 */
     CUdeviceptr partials; /* o_partial then lse_partial (split-KV only) */
     bool combine_pdl;     /* launch the combine kernel as a programmatic dependent */
+    fj_launch_kind launch; /* the kernel's template's launch shape */
+    fj_tma_layout tma;     /* FJ_LAUNCH_PERSISTENT_TMA: tensor map layout, schedule */
     fj_fwd_params params; /* all but the tensors, which each execute sets */
     char launch_what[160]; /* "cuLaunchKernel(<kernel name>)" for a failed launch */
     fj_tiles_source tiles_from;
@@ -184,6 +187,15 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
                      "bytes static shared memory; %d block%s per SM\n",
                      kn->num_regs, kn->local_bytes, kn->static_smem, blocks_per_sm,
                      blocks_per_sm == 1 ? "" : "s");
+    if (cp->launch == FJ_LAUNCH_PERSISTENT_TMA)
+        fj_strbuf_printf(d,
+                         "schedule: %d work tiles (%d query tiles of each head and batch) on a "
+                         "persistent grid of %u blocks, %d (head, batch) pairs side by side%s; "
+                         "tensor maps encoded at each execute\n",
+                         cp->tma.tiles, cp->tma.m_blocks, cp->grid[0], cp->tma.head_group,
+                         k->mask == FJ_MASK_CAUSAL || k->mask == FJ_MASK_CAUSAL_WINDOW
+                             ? ", the query tiles with the most keys first"
+                             : "");
     if (cp->gqa_packed)
         fj_strbuf_printf(d,
                          "GQA packing: the %d query heads of each kv head are the rows of one "
@@ -367,6 +379,34 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
     return FJ_OK;
 }
 
+/* A flash_tma kernel reads and writes through tensor maps: encoded here
+ * once with stand-in pointers, so that a layout the copy engine cannot
+ * address (a stride of 0, say) is found at plan time. Then the tiles that
+ * came from a heuristic or a tuning entry fall back to the next template;
+ * given ones fail. */
+static fj_status check_tma_layout(const fj_cuda_state *s, const fj_problem *view,
+                                  const char *config, fj_kernel_desc *k, fj_tiles_source *from,
+                                  char *why, size_t n, fj_tma_layout *out)
+{
+    memset(out, 0, sizeof *out);
+    if (fj_template_row_of(k->template_id)->launch != FJ_LAUNCH_PERSISTENT_TMA) return FJ_OK;
+    fj_tma_layout_make(view, k, s->l2_bytes, out);
+    static _Alignas(256) const char stand_in[256];
+    _Alignas(64) fj_tma_params trial;
+    fj_status st = fj_tma_params_make(s->api, out, stand_in, stand_in, stand_in, stand_in, &trial);
+    if (st == FJ_OK || config) return st;
+    if (st == FJ_ERR_OUT_OF_MEMORY) return st;
+    char name[128];
+    fj_kernel_desc_name(k, name, sizeof name);
+    size_t used = strlen(why);
+    snprintf(why + used, n - used, "; not %s: %s", name, fj_last_error());
+    fj_clear_error();
+    fj_kernel_desc_heuristic_excluding(k, FJ_TEMPLATE_FLASH_TMA);
+    *from = FJ_TILES_HEURISTIC;
+    memset(out, 0, sizeof *out);
+    return fj_kernel_desc_check(k, (size_t)s->smem_optin);
+}
+
 /* Plan creation resolves the kernel once: the launch view, the heuristic's
  * descriptor for it, the tiles (given, tuning file, shipped table, or that
  * heuristic), one check against this device, then the module cache (memory,
@@ -386,6 +426,8 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     fj_status st;
     fj_tiles_source from;
     if ((st = choose_tiles(ctx, p, config, &k, &from, why, sizeof why))) return st;
+    fj_tma_layout tma;
+    if ((st = check_tma_layout(s, &packed, config, &k, &from, why, sizeof why, &tma))) return st;
     const fj_problem *user = p;
     p = &packed;
 
@@ -394,6 +436,8 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     cp->cuda = s;
     cp->gqa_packed = gqa_packed ? user->group : 0;
     cp->tiles_from = from;
+    cp->launch = fj_template_row_of(k.template_id)->launch;
+    cp->tma = tma;
     snprintf(cp->why, sizeof cp->why, "%s", why);
     bool loaded_before;
     if ((st = fj_module_cache_get(s->modules, s, &k, ctx->cache_dir, &cp->kernel, &loaded_before))) {
@@ -416,13 +460,21 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
         free(cp);
         return st;
     }
+    if (cp->launch == FJ_LAUNCH_PERSISTENT_TMA) {
+        /* at most one resident block per work tile and SM slot */
+        const int64_t slots = (int64_t)blocks_per_sm * s->sm_count;
+        cp->grid[0] = (unsigned)(cp->tma.tiles < slots ? cp->tma.tiles : slots);
+        cp->grid[1] = cp->grid[2] = 1;
+    }
     int forced;
     if ((st = splits_from_env(&forced))) {
         free(cp);
         return st;
     }
     cp->splits_forced = forced;
-    int splits = choose_splits(cp, p, &k, blocks_per_sm, forced);
+    int splits = fj_template_row_of(k.template_id)->split_kv
+                     ? choose_splits(cp, p, &k, blocks_per_sm, forced)
+                     : 1;
     if (splits > 1 && (st = setup_split(cp, ctx, p, &k, splits, &blocks_per_sm))) {
         fj_cuda_plan_destroy(cp);
         return st;
@@ -468,8 +520,17 @@ static fj_status check_pointers(const void *q, const void *k, const void *v, con
  * with its context already current. */
 static fj_status launch_current(const cuda_plan *cp, fj_fwd_params *prm, CUstream stream)
 {
-    void *args[1] = {prm};
     const fj_cuda_api *api = cp->cuda->api;
+    if (cp->launch == FJ_LAUNCH_PERSISTENT_TMA) {
+        _Alignas(64) fj_tma_params tma;
+        fj_status st = fj_tma_params_make(api, &cp->tma, prm->q, prm->k, prm->v, prm->o, &tma);
+        if (st) return st;
+        void *tma_args[2] = {prm, &tma};
+        CUresult r = api->cuLaunchKernel(cp->kernel->function, cp->grid[0], 1, 1, cp->threads, 1, 1,
+                                         cp->smem, stream, tma_args, NULL);
+        return r == FJ_CUDA_SUCCESS ? FJ_OK : fj_cuda_fail(api, r, cp->launch_what);
+    }
+    void *args[1] = {prm};
     CUresult r = api->cuLaunchKernel(cp->kernel->function, cp->grid[0], cp->grid[1], cp->grid[2],
                                      cp->threads, 1, 1, cp->smem, stream, args, NULL);
     if (r != FJ_CUDA_SUCCESS) return fj_cuda_fail(api, r, cp->launch_what);

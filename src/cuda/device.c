@@ -52,7 +52,7 @@ static fj_status read_device(fj_cuda_state *s)
     if ((r = api->cuDeviceGetName(s->name, (int)sizeof s->name, s->device)))
         return discovery_fail(api, r, "cuDeviceGetName");
     s->name[sizeof s->name - 1] = '\0';
-    int major = 0, minor = 0;
+    int major = 0, minor = 0, l2 = 0;
     fj_status st;
     if ((st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
                         "COMPUTE_CAPABILITY_MAJOR", &major)) ||
@@ -63,8 +63,10 @@ static fj_status read_device(fj_cuda_state *s)
         (st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                         "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", &s->smem_optin)) ||
         (st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-                        "MAX_THREADS_PER_BLOCK", &s->max_threads_per_block)))
+                        "MAX_THREADS_PER_BLOCK", &s->max_threads_per_block)) ||
+        (st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2_CACHE_SIZE", &l2)))
         return st;
+    s->l2_bytes = l2 > 0 ? (size_t)l2 : 0;
     s->arch = major * 10 + minor;
     if ((r = api->cuDeviceTotalMem(&s->total_mem, s->device)))
         return discovery_fail(api, r, "cuDeviceTotalMem");

@@ -28,6 +28,7 @@ typedef struct fj_cuda_state {
     int smem_optin;         /* bytes of shared memory one block may opt in to */
     int max_threads_per_block;
     size_t total_mem;       /* bytes */
+    size_t l2_bytes;        /* L2 cache size */
     struct fj_module_cache *modules; /* set by the backend's probe (cuda_backend.c) */
 } fj_cuda_state;
 

@@ -380,7 +380,7 @@ static void test_compile_set(void **state)
         char name[128], want_target[16], line[200];
         fj_kernel_desc_name(&first.desc[i], name, sizeof name);
         snprintf(want_target, sizeof want_target, "sm_%u%s", (unsigned)first.desc[i].arch,
-                 first.desc[i].template_id == FJ_TEMPLATE_FLASH_WGMMA ? "a" : "");
+                 fj_codegen_arch_specific(&first.desc[i]) ? "a" : "");
         assert_string_equal(img->name, name);
         assert_string_equal(img->target, want_target);
         assert_false(img->is_ptx);

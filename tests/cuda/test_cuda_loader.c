@@ -22,6 +22,7 @@
 #include "cuda/cuda_api.h"
 #include "fake_driver.h"
 #include "flashjit.h"
+#include "cuda/jit/codegen.h"
 #include "cuda/jit/kernel_desc.h"
 #include "tune/measure.h"
 #include "problem.h"
@@ -290,16 +291,25 @@ static void test_plan_launch_records(void **state)
     assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
     fake_launch l = fake_last_launch();
     assert_int_equal(fake_get_counts().launches, 1);
-    assert_int_equal(l.grid[0], (100 + k.block_m - 1) / k.block_m);
-    assert_int_equal(l.grid[1], 8);
-    assert_int_equal(l.grid[2], 2);
+    const unsigned m_tiles = (100 + k.block_m - 1) / k.block_m;
+    if (k.template_id == FJ_TEMPLATE_FLASH_TMA) {
+        /* persistent: one block per work tile, at most one per SM */
+        assert_int_equal(l.grid[0], m_tiles * 8 * 2 < 132 ? m_tiles * 8 * 2 : 132);
+        assert_int_equal(l.grid[1], 1);
+        assert_int_equal(l.grid[2], 1);
+    } else {
+        /* one query tile */
+        assert_int_equal(l.grid[0], m_tiles);
+        assert_int_equal(l.grid[0], 1);
+        assert_int_equal(l.grid[1], 8);
+        assert_int_equal(l.grid[2], 2);
+    }
     assert_int_equal(l.block[0], 32 * k.warps);
     assert_int_equal(l.block[1], 1);
     assert_int_equal(l.block[2], 1);
     assert_int_equal(l.smem, fj_kernel_desc_smem_bytes(&k));
     assert_null(l.stream);
-    /* one query tile, but the 4 query heads of a kv head each read its K and V */
-    assert_int_equal(l.grid[0], 1);
+    /* the 4 query heads of a kv head each read its K and V */
     assert_int_equal(l.params.kv_read_once, 0);
     assert_ptr_equal(l.ctx, fake_primary_context(0));
     const fj_fwd_params *p = &l.params;
@@ -721,9 +731,12 @@ static void test_get_function_fails(void **state)
     fj_attention_desc d;
     fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 128, FJ_BF16);
     fj_plan *plan;
+    fj_kernel_desc k;
+    char name[128];
+    expected_kernel(&d, &k, name, sizeof name);
     assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_DRIVER);
     assert_contains(fj_last_error(), "cuModuleGetFunction failed: CUDA_ERROR_NOT_FOUND");
-    assert_contains(fj_last_error(), "fj_flash_fwd");
+    assert_contains(fj_last_error(), fj_codegen_entry(&k));
     /* The module that was loaded was unloaded again. */
     fake_counts c = fake_get_counts();
     assert_int_equal(c.module_loads, c.module_unloads);

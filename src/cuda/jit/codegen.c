@@ -75,10 +75,10 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
                      window, (unsigned)k->block_m, (unsigned)k->block_n, (unsigned)k->warps,
                      (unsigned)k->stages, (unsigned)k->split_kv, fj_kernel_desc_smem_bytes(k));
 
-    /* attention_rows.cuh: what the two attention templates share */
+    /* attention_rows.cuh: what the attention templates share */
+    const fj_template_row *row = fj_template_row_of(k->template_id);
     const char *files[] = {"fwd_params.h", "common.cuh",
-                           fj_template_is_attention(k->template_id) ? "attention_rows.cuh" : NULL,
-                           fj_template_row_of(k->template_id)->file};
+                           row->attention ? "attention_rows.cuh" : NULL, row->header, row->file};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         if (files[i] && (s = paste(&b, files[i])) != FJ_OK) {
             fj_strbuf_free(&b);

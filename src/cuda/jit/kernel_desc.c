@@ -285,13 +285,15 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
 
 /* ---- choice ---------------------------------------------------------------- */
 
-void fj_kernel_desc_heuristic(fj_kernel_desc *k)
+void fj_kernel_desc_heuristic(fj_kernel_desc *k) { fj_kernel_desc_heuristic_excluding(k, 0); }
+
+void fj_kernel_desc_heuristic_excluding(fj_kernel_desc *k, uint32_t excluded)
 {
     fj_tile_shape t = shape_of(k);
     for (int i = 0; fj_template_row_at(i); i++) {
         const fj_template_row *r = fj_template_row_at(i);
         if (!r->attention || !r->prefill_tiles || k->arch < r->min_arch ||
-            (r->max_arch && k->arch > r->max_arch))
+            (r->max_arch && k->arch > r->max_arch) || (uint32_t)r->id == excluded)
             continue;
         if (r->prefill_tiles(&t, (fj_mask_kind)k->mask)) {
             k->template_id = r->id;

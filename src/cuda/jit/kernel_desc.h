@@ -120,4 +120,9 @@ void fj_kernel_desc_combine_for(const fj_kernel_desc *k, unsigned warps, fj_kern
  * row whose prefill_tiles takes it. */
 void fj_kernel_desc_heuristic(fj_kernel_desc *k);
 
+/* The same with one template left out (0: none), for a problem that
+ * template's rules accept but its launch cannot take (a layout the copy
+ * engine cannot address). */
+void fj_kernel_desc_heuristic_excluding(fj_kernel_desc *k, uint32_t excluded);
+
 #endif

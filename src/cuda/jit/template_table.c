@@ -147,6 +147,78 @@ static bool wgmma_prefill_tiles(fj_tile_shape *t, fj_mask_kind mask)
     return true;
 }
 
+/* ---- flash_tma: TMA loads, warp-specialized, persistent, sm_90 -------------- */
+
+/* The shared layout of flash_tma.cu (the template static_asserts it agrees):
+   the Q tile, an O staging tile when it fits, `stages` K and V tiles, each
+   rounded up to 1024 bytes, the mbarriers, and 1024 bytes to align the base
+   to the swizzle atom. */
+static size_t tma_tile(uint32_t rows, uint32_t head_dim)
+{
+    return ((size_t)rows * head_dim * 2 + 1023) / 1024 * 1024;
+}
+#define TMA_SMEM_MAX 232448 /* sm_90's opt-in maximum; flash_tma.cu's SMEM_MAX */
+
+static size_t tma_smem(const fj_tile_shape *t)
+{
+    size_t q = tma_tile(t->block_m, t->head_dim), kv = tma_tile(t->block_n, t->head_dim);
+    size_t barriers = ((2 + 4 * (size_t)t->stages) * 8 + 127) / 128 * 128;
+    size_t base = q + 2 * (size_t)t->stages * kv + barriers + 1024;
+    return base + q <= TMA_SMEM_MAX ? base + q : base;
+}
+
+/* Accumulators a consumer thread holds (O, S and P) against what its
+   registers after setmaxnreg leave for them: one consumer 208, two 192,
+   three 120 (the rest: addresses, softmax state, loop). */
+static unsigned tma_accumulators(const fj_tile_shape *t)
+{
+    return t->head_dim / 2 + t->block_n / 2 + t->block_n / 4;
+}
+
+static void tma_rules(const fj_tile_shape *t, char *why, size_t n)
+{
+    unsigned consumers = t->warps >= 8 ? (t->warps - 4) / 4 : 0;
+    static const unsigned budget[4] = {0, 208, 192, 120};
+    if (t->head_dim % 16 || t->head_dim < 64 || t->head_dim > 256)
+        snprintf(why, n,
+                 "head_dim %u is not a multiple of 16 in 64..256 (flash_tma's column blocks are "
+                 "64, 32 and 16 wide; flash_fwd takes any multiple of 8)",
+                 (unsigned)t->head_dim);
+    else if (t->warps % 4 || consumers < 1 || consumers > 3)
+        snprintf(why, n,
+                 "warps %u is not 8, 12 or 16 (flash_tma runs a producer warpgroup and 1..3 "
+                 "consumer warpgroups)",
+                 (unsigned)t->warps);
+    else if (t->block_m != 64 * consumers)
+        snprintf(why, n, "block_m %u is not 64 * consumer warpgroups (%u): a consumer owns 64 query rows",
+                 (unsigned)t->block_m, 64u * consumers);
+    else if (t->block_n < 16 || t->block_n > 256 || t->block_n % 16)
+        snprintf(why, n, "block_n %u is not a multiple of 16 in 16..256", (unsigned)t->block_n);
+    else if (t->stages < 2 || t->stages > 4)
+        snprintf(why, n, "stages %u is not in 2..4", (unsigned)t->stages);
+    else if (t->split_kv)
+        snprintf(why, n, "flash_tma has no split-KV variant");
+    else if (tma_accumulators(t) > budget[consumers])
+        snprintf(why, n,
+                 "head_dim / 2 + 3 * block_n / 4 (%u accumulator registers a thread) is above "
+                 "%u, what %u consumer warpgroup%s leave for them",
+                 tma_accumulators(t), budget[consumers], consumers, consumers == 1 ? "" : "s");
+}
+
+/* Every multiple of 16 from 64 to 256 on sm_90: two consumers of 64 rows;
+   key tiles as wide as the registers and shared memory allow (128 up to
+   d160, 112 to d192, 80 above), two stages. */
+static bool tma_prefill_tiles(fj_tile_shape *t, fj_mask_kind mask)
+{
+    (void)mask;
+    if (t->arch != 90 || t->head_dim % 16 || t->head_dim < 64) return false;
+    t->block_m = 128;
+    t->warps = 12;
+    t->block_n = t->head_dim <= 160 ? 128 : t->head_dim <= 192 ? 112 : 80;
+    t->stages = 2;
+    return true;
+}
+
 /* ---- combine: merges split-KV partials ---------------------------------------- */
 
 /* reads the float partials straight from global memory */
@@ -167,6 +239,28 @@ static void combine_rules(const fj_tile_shape *t, char *why, size_t n)
 /* In the prefill heuristic's order of preference. */
 static const fj_template_row rows[] = {
     {
+        .id = FJ_TEMPLATE_FLASH_TMA,
+        .name = "flash_tma",
+        .file = "flash_tma.cu",
+        .header = "wgmma.cuh",
+        .entry = "fj_flash_tma",
+        .attention = true,
+        .unit_letter = 'c',
+        .unit_name = "consumer warpgroups",
+        .warps_per_unit = 4,
+        .extra_warps = 4,
+        .min_arch = 90,
+        .max_arch = 90,
+        .arch_why = "TMA, wgmma and setmaxnreg exist there only; flash_fwd runs everywhere",
+        .arch_specific = true,
+        .launch = FJ_LAUNCH_PERSISTENT_TMA,
+        .smem_formula = "Q + O staging (when it fits) + 2 * stages * block_n rows, each tile "
+                        "rounded up to 1024 bytes, + barriers + 1024",
+        .smem_bytes = tma_smem,
+        .rules = tma_rules,
+        .prefill_tiles = tma_prefill_tiles,
+    },
+    {
         .id = FJ_TEMPLATE_FLASH_WGMMA,
         .name = "flash_wgmma",
         .file = "flash_wgmma.cu",
@@ -180,6 +274,7 @@ static const fj_template_row rows[] = {
         .arch_why = "wgmma exists there only; flash_fwd runs everywhere",
         .arch_specific = true,
         .launch = FJ_LAUNCH_TILE_GRID,
+        .split_kv = true,
         .smem_formula = "(block_m + 2 * stages * block_n) * head_dim * 2 + 1024",
         .smem_bytes = wgmma_smem,
         .rules = wgmma_rules,
@@ -197,6 +292,7 @@ static const fj_template_row rows[] = {
         .min_arch = 80,
         .arch_why = "the kernels use cp.async and bf16 mma.sync",
         .launch = FJ_LAUNCH_TILE_GRID,
+        .split_kv = true,
         .smem_formula = "(block_m + 2 * stages * block_n) * (head_dim rounded up to 16 + 8) * 2",
         .smem_bytes = fwd_smem,
         .rules = fwd_rules,

@@ -46,6 +46,7 @@ typedef struct fj_template_row {
     fj_template_id id;
     const char *name;        /* in kernel names: "flash_fwd" */
     const char *file;        /* kernel_templates/ file pasted last */
+    const char *header;      /* a kernel_templates/ header pasted before it, or NULL */
     const char *entry;       /* its __global__ function */
     bool attention;          /* computes attention (the combine kernel only merges) */
     /* The tile string "m<M>n<N><letter><units>s<S>": warps = units *
@@ -58,6 +59,7 @@ typedef struct fj_template_row {
     const char *arch_why;    /* why the range, for messages */
     bool arch_specific;      /* compiled for "sm_90a" (wgmma, setmaxnreg) */
     fj_launch_kind launch;
+    bool split_kv;           /* has a split-KV variant (split_kv = 1 descriptors) */
     const char *smem_formula; /* the formula, for messages */
     size_t (*smem_bytes)(const fj_tile_shape *t);
     /* The first of the template's own rules t breaks, into why (left empty
