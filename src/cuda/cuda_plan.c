@@ -71,7 +71,7 @@ typedef struct cuda_plan {
     fj_fwd_params params; /* all but the tensors, which each execute sets */
     char launch_what[160]; /* "cuLaunchKernel(<kernel name>)" for a failed launch */
     fj_tiles_source tiles_from;
-    char why[256];         /* where the tiles came from */
+    char why[512];         /* where the tiles came from */
 } cuda_plan;
 
 static fj_status check_strides(const fj_problem *p)
@@ -393,7 +393,11 @@ static fj_status check_tma_layout(const fj_cuda_state *s, const fj_problem *view
     fj_tma_layout_make(view, k, s->l2_bytes, out);
     static _Alignas(256) const char stand_in[256];
     _Alignas(64) fj_tma_params trial;
-    fj_status st = fj_tma_params_make(s->api, out, stand_in, stand_in, stand_in, stand_in, &trial);
+    /* the driver encodes only with a current context */
+    fj_status st = fj_cuda_push(s);
+    if (st) return st;
+    st = fj_tma_params_make(s->api, out, stand_in, stand_in, stand_in, stand_in, &trial);
+    fj_cuda_pop(s);
     if (st == FJ_OK || config) return st;
     if (st == FJ_ERR_OUT_OF_MEMORY) return st;
     char name[128];
@@ -422,7 +426,7 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     fj_kernel_desc_default(&packed, (uint32_t)s->arch, &k);
     /* Tuning entries are keyed by the user's problem; the kernel and its
        launch see the packed one. */
-    char why[256];
+    char why[512];
     fj_status st;
     fj_tiles_source from;
     if ((st = choose_tiles(ctx, p, config, &k, &from, why, sizeof why))) return st;

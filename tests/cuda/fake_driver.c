@@ -472,6 +472,7 @@ static CUresult f_cuTensorMapEncodeTiled(void *map, int type, uint32_t rank, voi
                                          int interleave, int swizzle, int l2, int oob)
 {
     INJECT("cuTensorMapEncodeTiled");
+    NEED_CONTEXT(); /* as the driver: CUDA_ERROR_INVALID_CONTEXT without one */
     if (!map || (uintptr_t)map % 64 || (uintptr_t)address % 16 || rank < 1 || rank > 5 ||
         !dim || !box || !element_strides || interleave != 0 || swizzle < 0 || swizzle > 3 ||
         l2 < 0 || l2 > 3 || oob < 0 || oob > 1 ||
