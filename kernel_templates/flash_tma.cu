@@ -21,10 +21,10 @@
  *     overlap), and the consumers take turns issuing their GEMMs through
  *     named barriers, so that one's softmax runs while another's GEMMs use
  *     the tensor cores (the ping-pong).
- * Grid: persistent, at most one block per SM; block i takes work tiles i,
- * i + gridDim.x, ... of a schedule that keeps head_group heads together (so
- * their K and V stay in L2) and, under a causal mask, takes the query tiles
- * with the most keys first.
+ * Grid: persistent, at most one block per SM, dealt the work tiles in rounds
+ * (nth_tile) of a schedule that keeps head_group heads together (so their K
+ * and V stay in L2) and, under a causal mask, takes the query tiles with the
+ * most keys first.
  *
  * Head dims: every multiple of 16 from 64 to 256, exactly. A tile's rows are
  * stored as column blocks of 64 elements (128-byte rows, 128-byte swizzle),
@@ -296,6 +296,17 @@ __device__ __forceinline__ Tile tile_of(const fj_fwd_params &p, const fj_tma_par
     return w;
 }
 
+/* The r-th work tile of this block: rounds of gridDim.x tiles, dealt
+   alternately forwards and backwards, so that a block that drew one of the
+   longest tiles of a round (the schedule's order puts them first) draws one
+   of the shortest of the next; -1 past the last. */
+__device__ __forceinline__ int nth_tile(const fj_tma_params &t, int r)
+{
+    const int g = (int)gridDim.x, i = (int)blockIdx.x;
+    const int tile = r * g + (r & 1 ? g - 1 - i : i);
+    return tile < t.tiles ? tile : -1;
+}
+
 /* ---- the producer --------------------------------------------------------------- */
 
 /* The copies of `rows` rows of a tile of tile_rows rows, from row
@@ -327,7 +338,7 @@ __device__ __forceinline__ void produce(const fj_fwd_params &p, const fj_tma_par
         prefetch_map(t.v[i]);
     }
     unsigned it = 0, q_uses = 0;
-    for (int tile = blockIdx.x; tile < t.tiles; tile += gridDim.x) {
+    for (int r = 0, tile; (tile = nth_tile(t, r)) >= 0; ++r) {
         const Tile w = tile_of(p, t, tile);
         const int hk = w.h / p.group;
         const int count = w.n_end - w.n_begin;
@@ -684,7 +695,7 @@ __device__ __forceinline__ void consume(const fj_fwd_params &p, const fj_tma_par
     k.negate = p.scale_log2 < 0.f;
     /* the last consumer hands the first turn to the first */
     if (CONSUMERS > 1 && c == CONSUMERS - 1) named_arrive(1, 256);
-    for (int tile = blockIdx.x; tile < t.tiles; tile += gridDim.x) {
+    for (int r = 0, tile; (tile = nth_tile(t, r)) >= 0; ++r) {
         const Tile w = tile_of(p, t, tile);
         State st;
 #pragma unroll

@@ -381,12 +381,15 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
 
 /* A flash_tma kernel reads and writes through tensor maps: encoded here
  * once with stand-in pointers, so that a layout the copy engine cannot
- * address (a stride of 0, say) is found at plan time. Then the tiles that
- * came from a heuristic or a tuning entry fall back to the next template;
- * given ones fail. */
+ * address (a stride of 0, say) is found at plan time. A tuning entry's
+ * flash_tma tiles may also not fill the device (fj_kernel_desc_fills_device:
+ * the entry was measured on a larger problem of its bucket; with splitting
+ * turned off, FLASHJIT_CUDA_SPLITS=1, nothing would do better). In either case
+ * tiles that came from the heuristic or a tuning entry fall back to the
+ * next template; given ones are used as they are, or fail. */
 static fj_status check_tma_layout(const fj_cuda_state *s, const fj_problem *view,
-                                  const char *config, fj_kernel_desc *k, fj_tiles_source *from,
-                                  char *why, size_t n, fj_tma_layout *out)
+                                  const char *config, bool may_split, fj_kernel_desc *k,
+                                  fj_tiles_source *from, char *why, size_t n, fj_tma_layout *out)
 {
     memset(out, 0, sizeof *out);
     if (fj_template_row_of(k->template_id)->launch != FJ_LAUNCH_PERSISTENT_TMA) return FJ_OK;
@@ -398,13 +401,22 @@ static fj_status check_tma_layout(const fj_cuda_state *s, const fj_problem *view
     if (st) return st;
     st = fj_tma_params_make(s->api, out, stand_in, stand_in, stand_in, stand_in, &trial);
     fj_cuda_pop(s);
-    if (st == FJ_OK || config) return st;
-    if (st == FJ_ERR_OUT_OF_MEMORY) return st;
+    if (config || st == FJ_ERR_OUT_OF_MEMORY) return st;
+    char reason[320];
+    if (st) {
+        snprintf(reason, sizeof reason, "%s", fj_last_error());
+        fj_clear_error();
+    } else if (may_split && !fj_kernel_desc_fills_device(k, view, s->sm_count)) {
+        snprintf(reason, sizeof reason,
+                 "%d work tiles would leave most of the %d SMs idle, and it cannot split the keys",
+                 out->tiles, s->sm_count);
+    } else {
+        return FJ_OK;
+    }
     char name[128];
     fj_kernel_desc_name(k, name, sizeof name);
     size_t used = strlen(why);
-    snprintf(why + used, n - used, "; not %s: %s", name, fj_last_error());
-    fj_clear_error();
+    snprintf(why + used, n - used, "; not %s: %s", name, reason);
     fj_kernel_desc_heuristic_excluding(k, FJ_TEMPLATE_FLASH_TMA);
     *from = FJ_TILES_HEURISTIC;
     memset(out, 0, sizeof *out);
@@ -420,18 +432,23 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
 {
     *state = NULL;
     const fj_cuda_state *s = ctx->backend_state;
+    int forced;
+    fj_status st;
+    if ((st = splits_from_env(&forced))) return st;
+    const bool may_split = forced != 1;
     fj_problem packed;
     bool gqa_packed = fj_launch_view(p, &packed);
     fj_kernel_desc k;
-    fj_kernel_desc_default(&packed, (uint32_t)s->arch, &k);
+    if (may_split) fj_kernel_desc_for_device(&packed, (uint32_t)s->arch, s->sm_count, &k);
+    else fj_kernel_desc_default(&packed, (uint32_t)s->arch, &k);
     /* Tuning entries are keyed by the user's problem; the kernel and its
        launch see the packed one. */
     char why[512];
-    fj_status st;
     fj_tiles_source from;
     if ((st = choose_tiles(ctx, p, config, &k, &from, why, sizeof why))) return st;
     fj_tma_layout tma;
-    if ((st = check_tma_layout(s, &packed, config, &k, &from, why, sizeof why, &tma))) return st;
+    if ((st = check_tma_layout(s, &packed, config, may_split, &k, &from, why, sizeof why, &tma)))
+        return st;
     const fj_problem *user = p;
     p = &packed;
 
@@ -469,11 +486,6 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
         const int64_t slots = (int64_t)blocks_per_sm * s->sm_count;
         cp->grid[0] = (unsigned)(cp->tma.tiles < slots ? cp->tma.tiles : slots);
         cp->grid[1] = cp->grid[2] = 1;
-    }
-    int forced;
-    if ((st = splits_from_env(&forced))) {
-        free(cp);
-        return st;
     }
     cp->splits_forced = forced;
     int splits = fj_template_row_of(k.template_id)->split_kv

@@ -54,6 +54,7 @@ static const struct {
     const char *dim16, *other;
 } sm90_prefill[] = {
     {56, NULL, "m128n64w4s2"},
+    {64, "m192n128c3s2", "m128n64w4s2"},
     {128, "m128n128c2s2", "m128n64w4s2"},
     {160, "m128n128c2s2", "m128n64w8s2"},
     {192, "m128n112c2s2", "m128n64w8s2"},
@@ -793,6 +794,23 @@ static void test_heuristic(void **state)
     fj_kernel_desc_heuristic_excluding(&k, FJ_TEMPLATE_FLASH_TMA);
     assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
     tiles_are(&k, 128, 64, 4, 2);
+    /* flash_tma cannot split the keys: on a device of 132 SMs it takes a
+       problem of at least 66 work tiles (query tiles x heads x batch) */
+    fj_attention_desc d;
+    fj_problem p;
+    fj_attention_desc_init(&d, 1, 33, 33, 256, 8192, 128, FJ_BF16); /* 2 x 33 = 66 tiles */
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    fj_kernel_desc_for_device(&p, 90, 132, &k);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_TMA);
+    assert_true(fj_kernel_desc_fills_device(&k, &p, 132));
+    assert_false(fj_kernel_desc_fills_device(&k, &p, 133));
+    d.seqlen_q = 128; /* 33 tiles: flash_wgmma, which splits */
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    fj_kernel_desc_for_device(&p, 90, 132, &k);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_WGMMA);
+    assert_true(fj_kernel_desc_fills_device(&k, &p, 132));
+    fj_kernel_desc_for_device(&p, 90, 66, &k);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_TMA);
     /* On sm_90 where everything fits, flash_fwd's tiles for the other dims. */
     desc_for(8, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
     desc_for(120, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);

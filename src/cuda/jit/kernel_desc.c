@@ -331,6 +331,22 @@ void fj_kernel_desc_default(const fj_problem *p, uint32_t arch, fj_kernel_desc *
     fj_kernel_desc_heuristic(k);
 }
 
+bool fj_kernel_desc_fills_device(const fj_kernel_desc *k, const fj_problem *view, int sm_count)
+{
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    if (!r || r->split_kv || !k->block_m) return true;
+    const int64_t m_tiles = (view->seqlen_q + (int64_t)k->block_m - 1) / k->block_m;
+    return 2 * m_tiles * view->heads_q * view->batch >= sm_count;
+}
+
+void fj_kernel_desc_for_device(const fj_problem *view, uint32_t arch, int sm_count,
+                               fj_kernel_desc *k)
+{
+    fj_kernel_desc_default(view, arch, k);
+    if (!fj_kernel_desc_fills_device(k, view, sm_count))
+        fj_kernel_desc_heuristic_excluding(k, k->template_id);
+}
+
 fj_status fj_kernel_desc_supports(const fj_problem *p)
 {
     if (p->dtype == FJ_F32)

@@ -78,6 +78,18 @@ fj_status fj_kernel_desc_supports(const fj_problem *p);
  * fj_kernel_desc_heuristic's. */
 void fj_kernel_desc_default(const fj_problem *view, uint32_t arch, fj_kernel_desc *k);
 
+/* Whether a kernel of a template without split-KV variants keeps a device of
+ * sm_count SMs busy on the launch view p: at least half as many work tiles
+ * (query tiles x heads x batch) as SMs. Without that, a template that can
+ * split the keys does better (few query rows over many keys). Always true
+ * for templates with split-KV variants. */
+bool fj_kernel_desc_fills_device(const fj_kernel_desc *k, const fj_problem *view, int sm_count);
+
+/* fj_kernel_desc_default for a device of sm_count SMs: the heuristic's
+ * template unless it does not fill the device (above), then the next one. */
+void fj_kernel_desc_for_device(const fj_problem *view, uint32_t arch, int sm_count,
+                               fj_kernel_desc *k);
+
 /* The two above for a user's problem (through its launch view), then
  * fj_kernel_desc_check against the arch's shared-memory maximum: what the
  * library runs for p on that arch without a tuning file (the tools' and

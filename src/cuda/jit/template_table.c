@@ -206,15 +206,18 @@ static void tma_rules(const fj_tile_shape *t, char *why, size_t n)
                  tma_accumulators(t), budget[consumers], consumers, consumers == 1 ? "" : "s");
 }
 
-/* Every multiple of 16 from 64 to 256 on sm_90: two consumers of 64 rows;
+/* Every multiple of 16 from 64 to 256 on sm_90: two consumers of 64 rows,
+   three at d64 (the softmax of one then hides behind two others' GEMMs);
    key tiles as wide as the registers and shared memory allow (128 up to
-   d160, 112 to d192, 80 above), two stages. */
+   d160, 112 to d192, 80 above), two stages (flashjit tune on the H200,
+   docs/benchmarks.md "Hopper prefill"). */
 static bool tma_prefill_tiles(fj_tile_shape *t, fj_mask_kind mask)
 {
     (void)mask;
     if (t->arch != 90 || t->head_dim % 16 || t->head_dim < 64) return false;
-    t->block_m = 128;
-    t->warps = 12;
+    const unsigned consumers = t->head_dim == 64 ? 3 : 2;
+    t->block_m = 64 * consumers;
+    t->warps = 4 * consumers + 4;
     t->block_n = t->head_dim <= 160 ? 128 : t->head_dim <= 192 ? 112 : 80;
     t->stages = 2;
     return true;
