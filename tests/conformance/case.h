@@ -98,6 +98,13 @@ typedef struct fjt_case_list {
 bool fjt_case_list_add(fjt_case_list *l, const fjt_case *c);
 void fjt_case_list_free(fjt_case_list *l);
 
+/* A random problem as the tiled-grid family draws them (seqlens 1..max_seqlen,
+ * the head dims of the reference's grid, every dtype, MHA/GQA 8:1/MQA, every
+ * causal kind and window kind, a scale in [1, 4] when sharp, the oracle's cost
+ * capped, dense/BHSD/padded strides): for the suites that force a backend's
+ * parameters and need problems of their own. */
+fjt_case fjt_case_draw(fjt_rng *rng, const char *group, const char *name, int max_seqlen, bool sharp);
+
 /* Every case, the random ones drawn from seed. False when out of memory. */
 bool fjt_cases_build(fjt_case_list *l, uint64_t seed);
 

@@ -200,6 +200,21 @@ static void tiled_grid(builder *b, uint64_t seed)
     }
 }
 
+fjt_case fjt_case_draw(fjt_rng *rng, const char *group, const char *name, int max_seqlen, bool sharp)
+{
+    static const fjt_layout layouts[] = {FJT_DENSE, FJT_BHSD, FJT_PADDED3};
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 1, 1, fjt_range(rng, 1, max_seqlen), fjt_range(rng, 1, max_seqlen),
+                           ref_dims[fjt_range(rng, 0, NELEMS(ref_dims) - 1)],
+                           all_dtypes[fjt_range(rng, 0, 2)]);
+    set_heads(&d, (enum heads_kind)fjt_range(rng, 0, HEAD_KINDS - 1), rng);
+    d.causal = (fj_causal)fjt_range(rng, 0, 2);
+    set_window(&d, (enum window_kind)fjt_range(rng, 0, WINDOW_KINDS - 1), rng);
+    if (sharp) d.scale = (float)(1.0 + 3.0 * fjt_uniform(rng));
+    cap_cost(&d);
+    return fjt_case_make(group, name, &d, layouts[fjt_range(rng, 0, NELEMS(layouts) - 1)], true);
+}
+
 /* Rows that see no key, by every way it can happen (and rows that see one),
  * GQA 8:1, each dtype. */
 static void empty_rows(builder *b)

@@ -41,6 +41,15 @@ static void knob_restore(knob_state *k)
     free(k->old);
 }
 
+fj_status fjt_case_plan(const fjt_case *c, fj_context *ctx, fj_plan **plan)
+{
+    knob_state knob;
+    knob_set(c, &knob);
+    fj_status s = fj_plan_create(ctx, &c->d, plan);
+    knob_restore(&knob);
+    return s;
+}
+
 static fj_status fail_out(fjt_output *out, fj_status s)
 {
     out->status = s;
@@ -62,11 +71,8 @@ fj_status fjt_case_run(const fjt_case *c, const fjt_problem *p, fj_context *ctx,
         snprintf(out->message, sizeof out->message, "out of host memory for the outputs");
         return out->status;
     }
-    knob_state knob;
-    knob_set(c, &knob);
     fj_plan *plan = NULL;
-    fj_status s = fj_plan_create(ctx, d, &plan);
-    knob_restore(&knob);
+    fj_status s = fjt_case_plan(c, ctx, &plan);
     if (s) return fail_out(out, s);
     fj_plan_info info;
     if (fj_plan_get_info(plan, &info) == FJ_OK)

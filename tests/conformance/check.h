@@ -17,6 +17,9 @@
  * c's rows. False when out of memory. */
 bool fjt_case_problem(const fjt_case *c, uint64_t suite_seed, fjt_problem *p);
 
+/* fj_plan_create for c on ctx with c's knob set in the environment. */
+fj_status fjt_case_plan(const fjt_case *c, fj_context *ctx, fj_plan **plan);
+
 /* One backend's run of a case. */
 typedef struct fjt_output {
     fj_backend backend;  /* what the context resolved to */

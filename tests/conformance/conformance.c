@@ -179,6 +179,12 @@ static int create_contexts(const options *o, backend_run *runs)
             continue;
         }
         runs[n++] = (backend_run){.ctx = ctx, .kind = (*e)->kind};
+        printf("# %s context:\n", (*e)->name);
+        for (const char *line = fj_context_describe(ctx); *line;) {
+            int len = (int)strcspn(line, "\n");
+            printf("#   %.*s\n", len, line);
+            line += len + (line[len] == '\n');
+        }
     }
     fflush(stdout);
     return n;
@@ -199,43 +205,78 @@ static fj_context *reference_context(const options *o, backend_run *runs, int n,
     return ref;
 }
 
+static void count(backend_run *r, fjt_verdict v)
+{
+    if (v == FJT_PASS) r->passed++;
+    else if (v == FJT_FAIL) r->failed++;
+    else r->skipped++;
+}
+
 /* Every backend's run of one case, judged; the reference runs first (when
- * its context exists) as the yardstick of the others. */
+ * its context exists) as the yardstick of the others. Backends are asked for
+ * a plan first, so that a case no backend here takes (f32 on CUDA) costs no
+ * oracle. */
 static void check_case(const fjt_case *c, uint64_t seed, backend_run *runs, int n, fj_context *ref)
 {
+    fjt_output *outs = calloc((size_t)n, sizeof *outs);
+    bool any = false;
+    for (int b = 0; outs && b < n; b++) {
+        fj_plan *plan = NULL;
+        outs[b].backend = runs[b].kind;
+        outs[b].status = fjt_case_plan(c, runs[b].ctx, &plan);
+        snprintf(outs[b].message, sizeof outs[b].message, "%s", fj_last_error());
+        fj_plan_destroy(plan);
+        any |= outs[b].status != FJ_ERR_UNSUPPORTED || (c->must_run & FJT_ON(runs[b].kind));
+    }
     fjt_problem p;
     double t0 = now();
-    if (!fjt_case_problem(c, seed, &p)) {
+    bool made = outs && any && fjt_case_problem(c, seed, &p);
+    double oracle_s = now() - t0;
+    if (outs && any && !made) {
         for (int b = 0; b < n; b++) {
             fjt_case_print(FJT_FAIL, c, runs[b].kind, "out of host memory making the problem");
             runs[b].failed++;
         }
+        free(outs);
         return;
     }
-    double oracle_s = now() - t0, ref_s = 0;
+    if (!outs) {
+        for (int b = 0; b < n; b++) {
+            fjt_case_print(FJT_FAIL, c, runs[b].kind, "out of host memory");
+            runs[b].failed++;
+        }
+        return;
+    }
     fjt_output yard;
     memset(&yard, 0, sizeof yard);
     t0 = now();
-    if (ref) fjt_case_run(c, &p, ref, &yard);
-    ref_s = now() - t0;
+    if (made && ref) fjt_case_run(c, &p, ref, &yard);
+    double ref_s = now() - t0;
     for (int b = 0; b < n; b++) {
-        fjt_output mine, *out = &mine;
+        char note[1024];
+        if (!made) { /* every backend said UNSUPPORTED, and may */
+            fjt_verdict v = fjt_case_verdict(c, NULL, &outs[b], NULL, note, sizeof note);
+            fjt_case_print(v, c, runs[b].kind, note);
+            count(&runs[b], v);
+            continue;
+        }
+        fjt_output *out = &outs[b];
         double run_s = ref_s;
         t0 = now();
         if (runs[b].ctx == ref) out = &yard;
-        else fjt_case_run(c, &p, runs[b].ctx, &mine), run_s = now() - t0;
-        char note[1024];
+        else if (out->status != FJ_ERR_UNSUPPORTED) fjt_case_run(c, &p, runs[b].ctx, out), run_s = now() - t0;
         fjt_verdict v = fjt_case_verdict(c, &p, out, ref ? &yard : NULL, note, sizeof note);
-        size_t len = strlen(note);
-        snprintf(note + len, sizeof note - len, " | %.3f s (oracle %.3f s)", run_s, oracle_s);
+        if (v != FJT_SKIP) {
+            size_t len = strlen(note);
+            snprintf(note + len, sizeof note - len, " | %.3f s (oracle %.3f s)", run_s, oracle_s);
+        }
         fjt_case_print(v, c, runs[b].kind, note);
-        if (v == FJT_PASS) runs[b].passed++;
-        else if (v == FJT_FAIL) runs[b].failed++;
-        else runs[b].skipped++;
+        count(&runs[b], v);
         if (out != &yard) fjt_output_free(out);
     }
     fjt_output_free(&yard);
-    fjt_problem_free(&p);
+    if (made) fjt_problem_free(&p);
+    free(outs);
 }
 
 int main(int argc, char **argv)
