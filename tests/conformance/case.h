@@ -50,6 +50,7 @@ typedef struct fjt_case {
     double lse_tol;        /* |lse - the oracle's| when above the backend's own (0: none) */
     const int *oracle_rows; /* the query rows the oracle computes (NULL: every row) */
     int n_oracle_rows;
+    bool heavy;            /* skipped by --quick (the sanitizer builds' default) */
 } fjt_case;
 
 /* A case of d with the layout applied, lse on, the CPU backends required,

@@ -92,6 +92,10 @@ static void test_families(void **state)
             cuda |= !strcmp(l.cases[i].group, cuda_groups[g]);
         assert_true((l.cases[i].must_run & FJT_ON_CPU) == FJT_ON_CPU);
         assert_int_equal(cuda, (l.cases[i].must_run & FJT_ON(FJ_BACKEND_CUDA)) != 0);
+        /* only the CUDA families have heavy cases: the others run in every
+           build, the sanitizers' included, as their suites did */
+        if (l.cases[i].heavy && !cuda)
+            fail_msg("%s/%s is heavy outside the CUDA families", l.cases[i].group, l.cases[i].name);
     }
     fjt_case_list_free(&l);
 }
