@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "cli_problem.h"
 #include "harness.h"
 #include "tune/measure.h"
@@ -41,7 +42,7 @@ fj_status fjt_perf_row(const fjt_case *c, fj_context *ctx, uint64_t suite_seed, 
 {
     const fj_attention_desc *d = &c->d;
     fj_plan *plan = NULL;
-    fj_status s = fj_plan_create(ctx, d, &plan);
+    fj_status s = fjt_case_plan(c, ctx, &plan); /* with the case's knob */
     if (s) return s;
     fjt_rng rng;
     fjt_rng_init(&rng, fjt_case_seed(c, suite_seed));
