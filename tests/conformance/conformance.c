@@ -346,7 +346,13 @@ int main(int argc, char **argv)
             char note[96];
             snprintf(note, sizeof note, "heavy (oracle work %.3g), and --quick", fjt_case_work(c));
             for (int b = 0; b < n; b++) {
-                fjt_case_print(FJT_SKIP, c, runs[b].kind, note);
+                if (o.perf) { /* stdout keeps bench's table */
+                    char what[640];
+                    fjt_case_str(c, what, sizeof what);
+                    fprintf(stderr, "SKIP %s %s: %s\n", fj_backend_name(runs[b].kind), what, note);
+                } else {
+                    fjt_case_print(FJT_SKIP, c, runs[b].kind, note);
+                }
                 runs[b].skipped++;
             }
             continue;
@@ -356,7 +362,8 @@ int main(int argc, char **argv)
             continue;
         }
         for (int b = 0; b < n; b++) {
-            fj_status s = fjt_perf_row(c, runs[b].ctx, seed, o.warmup, o.repeat);
+            char why[512];
+            fj_status s = fjt_perf_row(c, runs[b].ctx, seed, o.warmup, o.repeat, why, sizeof why);
             if (s == FJ_OK) {
                 runs[b].passed++;
                 continue;
@@ -365,7 +372,7 @@ int main(int argc, char **argv)
             fjt_case_str(c, what, sizeof what);
             /* stderr, as bench's: stdout keeps bench's table */
             fprintf(stderr, "%s %s %s: %s: %s\n", s == FJ_ERR_UNSUPPORTED ? "SKIP" : "FAIL",
-                    fj_backend_name(runs[b].kind), what, fj_status_name(s), fj_last_error());
+                    fj_backend_name(runs[b].kind), what, fj_status_name(s), why);
             if (s == FJ_ERR_UNSUPPORTED) runs[b].skipped++;
             else runs[b].failed++;
         }

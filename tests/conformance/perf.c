@@ -38,17 +38,19 @@ static int cmp_double(const void *a, const void *b)
 static size_t elem_size(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
 
 fj_status fjt_perf_row(const fjt_case *c, fj_context *ctx, uint64_t suite_seed, int warmup,
-                       int repeat)
+                       int repeat, char *why, size_t why_n)
 {
     const fj_attention_desc *d = &c->d;
     fj_plan *plan = NULL;
     fj_status s = fjt_case_plan(c, ctx, &plan); /* with the case's knob */
+    snprintf(why, why_n, "%s", s ? fj_last_error() : "");
     if (s) return s;
     fjt_rng rng;
     fjt_rng_init(&rng, fjt_case_seed(c, suite_seed));
     fjt_problem p;
     double *ms = calloc((size_t)repeat, sizeof *ms);
     if (!ms || !fjt_problem_make_inputs(&p, d, &rng)) {
+        snprintf(why, why_n, "out of host memory for the inputs");
         free(ms);
         fj_plan_destroy(plan);
         return FJ_ERR_OUT_OF_MEMORY;
@@ -74,6 +76,8 @@ fj_status fjt_perf_row(const fjt_case *c, fj_context *ctx, uint64_t suite_seed, 
                fj_attention_flops(d) / (median * 1e-3) / 1e12,
                cli_min_bytes(d, c->lse) / (median * 1e-3) / 1e9, info.launches, "-", kernel);
         fflush(stdout);
+    } else {
+        snprintf(why, why_n, "%s", fj_last_error());
     }
     fj_free(ctx, dq);
     fj_free(ctx, dk);

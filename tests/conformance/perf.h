@@ -6,6 +6,7 @@
 #ifndef FJT_PERF_H
 #define FJT_PERF_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "case.h"
@@ -15,8 +16,8 @@ void fjt_perf_header(void);
 
 /* Times c on ctx (warmup runs, then repeat timed ones) and prints its row.
  * Returns FJ_OK, or the failing status (UNSUPPORTED included) with the
- * message in fj_last_error(); nothing is printed then. */
+ * failing call's message in why; nothing is printed then. */
 fj_status fjt_perf_row(const fjt_case *c, fj_context *ctx, uint64_t suite_seed, int warmup,
-                       int repeat);
+                       int repeat, char *why, size_t why_n);
 
 #endif
