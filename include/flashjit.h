@@ -166,6 +166,10 @@ FJ_API void fj_context_destroy(fj_context *ctx);
 /* What AUTO resolved to (never FJ_BACKEND_AUTO for a valid context). */
 FJ_API fj_backend fj_context_backend(const fj_context *ctx);
 
+/* The CPU worker threads the context runs CPU plans (and the tuner's checks)
+ * on: the cpu_threads option, or one per online core. */
+FJ_API int fj_context_cpu_threads(const fj_context *ctx);
+
 /* Several lines: what was found (CPU, BLAS, CUDA driver, NVRTC, device), what
  * was chosen and why, the cache directory and tuning file in use. Owned by the
  * context, constant for its life. */
@@ -224,6 +228,40 @@ FJ_API fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k,
 
 /* Backend, kernel name, tiles, and why they were chosen. Owned by the plan. */
 FJ_API const char *fj_plan_describe(const fj_plan *p);
+
+/* Where a plan's tiles came from. */
+typedef enum fj_tiles_source {
+    FJ_TILES_HEURISTIC = 0,    /* the built-in heuristic */
+    FJ_TILES_TUNING_FILE = 1,  /* an entry of the context's tuning file */
+    FJ_TILES_SHIPPED_TABLE = 2, /* an entry of the table shipped with flashjit */
+    FJ_TILES_GIVEN = 3,        /* given by the caller (the tuner's candidates) */
+    FJ_TILES_FORCED = 4,       /* forced by a test hook */
+} fj_tiles_source;
+
+/* "heuristic", "tuning file", "shipped table", "given", "forced"; NULL out
+ * of range. Static. */
+FJ_API const char *fj_tiles_source_name(fj_tiles_source s);
+
+/* What a plan runs, as data (fj_plan_describe says the same in words). */
+typedef struct fj_plan_info {
+    fj_backend backend;          /* never AUTO */
+    char kernel[128];            /* CUDA: the canonical kernel name (the split variant when
+                                    split-KV); CPU: "cpu_tiled" or "cpu_reference" */
+    char tiles[32];              /* CUDA "m128n64w4s2", CPU tiled "q128k256"; "" when the
+                                    backend has no tiles (the reference) */
+    fj_tiles_source tiles_source;
+    int registers;               /* CUDA: registers per thread; 0 on the CPU */
+    int local_bytes;             /* CUDA: local memory per thread (spills); 0 on the CPU */
+    int shared_bytes;            /* CUDA: shared memory per block (dynamic + static); 0 on the CPU */
+    int threads;                 /* CUDA: threads per block; CPU: worker threads */
+    int splits;                  /* CUDA: key splits (1: no split-KV); 1 on the CPU */
+    int launches;                /* kernel launches per execute; 0 on the CPU */
+    int reserved[8];             /* zero; room for fields added later without an ABI break */
+} fj_plan_info;
+
+/* Fills *info (zeroed first) from the plan. FJ_ERR_INVALID_ARGUMENT for a
+ * NULL argument. Thread-safe. */
+FJ_API fj_status fj_plan_get_info(const fj_plan *p, fj_plan_info *info);
 
 /* Frees the plan (NULL: no-op). */
 FJ_API void fj_plan_destroy(fj_plan *p);

@@ -27,4 +27,25 @@ typedef struct fj_fwd_params {
     float scale_log2;         /* softmax scale * log2(e): scores go through exp2 */
 } fj_fwd_params;
 
+/* flash_tma's second parameter block: the TMA descriptors (CUtensorMap, 128
+ * opaque bytes, 64-byte aligned, made by cuTensorMapEncodeTiled at each
+ * execute) of q, k, v and o, one per column-block width (64, 32 and 16
+ * elements; unused ones zero), and the persistent schedule. */
+#ifdef __cplusplus
+#define FJ_ALIGNAS_64 alignas(64)
+#else
+#define FJ_ALIGNAS_64 _Alignas(64)
+#endif
+typedef struct fj_tensor_map {
+    FJ_ALIGNAS_64 unsigned long long opaque[16];
+} fj_tensor_map;
+
+typedef struct fj_tma_params {
+    fj_tensor_map q[3], k[3], v[3], o[3];
+    int tiles;      /* work tiles: m_blocks * heads_q * batch */
+    int m_blocks;   /* query tiles per (head, batch) */
+    int head_group; /* (head, batch) pairs whose tiles run side by side */
+    int reserved;
+} fj_tma_params;
+
 #endif

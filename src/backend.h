@@ -1,14 +1,19 @@
-/* The table every backend fills (ggml/BLIS style): plan creation, execution,
- * and the backend's memory. The core (context.c, plan.c) calls only these; a
- * backend never sees the public desc, only the validated fj_problem. */
+/* The backends behind one table (ggml's backend registry, BLIS's reference
+ * slots): each backend is a registry entry (probe, release, supports, tuning
+ * target) and an ops table (plan creation, execution, memory). The core
+ * (context.c, plan.c) and the tuner call backends through these alone and
+ * include no backend header; a backend never sees the public desc, only the
+ * validated fj_problem. */
 #ifndef FJ_BACKEND_H
 #define FJ_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "flashjit.h"
 #include "problem.h"
 #include "strbuf.h"
+#include "tune/target.h"
 
 typedef struct fj_backend_ops {
     fj_backend kind;
@@ -33,6 +38,9 @@ typedef struct fj_backend_ops {
                            const void *v, void *o, float *lse, int warmup, int repeat, double *ms);
     /* Optional (NULL: 0). Kernel launches one execute makes. */
     int (*launches)(const void *state);
+    /* Fills the backend's fields of *info (zeroed, backend and launches set
+       by the core). */
+    void (*info)(const void *state, fj_plan_info *info);
 
     fj_status (*mem_alloc)(fj_context *ctx, size_t bytes, void **ptr);
     void (*mem_free)(fj_context *ctx, void *ptr);
@@ -41,9 +49,44 @@ typedef struct fj_backend_ops {
     fj_status (*synchronize)(fj_context *ctx, void *stream);
 } fj_backend_ops;
 
-extern const fj_backend_ops fj_cpu_reference_ops; /* src/cpu/reference.c */
-extern const fj_backend_ops fj_cpu_tiled_ops;     /* src/cpu/tiled.c */
-/* CUDA: see cuda/cuda_backend.h (present only when built and usable). */
+/* One row of the registry. */
+typedef struct fj_backend_entry {
+    fj_backend kind;
+    const char *name;  /* as fj_backend_name() */
+    const char *title; /* for sentences: "CUDA", "the CPU tiled backend" */
+    const char *usable_when; /* why AUTO takes it when its probe succeeds */
+    bool auto_choice;  /* AUTO may pick it (the reference is a yardstick, never AUTO's) */
+    /* Brings the backend up for ctx (its device, its libraries). FJ_OK: *state
+       is the backend's per-context state (NULL when it keeps none). Either
+       way it appends its describe lines to `facts`, each starting with its
+       name: what it found, or why it is not usable. FJ_ERR_NO_DEVICE: not
+       usable here, fj_last_error() says why, and AUTO moves on; any other
+       status is a failure of context creation. */
+    fj_status (*probe)(fj_context *ctx, void **state, fj_strbuf *facts);
+    /* Releases what probe took (NULL state: no-op). */
+    void (*release)(void *state);
+    /* FJ_OK when the backend computes p (with any configuration); else
+       FJ_ERR_UNSUPPORTED with the rule and what to do in fj_last_error().
+       Cheap: no allocation, no compile. Plan creation asks it first. */
+    fj_status (*supports)(const fj_context *ctx, const fj_problem *p);
+    /* The key fields its tuning entries carry and the limits the tuner
+       prunes candidates against; NULL when it has nothing to tune. */
+    void (*tuning_target)(const fj_context *ctx, fj_tuning_target *out);
+    const fj_backend_ops *ops;
+} fj_backend_entry;
+
+/* The registry in AUTO's order of preference (CUDA, then the CPU tiled
+ * backend, then the reference); NULL-terminated (src/backends.c). */
+extern const fj_backend_entry *const fj_backend_registry[];
+
+/* The entry of that kind, or NULL (AUTO). */
+const fj_backend_entry *fj_backend_entry_of(fj_backend kind);
+
+/* The rows, each defined by its backend: src/cuda/device.c (or
+ * src/cuda/absent.c without CUDA), src/cpu/tiled.c, src/cpu/reference.c. */
+extern const fj_backend_entry fj_cuda_backend_entry;
+extern const fj_backend_entry fj_cpu_tiled_backend_entry;
+extern const fj_backend_entry fj_cpu_reference_backend_entry;
 
 /* Host memory for the CPU backends (src/cpu/memory.c), shared by both. */
 fj_status fj_cpu_mem_alloc(fj_context *ctx, size_t bytes, void **ptr);

@@ -1,18 +1,17 @@
-/* Context creation: resolves AUTO to a backend (and records why), the cache
- * directory and tuning file, and owns the CPU pool and the CUDA state. */
+/* Context creation: resolves AUTO to a registry row (and records why, for
+ * every row), the cache directory and tuning file; owns the worker pool and
+ * the chosen backend's state. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "context.h"
-#include "cpu/blas_threads.h"
-#include "cpu/pool.h"
-#include "cuda/cuda_backend.h"
 #include "log.h"
 #include "paths.h"
 #include "plan_cache.h"
+#include "pool.h"
 #include "status.h"
-#include "tuning.h"
+#include "tune/tuning.h"
 
 void fj_context_options_init(fj_context_options *o)
 {
@@ -75,11 +74,47 @@ static int online_cores(void)
     return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
 }
 
+/* Walks the registry: the row asked for or, under AUTO, each row AUTO may
+ * pick, in order, until one probes usable. Every row adds its lines to `rows`:
+ * what its probe found, why it is not usable, or why it was not probed. */
+static fj_status choose_backend(fj_context *ctx, fj_backend want, fj_strbuf *why, fj_strbuf *rows)
+{
+    for (const fj_backend_entry *const *it = fj_backend_registry; *it; it++) {
+        const fj_backend_entry *e = *it;
+        bool candidate = want == FJ_BACKEND_AUTO ? e->auto_choice : e->kind == want;
+        if (!candidate || ctx->entry) {
+            fj_strbuf_printf(rows, "%s: %s\n", e->name,
+                             !e->auto_choice ? "on request only (never AUTO's choice)"
+                             : ctx->entry    ? "not probed (a backend before it was chosen)"
+                                             : "not probed (another backend was asked for)");
+            continue;
+        }
+        void *state = NULL;
+        fj_status s = e->probe(ctx, &state, rows);
+        if (s == FJ_OK) {
+            ctx->entry = e;
+            ctx->backend_state = state;
+            if (want == FJ_BACKEND_AUTO && why->len) fj_strbuf_printf(why, ", so %s", e->title);
+            else if (want == FJ_BACKEND_AUTO) fj_strbuf_printf(why, "AUTO: %s", e->usable_when);
+        } else if (want == FJ_BACKEND_AUTO && s == FJ_ERR_NO_DEVICE) {
+            fj_strbuf_printf(why, "%sAUTO: %s is not usable (%s)", why->len ? "; " : "",
+                             e->title, fj_last_error());
+            fj_clear_error();
+        } else {
+            return s; /* the reason is in fj_last_error() */
+        }
+    }
+    if (!ctx->entry)
+        return fj_fail(FJ_ERR_INTERNAL, "no backend in the registry is usable, not even the CPU");
+    return FJ_OK;
+}
+
 /* Everything after the options were checked; on failure the caller destroys ctx. */
 static fj_status context_setup(fj_context *ctx, const fj_context_options *o, fj_strbuf *d)
 {
-    fj_strbuf why;
+    fj_strbuf why, rows;
     fj_strbuf_init(&why);
+    fj_strbuf_init(&rows);
     fj_backend want = o->backend;
     fj_status s = FJ_OK;
     if (want == FJ_BACKEND_AUTO) s = backend_from_env(&want, &why);
@@ -90,49 +125,21 @@ static fj_status context_setup(fj_context *ctx, const fj_context_options *o, fj_
     ctx->cpu_threads = o->cpu_threads ? o->cpu_threads : online_cores();
     if ((s = fj_cache_dir_resolve(o->cache_dir, &ctx->cache_dir, &ctx->cache_dir_note))) goto out;
     if ((s = fj_tuning_path_resolve(o->tuning_file, ctx->cache_dir, &ctx->tuning_file))) goto out;
+    /* Every context gets a pool: CPU plans run on it, and the tuner checks
+       any backend's candidates against the CPU reference with it. */
+    if ((s = fj_pool_create(ctx->cpu_threads, &ctx->pool))) goto out;
+    if ((s = choose_backend(ctx, want, &why, &rows))) goto out;
 
     fj_strbuf_printf(d, "flashjit %s\n", FLASHJIT_VERSION_STRING);
-    fj_strbuf cuda_facts;
-    fj_strbuf_init(&cuda_facts);
-    if (want == FJ_BACKEND_AUTO || want == FJ_BACKEND_CUDA) {
-        s = fj_cuda_state_create(ctx, &cuda_facts);
-        if (s == FJ_OK) {
-            ctx->backend = FJ_BACKEND_CUDA;
-            ctx->ops = fj_cuda_backend_ops();
-            if (want == FJ_BACKEND_AUTO)
-                fj_strbuf_puts(&why, "AUTO: a CUDA device, the driver and NVRTC are usable");
-        } else if (want == FJ_BACKEND_CUDA || s != FJ_ERR_NO_DEVICE) {
-            fj_strbuf_free(&cuda_facts);
-            goto out; /* the reason is in fj_last_error() */
-        } else {
-            fj_strbuf_printf(&why, "AUTO: CUDA is not usable (%s), so the CPU", fj_last_error());
-            fj_clear_error();
-            want = FJ_BACKEND_CPU;
-            s = FJ_OK;
-        }
-    }
-    if (want == FJ_BACKEND_CPU || want == FJ_BACKEND_CPU_REFERENCE) {
-        ctx->backend = want;
-        ctx->ops = want == FJ_BACKEND_CPU ? &fj_cpu_tiled_ops : &fj_cpu_reference_ops;
-    }
-    /* Both kinds of context get a pool: CUDA plans check candidates against
-       the CPU reference (the tuner), CPU plans run on it. */
-    if ((s = fj_pool_create(ctx->cpu_threads, &ctx->pool))) {
-        fj_strbuf_free(&cuda_facts);
-        goto out;
-    }
-
-    fj_strbuf_printf(d, "backend: %s (%s)\n", fj_backend_name(ctx->backend), why.data ? why.data : "");
-    fj_strbuf_printf(d, "cpu: %d threads; BLAS: ", ctx->cpu_threads);
-    fj_blas_describe(d);
-    fj_strbuf_puts(d, "\n");
-    if (cuda_facts.data) fj_strbuf_puts(d, cuda_facts.data);
-    fj_strbuf_free(&cuda_facts);
+    fj_strbuf_printf(d, "backend: %s (%s)\n", ctx->entry->name, why.data ? why.data : "");
+    fj_strbuf_printf(d, "cpu: %d threads\n", ctx->cpu_threads);
+    if (rows.data) fj_strbuf_puts(d, rows.data);
     if (ctx->cache_dir) fj_strbuf_printf(d, "cache: %s\n", ctx->cache_dir);
     else fj_strbuf_printf(d, "cache: %s\n", ctx->cache_dir_note);
     if ((s = fj_tuning_load(ctx, d))) goto out;
 out:
     fj_strbuf_free(&why);
+    fj_strbuf_free(&rows);
     return s;
 }
 
@@ -163,7 +170,7 @@ fj_status fj_context_create(const fj_context_options *o, fj_context **out)
         fj_context_destroy(ctx);
         return s;
     }
-    FJ_INFO("context: backend %s, %d CPU threads, cache %s", fj_backend_name(ctx->backend),
+    FJ_INFO("context: backend %s, %d CPU threads, cache %s", ctx->entry->name,
             ctx->cpu_threads, ctx->cache_dir ? ctx->cache_dir : "off");
     *out = ctx;
     return FJ_OK;
@@ -174,7 +181,7 @@ void fj_context_destroy(fj_context *ctx)
     if (!ctx) return;
     fj_plan_cache_clear(ctx);
     fj_tuning_free(ctx->tuning);
-    fj_cuda_state_destroy(ctx);
+    if (ctx->entry && ctx->entry->release) ctx->entry->release(ctx->backend_state);
     fj_pool_destroy(ctx->pool);
     pthread_mutex_destroy(&ctx->plan_lock);
     free(ctx->cache_dir);
@@ -186,8 +193,10 @@ void fj_context_destroy(fj_context *ctx)
 
 fj_backend fj_context_backend(const fj_context *ctx)
 {
-    return ctx ? ctx->backend : FJ_BACKEND_AUTO;
+    return ctx && ctx->entry ? ctx->entry->kind : FJ_BACKEND_AUTO;
 }
+
+int fj_context_cpu_threads(const fj_context *ctx) { return ctx ? ctx->cpu_threads : 0; }
 
 const char *fj_context_describe(const fj_context *ctx)
 {
@@ -202,12 +211,12 @@ fj_status fj_malloc(fj_context *ctx, size_t bytes, void **ptr)
     if (!ptr) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_malloc: ptr is NULL");
     *ptr = NULL;
     if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_malloc: ctx is NULL");
-    return ctx->ops->mem_alloc(ctx, bytes, ptr);
+    return ctx->entry->ops->mem_alloc(ctx, bytes, ptr);
 }
 
 void fj_free(fj_context *ctx, void *ptr)
 {
-    if (ctx && ptr) ctx->ops->mem_free(ctx, ptr);
+    if (ctx && ptr) ctx->entry->ops->mem_free(ctx, ptr);
 }
 
 static fj_status check_copy(const char *fn, fj_context *ctx, void *dst, const void *src, size_t bytes)
@@ -222,19 +231,19 @@ fj_status fj_copy_to_device(fj_context *ctx, void *dst, const void *src, size_t 
 {
     fj_clear_error();
     fj_status s = check_copy("fj_copy_to_device", ctx, dst, src, bytes);
-    return s ? s : bytes ? ctx->ops->copy_to_device(ctx, dst, src, bytes) : FJ_OK;
+    return s ? s : bytes ? ctx->entry->ops->copy_to_device(ctx, dst, src, bytes) : FJ_OK;
 }
 
 fj_status fj_copy_to_host(fj_context *ctx, void *dst, const void *src, size_t bytes)
 {
     fj_clear_error();
     fj_status s = check_copy("fj_copy_to_host", ctx, dst, src, bytes);
-    return s ? s : bytes ? ctx->ops->copy_to_host(ctx, dst, src, bytes) : FJ_OK;
+    return s ? s : bytes ? ctx->entry->ops->copy_to_host(ctx, dst, src, bytes) : FJ_OK;
 }
 
 fj_status fj_synchronize(fj_context *ctx, void *stream)
 {
     fj_clear_error();
     if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_synchronize: ctx is NULL");
-    return ctx->ops->synchronize(ctx, stream);
+    return ctx->entry->ops->synchronize(ctx, stream);
 }

@@ -1,4 +1,5 @@
-/* The context's internals, shared by the core and the backends. */
+/* The context's internals, shared by the core and the backends (a backend
+ * reads its own state from backend_state). */
 #ifndef FJ_CONTEXT_H
 #define FJ_CONTEXT_H
 
@@ -9,21 +10,20 @@
 #include "backend.h"
 #include "flashjit.h"
 
-struct fj_pool;        /* src/cpu/pool.h */
-struct fj_cuda_state;  /* src/cuda/ */
-struct fj_tuning;      /* src/tuning.h */
+struct fj_pool;        /* src/pool.h */
+struct fj_tuning;      /* src/tune/tuning.h */
 struct fj_plan_cache_entry;
 
 struct fj_context {
-    fj_backend backend;          /* resolved, never AUTO */
-    const fj_backend_ops *ops;
+    const fj_backend_entry *entry; /* the registry row AUTO (or the caller) resolved to */
+    void *backend_state;         /* what entry->probe made (the CUDA device), or NULL */
     int device;                  /* CUDA ordinal asked for */
     int cpu_threads;             /* resolved, >= 1 */
     char *cache_dir;             /* resolved; NULL: the disk cache is off */
     char *cache_dir_note;        /* why the disk cache is off, or NULL */
     char *tuning_file;           /* resolved path; NULL: none */
-    struct fj_pool *pool;        /* CPU worker threads (CPU backends) */
-    struct fj_cuda_state *cuda;  /* CUDA device, module cache (CUDA backend) */
+    struct fj_pool *pool;        /* worker threads: the CPU backends run on them, the tuner
+                                    checks candidates of any backend with them */
     struct fj_tuning *tuning;    /* tuned configurations, may be NULL */
     char *describe;
 

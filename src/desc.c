@@ -235,3 +235,14 @@ double fj_attention_flops(const fj_attention_desc *d)
     if (d->causal != FJ_CAUSAL_NONE && d->seqlen_q == d->seqlen_k) f *= 0.5;
     return f;
 }
+
+const char *fj_mask_kind_name(uint32_t mask)
+{
+    static const char *const names[] = {
+        [FJ_MASK_NONE] = "nomask",
+        [FJ_MASK_CAUSAL] = "causal",
+        [FJ_MASK_WINDOW] = "window",
+        [FJ_MASK_CAUSAL_WINDOW] = "causal_window",
+    };
+    return mask < sizeof names / sizeof names[0] ? names[mask] : NULL;
+}

@@ -1,10 +1,10 @@
 /* Plans: the one place decisions are made. Creation validates, lets the
  * backend choose and build its kernel; execute only checks pointers and runs. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "log.h"
 #include "plan.h"
-#include "plan_cache.h"
 #include "status.h"
 
 fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, const char *config,
@@ -14,14 +14,15 @@ fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, const cha
     fj_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
     plan->ctx = ctx;
-    plan->ops = ctx->ops;
+    plan->ops = ctx->entry->ops;
     plan->problem = *p;
     fj_strbuf d;
     fj_strbuf_init(&d);
     char shape[256];
     fj_problem_format(p, shape, sizeof shape);
     fj_strbuf_printf(&d, "problem: %s\n", shape);
-    fj_status s = plan->ops->plan_create(ctx, p, config, &plan->state, &d);
+    fj_status s = ctx->entry->supports(ctx, p);
+    if (s == FJ_OK) s = plan->ops->plan_create(ctx, p, config, &plan->state, &d);
     if (s == FJ_OK && !(plan->describe = fj_strbuf_take(&d)))
         s = fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory describing a plan");
     fj_strbuf_free(&d);
@@ -52,7 +53,7 @@ fj_status fj_plan_create_config(fj_context *ctx, const fj_attention_desc *d, con
     return fj_plan_create_problem(ctx, &p, config, out);
 }
 
-static fj_status check_tensors(const void *q, const void *k, const void *v, const void *o)
+fj_status fj_check_tensors(const void *q, const void *k, const void *v, const void *o)
 {
     const char *missing = !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : NULL;
     if (missing) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s is NULL", missing);
@@ -64,12 +65,37 @@ fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k, const 
 {
     fj_clear_error();
     if (!p) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "plan is NULL");
-    fj_status s = check_tensors(q, k, v, o);
+    fj_status s = fj_check_tensors(q, k, v, o);
     if (s) return s;
     return p->ops->execute(p->state, &p->problem, q, k, v, o, lse, stream);
 }
 
 const char *fj_plan_describe(const fj_plan *p) { return p && p->describe ? p->describe : ""; }
+
+const char *fj_tiles_source_name(fj_tiles_source s)
+{
+    switch (s) {
+    case FJ_TILES_HEURISTIC: return "heuristic";
+    case FJ_TILES_TUNING_FILE: return "tuning file";
+    case FJ_TILES_SHIPPED_TABLE: return "shipped table";
+    case FJ_TILES_GIVEN: return "given";
+    case FJ_TILES_FORCED: return "forced";
+    }
+    return NULL;
+}
+
+fj_status fj_plan_get_info(const fj_plan *p, fj_plan_info *info)
+{
+    fj_clear_error();
+    if (!p || !info)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_plan_get_info: %s is NULL", p ? "info" : "plan");
+    memset(info, 0, sizeof *info);
+    info->backend = p->ops->kind;
+    info->splits = 1;
+    info->launches = p->ops->launches ? p->ops->launches(p->state) : 0;
+    if (p->ops->info) p->ops->info(p->state, info);
+    return FJ_OK;
+}
 
 void fj_plan_destroy(fj_plan *p)
 {
@@ -77,19 +103,4 @@ void fj_plan_destroy(fj_plan *p)
     if (p->state) p->ops->plan_destroy(p->state);
     free(p->describe);
     free(p);
-}
-
-fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *q, const void *k,
-                       const void *v, void *o, float *lse, void *stream)
-{
-    fj_clear_error();
-    if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
-    fj_status s = check_tensors(q, k, v, o);
-    if (s) return s;
-    const fj_plan *plan;
-    void *handle;
-    if ((s = fj_plan_cache_acquire(ctx, d, stream, &plan, &handle))) return s;
-    s = plan->ops->execute(plan->state, &plan->problem, q, k, v, o, lse, stream);
-    fj_plan_cache_release(ctx, handle);
-    return s;
 }

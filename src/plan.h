@@ -25,4 +25,7 @@ fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, const cha
 fj_status fj_plan_create_config(fj_context *ctx, const fj_attention_desc *d, const char *config,
                                 fj_plan **out);
 
+/* FJ_ERR_INVALID_ARGUMENT naming the first of q, k, v, o that is NULL. */
+fj_status fj_check_tensors(const void *q, const void *k, const void *v, const void *o);
+
 #endif

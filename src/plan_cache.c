@@ -1,4 +1,4 @@
-/* One-shot plan cache. Plans are created outside the lock (creation can
+/* One-shot plan cache, and fj_attention, the call it serves. Plans are created outside the lock (creation can
  * compile a kernel for seconds); a plan is evicted only while no caller holds
  * it, so a plan never disappears under a running execute. */
 #include "plan_cache.h"
@@ -110,4 +110,19 @@ void fj_plan_cache_clear(fj_context *ctx)
         free(e);
         e = next;
     }
+}
+
+fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *q, const void *k,
+                       const void *v, void *o, float *lse, void *stream)
+{
+    fj_clear_error();
+    if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
+    fj_status s = fj_check_tensors(q, k, v, o);
+    if (s) return s;
+    const fj_plan *plan;
+    void *handle;
+    if ((s = fj_plan_cache_acquire(ctx, d, stream, &plan, &handle))) return s;
+    s = plan->ops->execute(plan->state, &plan->problem, q, k, v, o, lse, stream);
+    fj_plan_cache_release(ctx, handle);
+    return s;
 }

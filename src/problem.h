@@ -25,6 +25,26 @@ typedef struct fj_problem {
     bool masked; /* causal or any window: some (row, key) pairs are hidden */
 } fj_problem;
 
+/* The mask kinds that change generated code and tuning keys. The causal
+ * alignment (bottom-right or top-left) and the window sizes are parameters,
+ * not kinds. */
+typedef enum fj_mask_kind {
+    FJ_MASK_NONE = 0,          /* "nomask" */
+    FJ_MASK_CAUSAL = 1,        /* "causal" */
+    FJ_MASK_WINDOW = 2,        /* "window" */
+    FJ_MASK_CAUSAL_WINDOW = 3, /* "causal_window" */
+} fj_mask_kind;
+
+/* "nomask", "causal", "window", "causal_window"; NULL out of range. */
+const char *fj_mask_kind_name(uint32_t mask);
+
+/* The kind of p's mask (FJ_MASK_NONE when it is unmasked). */
+static inline fj_mask_kind fj_problem_mask_kind(const fj_problem *p)
+{
+    return (fj_mask_kind)((p->causal != FJ_CAUSAL_NONE ? FJ_MASK_CAUSAL : 0) |
+                          (p->window_left >= 0 || p->window_right >= 0 ? FJ_MASK_WINDOW : 0));
+}
+
 /* Validates d and fills *p. FJ_ERR_INVALID_ARGUMENT with the field and the
  * rule in fj_last_error() on any bad field. */
 fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d);

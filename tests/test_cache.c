@@ -23,7 +23,7 @@
 
 #include <cmocka.h>
 
-#include "cache.h"
+#include "cuda/jit/cache.h"
 #include "harness.h"
 #include "paths.h"
 

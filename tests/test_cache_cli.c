@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "cache.h"
+#include "cuda/jit/cache.h"
 #include "cli_run.h"
 
 static const char *flashjit_path;

@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "cpu/convert.h"
-#include "cpu/pool.h"
+#include "pool.h"
 #include "cpu/vmath.h"
 #include "harness.h"
 

@@ -24,7 +24,7 @@
 #include "cpu/tiled.h"
 #include "flashjit.h"
 #include "strbuf.h"
-#include "tuning.h"
+#include "tune/tuning.h"
 
 static const char *flashjit_path;
 

@@ -30,7 +30,7 @@
 #include "cuda/fake_driver.h"
 #include "flashjit.h"
 #include "strbuf.h"
-#include "tuning.h"
+#include "tune/tuning.h"
 
 typedef struct fixture {
     char dir[4096];

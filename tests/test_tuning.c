@@ -14,7 +14,7 @@
 #include "harness.h"
 #include "plan.h"
 #include "problem.h"
-#include "tuning.h"
+#include "tune/tuning.h"
 
 static void test_parse_and_problems(void **state)
 {

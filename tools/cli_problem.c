@@ -7,7 +7,7 @@
 
 #include "cli.h"
 #include "cpu/convert.h"
-#include "plan_timing.h"
+#include "tune/measure.h"
 
 void cli_problem_flags_init(cli_problem_flags *f)
 {

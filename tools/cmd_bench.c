@@ -7,8 +7,7 @@
 
 #include "cli.h"
 #include "cli_problem.h"
-#include "context.h"
-#include "cuda/cuda_backend.h"
+#include "tune/target.h"
 #include "svg_plot.h"
 
 typedef struct grid_row {
@@ -255,13 +254,14 @@ static void cpu_model(char *buf, size_t n)
 
 static void device_of(const fj_context *ctx, char *buf, size_t n)
 {
-    if (ctx->backend == FJ_BACKEND_CUDA && ctx->cuda) {
-        snprintf(buf, n, "%s (sm_%d)", ctx->cuda->name, ctx->cuda->arch);
+    fj_tuning_target t;
+    if (fj_context_backend(ctx) == FJ_BACKEND_CUDA && fj_tuning_target_of(ctx, &t) == FJ_OK) {
+        snprintf(buf, n, "%s (%s)", t.device_name, t.arch);
         return;
     }
     char model[128];
     cpu_model(model, sizeof model);
-    snprintf(buf, n, "CPU %s, %d threads", model, ctx->cpu_threads);
+    snprintf(buf, n, "CPU %s, %d threads", model, fj_context_cpu_threads(ctx));
 }
 
 /* "2026-12-02, NVIDIA H200 (sm_90); CPU AMD EPYC, 16 threads, median of 30 runs":

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
+#include "cuda/jit/cache.h"
 #include "cli.h"
 #include "paths.h"
 

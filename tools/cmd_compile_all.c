@@ -25,14 +25,14 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "codegen.h"
-#include "cubin_info.h"
-#include "cuda/nvrtc_compile.h"
-#include "kernel_build.h"
-#include "kernel_desc.h"
+#include "cuda/jit/codegen.h"
+#include "cuda/jit/cubin_info.h"
+#include "cuda/jit/nvrtc_compile.h"
+#include "cuda/jit/kernel_build.h"
+#include "cuda/jit/kernel_desc.h"
 #include "paths.h"
 #include "problem.h"
-#include "tuning.h"
+#include "tune/tuning.h"
 
 #define USAGE_TEXT \
     "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n" \
@@ -251,9 +251,11 @@ static void add_unique(const fj_kernel_desc *out, int m, variant *v, size_t *n)
 }
 
 /* Appends to out[*m] the split variant of k and both combine kernels: of one
- * warp (few splits) and of FJ_COMBINE_WARPS (many). */
+ * warp (few splits) and of FJ_COMBINE_WARPS (many); nothing for a template
+ * without split variants (plans never split its problems). */
 static void add_split_of(const fj_kernel_desc *k, fj_kernel_desc *out, int *m)
 {
+    if (!fj_template_row_of(k->template_id)->split_kv) return;
     fj_kernel_desc ks = *k;
     ks.split_kv = 1;
     out[(*m)++] = ks;

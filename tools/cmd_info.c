@@ -6,8 +6,8 @@
 #include "cli.h"
 #include "context.h"
 #include "cpu/tiled.h"
-#include "cuda/cuda_backend.h"
-#include "tuning.h"
+#include "tune/target.h"
+#include "tune/tuning.h"
 
 /* Prints whether backend b is usable; returns its context (the caller
  * destroys it) or NULL when it is not usable. */
@@ -38,14 +38,14 @@ static void print_describe(const fj_context *ctx)
 
 /* How many of t's entries each device would use: the CUDA device (when one
  * is usable) and the CPU tiled backend with ctx's worker count, keyed the way
- * plan creation keys its lookups (src/cuda/backend.c, src/cpu/tiled_blocks.c). */
+ * plan creation keys its lookups (fj_tuning_target_of). */
 static void print_matches(const fj_tuning *t, const fj_context *cuda, const fj_context *ctx)
 {
-    char device[96], arch[16];
-    if (cuda && cuda->cuda) {
-        fj_tuning_device_token(cuda->cuda->name, device, sizeof device);
-        snprintf(arch, sizeof arch, "sm_%d", cuda->cuda->arch);
-        printf("    matching cuda %s %s: %d\n", device, arch, fj_tuning_count_matching(t, device, arch));
+    char device[96];
+    fj_tuning_target target;
+    if (cuda && fj_tuning_target_of(cuda, &target) == FJ_OK) {
+        printf("    matching cuda %s %s: %d\n", target.device, target.arch,
+               fj_tuning_count_matching(t, target.device, target.arch));
     } else {
         printf("    matching cuda: none (no usable device)\n");
     }

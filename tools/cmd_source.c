@@ -6,10 +6,10 @@
 #include <string.h>
 
 #include "cli.h"
-#include "codegen.h"
-#include "cuda/nvrtc_compile.h"
-#include "kernel_build.h"
-#include "kernel_desc.h"
+#include "cuda/jit/codegen.h"
+#include "cuda/jit/nvrtc_compile.h"
+#include "cuda/jit/kernel_build.h"
+#include "cuda/jit/kernel_desc.h"
 #include "problem.h"
 
 static const char *const usage_text =

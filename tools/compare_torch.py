@@ -6,9 +6,14 @@ call after warm-up, median of many runs).
 libflashjit.so is loaded with ctypes; the tensors are PyTorch's dense
 [batch, heads, seq, head_dim] ones, passed to flashjit with BHSD strides.
 
-usage: compare_torch.py [--lib build/libflashjit.so] [--grid prefill|extra|decode|decode64|all]
-                        [--dtypes bf16,fp16] [--json FILE] [--backends math,efficient,flash,cudnn]
-                        [--match REGEX] [--rounds R] [--seed N]
+usage: compare_torch.py [--lib build/libflashjit.so] [--grid prefill|extra|hopper|decode|decode64|all]
+                        [--dtypes bf16,fp16] [--json FILE] [--backends math,efficient,flash,cudnn,fa3]
+                        [--match REGEX] [--rounds R] [--seed N] [--layout bhsd|bshd]
+
+--layout bshd allocates [batch, seq, heads, head_dim] tensors (the layout of
+FlashAttention and of ../shared/anchors.md): FlashAttention-3 (backend fa3,
+the fa3_fwd wheel, bf16 only) takes them as they are, PyTorch's SDPA their
+[batch, heads, seq, head_dim] views, flashjit their strides.
 
 --rounds R measures each row R times. Every round allocates the row's tensors
 anew behind a spacer of random size, so they land elsewhere in memory, and
@@ -92,6 +97,16 @@ def grid(names):
             for s in (1024, 4096, 16384):
                 for c in (False, True):
                     rows.append((16384 // s, 2048 // d, 2048 // d, s, s, d, c))
+    # hopper: the Hopper prefill issue's grid: every head dim it names, S 1k,
+    # 4k and 16k, causal and not, MHA and GQA 4:1, B * S = 16k, H * D = 2048
+    if "hopper" in names:
+        for d in (64, 80, 96, 112, 128, 160, 192, 256):
+            h = 2048 // d
+            for s in (1024, 4096, 16384):
+                for c in (False, True):
+                    rows.append((16384 // s, h, h, s, s, d, c))
+                    if h % 4 == 0:
+                        rows.append((16384 // s, h, h // 4, s, s, d, c))
     if "extra" in names:
         for d, h in ((96, 21), (256, 8)):
             for s in (4096, 16384):
@@ -148,7 +163,28 @@ def measure_flashjit(fj, t, causal, dtype, rate, check):
         fj.destroy(plan)  # a split-KV plan holds its partials workspace
 
 
+def measure_fa3(t, causal, rate):
+    """FlashAttention-3 (the fa3_fwd wheel) on the BSHD tensors behind the
+    round's views."""
+    q, k, v, _ = t
+    try:
+        import fa3_fwd_interface as fa3
+        qs, ks, vs = (x.transpose(1, 2) for x in (q, k, v))
+        if not all(x.is_contiguous() for x in (qs, ks, vs)):
+            return {"fa3": None}  # takes BSHD tensors only (--layout bshd)
+
+        def fn():
+            out = fa3.flash_attn_func(qs, ks, vs, causal=causal)
+            return out[0] if isinstance(out, tuple) else out
+        ms = time_ms(fn)
+        return {"fa3": rate(ms), "fa3_ms": ms}
+    except Exception:  # no wheel, or a shape or dtype it does not take
+        return {"fa3": None}
+
+
 def measure_backend(name, t, causal, rate):
+    if name == "fa3":
+        return measure_fa3(t, causal, rate)
     q, k, v, _ = t
     try:
         with sdpa_kernel([SDPA[name]]):
@@ -177,6 +213,8 @@ def main():
                     help="measure each row this many times, on fresh tensors behind a spacer of "
                          "random size, alternating which library goes first; print the medians")
     ap.add_argument("--seed", type=int, help="the spacers' sizes (default: from the clock, printed)")
+    ap.add_argument("--layout", choices=("bhsd", "bshd"), default="bhsd",
+                    help="the tensors' memory layout (bshd: FlashAttention's)")
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.rounds < 1:
@@ -215,10 +253,16 @@ def main():
                 spacer = (torch.empty(spacers.randrange(1, 1024) << 20, dtype=torch.uint8, device="cuda")
                           if args.rounds > 1 else None)
                 torch.manual_seed(0)
-                t = (torch.randn(b, hq, sq, d, device="cuda", dtype=dtype),
-                     torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype),
-                     torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype),
-                     torch.empty(b, hq, sq, d, device="cuda", dtype=dtype))
+                if args.layout == "bshd":  # [b, h, s, d] views of [b, s, h, d] tensors
+                    t = (torch.randn(b, sq, hq, d, device="cuda", dtype=dtype).transpose(1, 2),
+                         torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype).transpose(1, 2),
+                         torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype).transpose(1, 2),
+                         torch.empty(b, sq, hq, d, device="cuda", dtype=dtype).transpose(1, 2))
+                else:
+                    t = (torch.randn(b, hq, sq, d, device="cuda", dtype=dtype),
+                         torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype),
+                         torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype),
+                         torch.empty(b, hq, sq, d, device="cuda", dtype=dtype))
                 res = {}
                 libs = ["flashjit"] + names
                 if r % 2:

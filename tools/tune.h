@@ -18,8 +18,8 @@
 #include <stdio.h>
 
 #include "flashjit.h"
-#include "tuning.h"
-#include "tuning_target.h"
+#include "tune/tuning.h"
+#include "tune/target.h"
 
 #define TUNE_MAX_VALUES 32   /* values one list flag takes */
 #define TUNE_MAX_CONFIGS 64  /* candidates */

@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "cli.h"
-#include "codegen.h"
-#include "cubin_info.h"
-#include "kernel_build.h"
-#include "kernel_desc.h"
+#include "cuda/jit/codegen.h"
+#include "cuda/jit/cubin_info.h"
+#include "cuda/jit/kernel_build.h"
+#include "cuda/jit/kernel_desc.h"
 #include "problem.h"
 #include "status.h"
 #include "tune.h"

@@ -7,8 +7,7 @@
 
 #include "cli.h"
 #include "cpu/tiled.h"
-#include "cuda/cuda_backend.h"
-#include "kernel_desc.h"
+#include "cuda/jit/kernel_desc.h"
 #include "plan.h"
 #include "problem.h"
 #include "status.h"
@@ -282,10 +281,14 @@ static void source_word(const char *why, char *from, size_t n)
 static fj_status cuda_plan_config(const fj_plan *plan, char *config, size_t n, char *from,
                                   size_t from_n)
 {
-    fj_cuda_plan_info info;
-    fj_cuda_plan_info_get(plan->state, &info);
-    fj_kernel_desc_tiles_name(&info.kernel, config, n);
-    source_word(info.why, from, from_n);
+    fj_plan_info info;
+    fj_status s = fj_plan_get_info(plan, &info);
+    if (s) return s;
+    snprintf(config, n, "%s", info.tiles);
+    snprintf(from, from_n, "%s", info.tiles_source == FJ_TILES_HEURISTIC ? "heuristic"
+                                 : info.tiles_source == FJ_TILES_GIVEN  ? "given"
+                                 : info.tiles_source == FJ_TILES_SHIPPED_TABLE ? "shipped"
+                                                                             : "tuned");
     return FJ_OK;
 }
 
@@ -321,8 +324,6 @@ void tune_effective_config(const fj_tuning_target *t, const fj_attention_desc *d
 
 int tune_plan_local_bytes(const fj_plan *plan)
 {
-    if (fj_context_backend(plan->ctx) != FJ_BACKEND_CUDA) return 0;
-    fj_cuda_plan_info info;
-    fj_cuda_plan_info_get(plan->state, &info);
-    return info.local_bytes;
+    fj_plan_info info;
+    return fj_plan_get_info(plan, &info) == FJ_OK ? info.local_bytes : 0;
 }

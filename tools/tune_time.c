@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cpu/convert.h"
-#include "plan_timing.h"
+#include "tune/measure.h"
 #include "problem.h"
 #include "status.h"
 #include "tune.h"

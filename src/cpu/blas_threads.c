@@ -42,3 +42,10 @@ void fj_blas_describe(fj_strbuf *out)
     fj_strbuf_printf(out, "%s, %s build, kept single-threaded inside flashjit's workers",
                      openblas_get_config(), par >= 0 && par <= 2 ? modes[par] : "unknown");
 }
+
+void fj_cpu_pool_run(fj_pool *pool, int64_t ntasks, fj_task_fn fn, void *arg)
+{
+    fj_blas_single_thread_begin();
+    fj_pool_run(pool, ntasks, fn, arg);
+    fj_blas_single_thread_end();
+}

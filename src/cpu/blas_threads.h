@@ -13,10 +13,17 @@
 #ifndef FJ_BLAS_THREADS_H
 #define FJ_BLAS_THREADS_H
 
+#include <stdint.h>
+
+#include "pool.h"
 #include "strbuf.h"
 
 void fj_blas_single_thread_begin(void);
 void fj_blas_single_thread_end(void);
+
+/* fj_pool_run with the BLAS single-threaded for the duration: how the CPU
+ * backends run jobs whose tasks call sgemm. */
+void fj_cpu_pool_run(fj_pool *pool, int64_t ntasks, fj_task_fn fn, void *arg);
 
 /* One line: the BLAS library's name, build config and threading. */
 void fj_blas_describe(fj_strbuf *out);

@@ -6,10 +6,13 @@
  * SCORE_BYTES_PER_THREAD at any sequence length. */
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/blas_threads.h"
+#include "cpu/cpu_ops.h"
 #include "context.h"
 #include "convert.h"
 #include "pool.h"
@@ -160,7 +163,7 @@ static fj_status ref_execute(const void *state, const fj_problem *p, const void 
     const ref_plan *rp = state;
     ref_job job = {rp, p, q, k, v, o, lse};
     int64_t tasks = (int64_t)p->batch * p->heads_q * rp->blocks_per_head;
-    fj_pool_run(rp->pool, tasks, ref_task, &job);
+    fj_cpu_pool_run(rp->pool, tasks, ref_task, &job);
     return FJ_OK;
 }
 
@@ -172,12 +175,20 @@ static void ref_plan_destroy(void *state)
     free(rp);
 }
 
+static void ref_info(const void *state, fj_plan_info *info)
+{
+    const ref_plan *rp = state;
+    snprintf(info->kernel, sizeof info->kernel, "cpu_reference");
+    info->threads = fj_pool_threads(rp->pool);
+}
+
 const fj_backend_ops fj_cpu_reference_ops = {
     .kind = FJ_BACKEND_CPU_REFERENCE,
     .name = "cpu-reference",
     .plan_create = ref_plan_create,
     .execute = ref_execute,
     .plan_destroy = ref_plan_destroy,
+    .info = ref_info,
     .mem_alloc = fj_cpu_mem_alloc,
     .mem_free = fj_cpu_mem_free,
     .copy_to_device = fj_cpu_memcpy,

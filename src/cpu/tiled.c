@@ -33,10 +33,13 @@
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/blas_threads.h"
+#include "cpu/cpu_ops.h"
 #include "context.h"
 #include "convert.h"
 #include "pool.h"
@@ -66,6 +69,9 @@ typedef struct tiled_plan {
     size_t ws_bytes;
     size_t off_q, off_o, off_s, off_k, off_v, off_max, off_sum, off_lo, off_hi;
     unsigned char *workspace; /* pool threads x ws_bytes, 64-byte aligned */
+    int threads;              /* the pool's workers */
+    fj_tiles_source tiles_from;
+    char tiles[32];           /* the chosen blocks, "q<block_q>k<block_k>" */
 } tiled_plan;
 
 typedef struct tiled_job {
@@ -317,6 +323,9 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
     tiled_plan *tp = calloc(1, sizeof *tp);
     if (!tp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu: out of memory for the plan");
     tp->pool = ctx->pool;
+    tp->threads = threads;
+    tp->tiles_from = blocks.from;
+    fj_cpu_tiled_config_name(blocks.block_q, blocks.block_k, tp->tiles, sizeof tp->tiles);
     tp->block_k = blocks.block_k;
     tp->edge_k = blocks.block_k < EDGE_BLOCK_K ? blocks.block_k : EDGE_BLOCK_K;
     tp->heads_per_block = g.heads_per_block;
@@ -370,7 +379,7 @@ static fj_status tiled_execute(const void *state, const fj_problem *p, const voi
     (void)stream;
     const tiled_plan *tp = state;
     tiled_job job = {tp, p, q, k, v, o, lse};
-    fj_pool_run(tp->pool, tp->tasks, tiled_task, &job);
+    fj_cpu_pool_run(tp->pool, tp->tasks, tiled_task, &job);
     return FJ_OK;
 }
 
@@ -382,12 +391,22 @@ static void tiled_plan_destroy(void *state)
     free(tp);
 }
 
+static void tiled_info(const void *state, fj_plan_info *info)
+{
+    const tiled_plan *tp = state;
+    snprintf(info->kernel, sizeof info->kernel, "cpu_tiled");
+    snprintf(info->tiles, sizeof info->tiles, "%s", tp->tiles);
+    info->tiles_source = tp->tiles_from;
+    info->threads = tp->threads;
+}
+
 const fj_backend_ops fj_cpu_tiled_ops = {
     .kind = FJ_BACKEND_CPU,
     .name = "cpu",
     .plan_create = tiled_plan_create,
     .execute = tiled_execute,
     .plan_destroy = tiled_plan_destroy,
+    .info = tiled_info,
     .mem_alloc = fj_cpu_mem_alloc,
     .mem_free = fj_cpu_mem_free,
     .copy_to_device = fj_cpu_memcpy,

@@ -17,6 +17,7 @@
 typedef struct fj_cpu_tiled_blocks {
     int block_q;        /* query rows per block, >= 1 */
     int block_k;        /* keys per block, >= 1 */
+    fj_tiles_source from;
     char source[192];   /* why these: tuned (which entry), given, forced or heuristic */
 } fj_cpu_tiled_blocks;
 

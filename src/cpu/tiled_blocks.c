@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "status.h"
-#include "tuning.h"
+#include "tune/tuning.h"
 
 /* Both forced sizes in one word, so a plan never reads half of an update:
  * block_q in the high 16 bits, block_k in the low; 0 means not forced. */
@@ -117,22 +117,23 @@ static bool parse_config(const char *config, int *bq, int *bk)
 
 /* The tuning entry for the problem, if any: its blocks and where it came from. */
 static bool tuned_blocks(const fj_context *ctx, const fj_problem *p, int threads, int *bq, int *bk,
-                         char *why, size_t n)
+                         fj_tiles_source *from, char *why, size_t n)
 {
     if (!ctx) return false;
     char device[96];
     fj_cpu_device_token(threads, device, sizeof device);
     fj_tuning_entry key;
     fj_tuning_key_for(p, device, "cpu", "cpu_tiled", &key);
-    const char *from;
-    const fj_tuning_entry *e = fj_tuning_find(ctx, &key, &from);
+    const fj_tuning_entry *e = fj_tuning_find(ctx, &key, from);
     if (!e) return false;
     if (!parse_config(e->config, bq, bk)) {
-        snprintf(why, n, "heuristic (%s has an unusable entry '%s' for this point)", from, e->config);
+        snprintf(why, n, "heuristic (%s has an unusable entry '%s' for this point)",
+                 fj_tuning_source_text(*from), e->config);
         return false;
     }
-    snprintf(why, n, "tuned: %s entry for %s d%d %s %s bucket %d (%.4g ms, %s)", from, key.device,
-             key.head_dim, key.dtype, key.mask, key.bucket, e->ms, e->date);
+    snprintf(why, n, "tuned: %s entry for %s d%d %s %s bucket %d (%.4g ms, %s)",
+             fj_tuning_source_text(*from), key.device, key.head_dim, key.dtype, key.mask, key.bucket,
+             e->ms, e->date);
     return true;
 }
 
@@ -149,13 +150,17 @@ fj_status fj_cpu_tiled_choose_blocks(const fj_context *ctx, const fj_problem *p,
                            "[1, %d]",
                            config, FJ_CPU_TILED_MAX_BLOCK);
         snprintf(out->source, sizeof out->source, "given configuration %s", config);
+        out->from = FJ_TILES_GIVEN;
     } else if (forced) {
         bq = (int)(forced >> 16);
         bk = (int)(forced & 0xffffu);
         snprintf(out->source, sizeof out->source, "forced by fj_cpu_tiled_force_blocks");
-    } else if (tuned_blocks(ctx, p, threads, &bq, &bk, out->source, sizeof out->source)) {
+        out->from = FJ_TILES_FORCED;
+    } else if (tuned_blocks(ctx, p, threads, &bq, &bk, &out->from, out->source,
+                            sizeof out->source)) {
         /* as tuned */
     } else {
+        out->from = FJ_TILES_HEURISTIC;
         heuristic(p->head_dim, &bq, &bk);
         if (!out->source[0])
             snprintf(out->source, sizeof out->source, "heuristic: head dim, window, workers");        /* Under a mask, a block of rows sees up to W + block_q - 1 keys (W:

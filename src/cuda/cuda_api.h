@@ -85,6 +85,19 @@ typedef struct fj_cu_launch_config {
     unsigned num_attrs;
 } fj_cu_launch_config;
 
+/* cuTensorMapEncodeTiled (CUDA 12.0+): the enum values used, as in cuda.h. */
+enum {
+    FJ_CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
+    FJ_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
+    FJ_CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+    FJ_CU_TENSOR_MAP_SWIZZLE_32B = 1,
+    FJ_CU_TENSOR_MAP_SWIZZLE_64B = 2,
+    FJ_CU_TENSOR_MAP_SWIZZLE_128B = 3,
+    FJ_CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2,
+    FJ_CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3,
+    FJ_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0, /* out-of-bounds elements read as zero */
+};
+
 /* cuGetProcAddress (CUDA 12+): flags and result */
 enum { FJ_CU_GET_PROC_ADDRESS_DEFAULT = 0 };
 typedef int CUdriverProcAddressQueryResult; /* 0 = found */
@@ -129,6 +142,12 @@ typedef struct fj_cuda_api {
     /* NULL in a test's table that lacks it: launches then use cuLaunchKernel */
     CUresult (*cuLaunchKernelEx)(const fj_cu_launch_config *config, CUfunction fn, void **params,
                                  void **extra);
+    /* tensor_map: 128 bytes, 64-byte aligned (fj_tensor_map) */
+    CUresult (*cuTensorMapEncodeTiled)(void *tensor_map, int data_type, uint32_t rank,
+                                       void *global_address, const cuuint64_t *global_dim,
+                                       const cuuint64_t *global_strides, const uint32_t *box_dim,
+                                       const uint32_t *element_strides, int interleave,
+                                       int swizzle, int l2_promotion, int oob_fill);
     CUresult (*cuMemAlloc)(CUdeviceptr *ptr, size_t bytes);          /* _v2 */
     CUresult (*cuMemFree)(CUdeviceptr ptr);                          /* _v2 */
     CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void *src, size_t bytes); /* _v2 */

@@ -1,24 +1,23 @@
 /* The CUDA device of one context: discovery (driver, NVRTC, device, primary
- * context), the backend's memory functions and synchronize, and the ops
- * table. Every driver call made for a context runs with that context's
- * primary context pushed, so contexts on different GPUs in one process, or
- * an application's own current context, never see each other's state. */
+ * context), device memory and synchronize. Every driver call made for a
+ * context runs with that context's primary context pushed, so contexts on
+ * different GPUs in one process, or an application's own current context,
+ * never see each other's state. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_backend.h"
-#include "cuda/module_cache.h"
+#include "cuda/device.h"
 #include "log.h"
 #include "status.h"
 
-fj_status fj_cuda_push(const struct fj_cuda_state *s)
+fj_status fj_cuda_push(const fj_cuda_state *s)
 {
     CUresult r = s->api->cuCtxPushCurrent(s->primary);
     return r == FJ_CUDA_SUCCESS ? FJ_OK : fj_cuda_fail(s->api, r, "cuCtxPushCurrent");
 }
 
-void fj_cuda_pop(const struct fj_cuda_state *s)
+void fj_cuda_pop(const fj_cuda_state *s)
 {
     CUcontext popped;
     CUresult r = s->api->cuCtxPopCurrent(&popped);
@@ -36,7 +35,7 @@ static fj_status discovery_fail(const fj_cuda_api *api, CUresult r, const char *
     return s == FJ_ERR_OUT_OF_MEMORY ? s : FJ_ERR_NO_DEVICE;
 }
 
-static fj_status attribute(struct fj_cuda_state *s, int attrib, const char *name, int *value)
+static fj_status attribute(fj_cuda_state *s, int attrib, const char *name, int *value)
 {
     CUresult r = s->api->cuDeviceGetAttribute(value, attrib, s->device);
     if (r == FJ_CUDA_SUCCESS) return FJ_OK;
@@ -44,7 +43,7 @@ static fj_status attribute(struct fj_cuda_state *s, int attrib, const char *name
     return fj_fail_prefix(FJ_ERR_NO_DEVICE, "reading %s of CUDA device %d", name, s->ordinal);
 }
 
-static fj_status read_device(struct fj_cuda_state *s)
+static fj_status read_device(fj_cuda_state *s)
 {
     const fj_cuda_api *api = s->api;
     CUresult r;
@@ -53,7 +52,7 @@ static fj_status read_device(struct fj_cuda_state *s)
     if ((r = api->cuDeviceGetName(s->name, (int)sizeof s->name, s->device)))
         return discovery_fail(api, r, "cuDeviceGetName");
     s->name[sizeof s->name - 1] = '\0';
-    int major = 0, minor = 0;
+    int major = 0, minor = 0, l2 = 0;
     fj_status st;
     if ((st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
                         "COMPUTE_CAPABILITY_MAJOR", &major)) ||
@@ -64,8 +63,10 @@ static fj_status read_device(struct fj_cuda_state *s)
         (st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                         "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", &s->smem_optin)) ||
         (st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-                        "MAX_THREADS_PER_BLOCK", &s->max_threads_per_block)))
+                        "MAX_THREADS_PER_BLOCK", &s->max_threads_per_block)) ||
+        (st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2_CACHE_SIZE", &l2)))
         return st;
+    s->l2_bytes = l2 > 0 ? (size_t)l2 : 0;
     s->arch = major * 10 + minor;
     if ((r = api->cuDeviceTotalMem(&s->total_mem, s->device)))
         return discovery_fail(api, r, "cuDeviceTotalMem");
@@ -77,10 +78,9 @@ static fj_status read_device(struct fj_cuda_state *s)
     return FJ_OK;
 }
 
-static void destroy_state(struct fj_cuda_state *s)
+void fj_cuda_device_close(fj_cuda_state *s)
 {
     if (!s) return;
-    fj_module_cache_destroy(s->modules, s);
     if (s->primary) {
         CUresult r = s->api->cuDevicePrimaryCtxRelease(s->device);
         if (r != FJ_CUDA_SUCCESS) FJ_DEBUG("cuda: cuDevicePrimaryCtxRelease returned %d", r);
@@ -88,7 +88,7 @@ static void destroy_state(struct fj_cuda_state *s)
     free(s);
 }
 
-static fj_status bring_up(struct fj_cuda_state *s)
+static fj_status bring_up(fj_cuda_state *s)
 {
     const fj_cuda_api *api;
     fj_status st = fj_cuda_driver(&api);
@@ -116,19 +116,19 @@ static fj_status bring_up(struct fj_cuda_state *s)
         s->primary = NULL;
         return discovery_fail(api, r, "cuDevicePrimaryCtxRetain");
     }
-    return fj_module_cache_create(&s->modules);
+    return FJ_OK;
 }
 
-fj_status fj_cuda_state_create(fj_context *ctx, fj_strbuf *describe)
+fj_status fj_cuda_device_open(int ordinal, fj_cuda_state **out, fj_strbuf *describe)
 {
-    ctx->cuda = NULL;
-    struct fj_cuda_state *s = calloc(1, sizeof *s);
+    *out = NULL;
+    fj_cuda_state *s = calloc(1, sizeof *s);
     if (!s) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory for the CUDA device state");
-    s->ordinal = ctx->device;
+    s->ordinal = ordinal;
     fj_status st = bring_up(s);
     if (st) {
         fj_strbuf_printf(describe, "cuda: not usable: %s\n", fj_last_error());
-        destroy_state(s);
+        fj_cuda_device_close(s);
         return st;
     }
     const fj_cuda_api *a = s->api;
@@ -141,21 +141,14 @@ fj_status fj_cuda_state_create(fj_context *ctx, fj_strbuf *describe)
                      a->nvrtc_major, a->nvrtc_minor, a->nvrtc_path, s->ordinal,
                      s->smem_optin / 1024, s->max_threads_per_block);
     FJ_INFO("cuda: device %d: %s, sm_%d, %d SMs", s->ordinal, s->name, s->arch, s->sm_count);
-    ctx->cuda = s;
+    *out = s;
     return FJ_OK;
-}
-
-void fj_cuda_state_destroy(fj_context *ctx)
-{
-    destroy_state(ctx->cuda);
-    ctx->cuda = NULL;
 }
 
 /* ---- memory and synchronization ------------------------------------------- */
 
-static fj_status cuda_mem_alloc(fj_context *ctx, size_t bytes, void **ptr)
+fj_status fj_cuda_mem_alloc(const fj_cuda_state *s, size_t bytes, void **ptr)
 {
-    const struct fj_cuda_state *s = ctx->cuda;
     fj_status st = fj_cuda_push(s);
     if (st) return st;
     CUdeviceptr d = 0;
@@ -171,9 +164,8 @@ static fj_status cuda_mem_alloc(fj_context *ctx, size_t bytes, void **ptr)
     return FJ_OK;
 }
 
-static void cuda_mem_free(fj_context *ctx, void *ptr)
+void fj_cuda_mem_free(const fj_cuda_state *s, void *ptr)
 {
-    const struct fj_cuda_state *s = ctx->cuda;
     if (fj_cuda_push(s)) {
         FJ_DEBUG("cuda: fj_free(%p): %s", ptr, fj_last_error());
         return;
@@ -183,9 +175,8 @@ static void cuda_mem_free(fj_context *ctx, void *ptr)
     if (r != FJ_CUDA_SUCCESS) FJ_DEBUG("cuda: cuMemFree(%p) returned %d", ptr, r);
 }
 
-static fj_status cuda_copy_to_device(fj_context *ctx, void *dst, const void *src, size_t bytes)
+fj_status fj_cuda_copy_to_device(const fj_cuda_state *s, void *dst, const void *src, size_t bytes)
 {
-    const struct fj_cuda_state *s = ctx->cuda;
     fj_status st = fj_cuda_push(s);
     if (st) return st;
     CUresult r = s->api->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, bytes);
@@ -195,9 +186,8 @@ static fj_status cuda_copy_to_device(fj_context *ctx, void *dst, const void *src
     return fj_fail_prefix(st, "fj_copy_to_device of %zu bytes to %p", bytes, dst);
 }
 
-static fj_status cuda_copy_to_host(fj_context *ctx, void *dst, const void *src, size_t bytes)
+fj_status fj_cuda_copy_to_host(const fj_cuda_state *s, void *dst, const void *src, size_t bytes)
 {
-    const struct fj_cuda_state *s = ctx->cuda;
     fj_status st = fj_cuda_push(s);
     if (st) return st;
     CUresult r = s->api->cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, bytes);
@@ -207,9 +197,8 @@ static fj_status cuda_copy_to_host(fj_context *ctx, void *dst, const void *src, 
     return fj_fail_prefix(st, "fj_copy_to_host of %zu bytes from %p", bytes, src);
 }
 
-static fj_status cuda_synchronize(fj_context *ctx, void *stream)
+fj_status fj_cuda_synchronize(const fj_cuda_state *s, void *stream)
 {
-    const struct fj_cuda_state *s = ctx->cuda;
     fj_status st = fj_cuda_push(s);
     if (st) return st;
     CUresult r = stream ? s->api->cuStreamSynchronize((CUstream)stream) : s->api->cuCtxSynchronize();
@@ -218,20 +207,3 @@ static fj_status cuda_synchronize(fj_context *ctx, void *stream)
     /* An asynchronous fault of an earlier launch surfaces here. */
     return fj_cuda_fail(s->api, r, stream ? "cuStreamSynchronize" : "cuCtxSynchronize");
 }
-
-static const fj_backend_ops cuda_ops = {
-    .kind = FJ_BACKEND_CUDA,
-    .name = "cuda",
-    .plan_create = fj_cuda_plan_create,
-    .execute = fj_cuda_execute,
-    .plan_destroy = fj_cuda_plan_destroy,
-    .time_runs = fj_cuda_time_runs,
-    .launches = fj_cuda_launches,
-    .mem_alloc = cuda_mem_alloc,
-    .mem_free = cuda_mem_free,
-    .copy_to_device = cuda_copy_to_device,
-    .copy_to_host = cuda_copy_to_host,
-    .synchronize = cuda_synchronize,
-};
-
-const fj_backend_ops *fj_cuda_backend_ops(void) { return &cuda_ops; }

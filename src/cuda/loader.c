@@ -56,6 +56,7 @@ static const api_entry driver_entries[] = {
     ENTRY(cuOccupancyMaxActiveBlocksPerMultiprocessor),
     ENTRY(cuLaunchKernel),
     ENTRY(cuLaunchKernelEx),
+    ENTRY(cuTensorMapEncodeTiled),
     ENTRY(cuMemAlloc),
     ENTRY(cuMemFree),
     ENTRY(cuMemcpyHtoD),

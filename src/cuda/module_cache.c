@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen.h"
-#include "cuda/cuda_backend.h"
+#include "cuda/jit/codegen.h"
+#include "cuda/device.h"
 #include "cuda/module_cache.h"
-#include "kernel_build.h"
+#include "cuda/jit/kernel_build.h"
 #include "log.h"
 #include "status.h"
 
@@ -44,7 +44,7 @@ fj_status fj_module_cache_create(fj_module_cache **out)
     return FJ_OK;
 }
 
-void fj_module_cache_destroy(fj_module_cache *c, const struct fj_cuda_state *s)
+void fj_module_cache_destroy(fj_module_cache *c, const fj_cuda_state *s)
 {
     if (!c) return;
     bool pushed = c->entries && fj_cuda_push(s) == FJ_OK;
@@ -77,7 +77,7 @@ static cache_entry *find(fj_module_cache *c, const char *name)
     return NULL;
 }
 
-static fj_status func_attribute(const struct fj_cuda_state *s, const fj_cuda_kernel *kn,
+static fj_status func_attribute(const fj_cuda_state *s, const fj_cuda_kernel *kn,
                                 int attrib, const char *attrib_name, int *value)
 {
     CUresult r = s->api->cuFuncGetAttribute(value, attrib, kn->function);
@@ -87,7 +87,7 @@ static fj_status func_attribute(const struct fj_cuda_state *s, const fj_cuda_ker
 }
 
 /* Module load and function lookup for an image; the context is pushed. */
-static fj_status load_image(const struct fj_cuda_state *s, const fj_kernel_image *img,
+static fj_status load_image(const fj_cuda_state *s, const fj_kernel_image *img,
                             fj_cuda_kernel *kn)
 {
     const fj_cuda_api *api = s->api;
@@ -130,7 +130,7 @@ static fj_status load_image(const struct fj_cuda_state *s, const fj_kernel_image
     return FJ_OK;
 }
 
-static fj_status build_and_load(const struct fj_cuda_state *s, const char *cache_dir,
+static fj_status build_and_load(const fj_cuda_state *s, const char *cache_dir,
                                 fj_cuda_kernel *kn)
 {
     fj_kernel_image img;
@@ -159,7 +159,7 @@ static fj_status build_and_load(const struct fj_cuda_state *s, const char *cache
     return st;
 }
 
-fj_status fj_module_cache_get(fj_module_cache *c, const struct fj_cuda_state *s,
+fj_status fj_module_cache_get(fj_module_cache *c, const fj_cuda_state *s,
                               const fj_kernel_desc *k, const char *cache_dir,
                               const fj_cuda_kernel **out, bool *loaded_before)
 {

@@ -9,9 +9,9 @@
 #include <stdbool.h>
 
 #include "cuda/cuda_api.h"
-#include "kernel_desc.h"
+#include "cuda/device.h"
+#include "cuda/jit/kernel_desc.h"
 
-struct fj_cuda_state;
 
 /* Immutable once returned; lives until the cache is destroyed. */
 typedef struct fj_cuda_kernel {
@@ -38,14 +38,14 @@ fj_status fj_module_cache_create(fj_module_cache **out);
 
 /* Unloads every module (pushing the state's context) and frees the cache.
  * No plan may still use one of its kernels. NULL: no-op. */
-void fj_module_cache_destroy(fj_module_cache *c, const struct fj_cuda_state *s);
+void fj_module_cache_destroy(fj_module_cache *c, const fj_cuda_state *s);
 
 /* The loaded kernel for k on s's device, built and loaded on a miss.
  * *loaded_before: it was already in this cache (no build, no load).
  * cache_dir: the disk cache (NULL: off). Errors: those of fj_kernel_build
  * (FJ_ERR_COMPILE, FJ_ERR_NO_DEVICE), FJ_ERR_DRIVER naming the call and the
  * kernel, FJ_ERR_OUT_OF_MEMORY. */
-fj_status fj_module_cache_get(fj_module_cache *c, const struct fj_cuda_state *s,
+fj_status fj_module_cache_get(fj_module_cache *c, const fj_cuda_state *s,
                               const fj_kernel_desc *k, const char *cache_dir,
                               const fj_cuda_kernel **out, bool *loaded_before);
 

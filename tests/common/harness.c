@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
+#include <unistd.h>
 
 uint64_t fjt_seed(void)
 {
@@ -45,7 +47,7 @@ int fjt_range(fjt_rng *r, int lo, int hi)
 
 /* ---- dtype access (plain code, independent of src/cpu/convert.h) -------- */
 
-static double half_to_double(uint16_t h)
+static double half_to_double_exact(uint16_t h)
 {
     int sign = h >> 15, exp = (h >> 10) & 31, mant = h & 1023;
     double v;
@@ -54,6 +56,18 @@ static double half_to_double(uint16_t h)
     else v = ldexp(mant + 1024, exp - 25);
     return sign ? -v : v;
 }
+
+/* Every half's value, as a float (exact: a half is a float with fewer bits),
+ * made once: the oracle loads halves billions of times. */
+static float half_table[65536];
+static pthread_once_t half_table_once = PTHREAD_ONCE_INIT;
+
+static void half_table_init(void)
+{
+    for (uint32_t h = 0; h < 65536; h++) half_table[h] = (float)half_to_double_exact((uint16_t)h);
+}
+
+static double half_to_double(uint16_t h) { return half_table[h]; }
 
 /* x rounded to nearest-even with `bits` significant bits and no quantum below
  * 2^min_exp (subnormals). */
@@ -98,7 +112,9 @@ static uint16_t double_to_bf16(double x)
     return sign | (uint16_t)(u >> 16);
 }
 
-double fjt_load(const void *buf, fj_dtype t, size_t i)
+/* fjt_load without making the half table (the oracle's loops, which run
+ * after make() made it). */
+static inline double load(const void *buf, fj_dtype t, size_t i)
 {
     switch (t) {
     case FJ_F32: return ((const float *)buf)[i];
@@ -106,6 +122,12 @@ double fjt_load(const void *buf, fj_dtype t, size_t i)
     case FJ_BF16: return bf16_to_double(((const uint16_t *)buf)[i]);
     }
     return NAN;
+}
+
+double fjt_load(const void *buf, fj_dtype t, size_t i)
+{
+    pthread_once(&half_table_once, half_table_init);
+    return load(buf, t, i);
 }
 
 void fjt_store(void *buf, fj_dtype t, size_t i, double x)
@@ -153,53 +175,150 @@ static bool sees(const fj_attention_desc *d, int i, int j)
     return true;
 }
 
+/* Random values in [-1, 1) rounded to the dtype: through a float, then by
+ * bits to nearest-even (fjt_store's general rounding is slow, and long-key
+ * problems fill hundreds of millions of elements). Halves below 2^-14 (a few
+ * in 10^5) take fjt_store's exact path for subnormals. */
 static void fill(void *buf, fj_dtype t, size_t n, fjt_rng *rng)
 {
-    for (size_t i = 0; i < n; i++) fjt_store(buf, t, i, 2.0 * fjt_uniform(rng) - 1.0);
+    for (size_t i = 0; i < n; i++) {
+        float f = (float)(2.0 * fjt_uniform(rng) - 1.0);
+        uint32_t u, a;
+        memcpy(&u, &f, 4);
+        a = u & 0x7fffffffu;
+        switch (t) {
+        case FJ_F32: ((float *)buf)[i] = f; break;
+        case FJ_BF16: ((uint16_t *)buf)[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); break;
+        case FJ_F16:
+            if (a < 0x38800000u) { /* below 2^-14: a subnormal half */
+                fjt_store(buf, t, i, f);
+            } else { /* 23 -> 10 mantissa bits, nearest-even; a carry moves the exponent */
+                uint32_t r = (a + 0xfffu + ((a >> 13) & 1u)) >> 13;
+                ((uint16_t *)buf)[i] = (uint16_t)((u >> 16 & 0x8000u) | (r - ((127u - 15u) << 10)));
+            }
+            break;
+        }
+    }
 }
 
-static void oracle(fjt_problem *p)
+/* The oracle shares out (batch, query head, part of its rows) units to
+ * threads, one per online core: it is the slow part of every suite. It reads
+ * the inputs in their dtype where they lie (a double copy of a long K would
+ * be four times the memory traffic). Each row is computed by one thread in a
+ * fixed order, so the result does not depend on the threads. */
+typedef struct oracle_work {
+    fjt_problem *p;
+    const int *rows; /* NULL: every row */
+    int n_rows;      /* rows per (batch, head) */
+    int parts;       /* units per (batch, head) */
+    int units;
+    pthread_mutex_t lock;
+    int next_unit;
+} oracle_work;
+
+/* sum_c q[c] * x[c] for a row x of the dtype; four partial sums, or the dot
+ * product is latency bound. */
+static double dot_row(const double *q, const void *x, fj_dtype t, size_t base, int n)
+{
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    int c = 0;
+    for (; c + 4 <= n; c += 4) {
+        a0 += q[c] * load(x, t, base + c);
+        a1 += q[c + 1] * load(x, t, base + c + 1);
+        a2 += q[c + 2] * load(x, t, base + c + 2);
+        a3 += q[c + 3] * load(x, t, base + c + 3);
+    }
+    for (; c < n; c++) a0 += q[c] * load(x, t, base + c);
+    return (a0 + a1) + (a2 + a3);
+}
+
+/* One query row: scores, then the softmax-weighted sum of the V rows. */
+static void oracle_row(fjt_problem *p, int b, int h, int i, double *s, double *qrow)
 {
     const fj_attention_desc *d = &p->d;
-    double scale = d->scale != 0.0f ? (double)d->scale : 1.0 / sqrt((double)d->head_dim);
-    int group = d->heads_q / d->heads_kv;
-    double *s = malloc(sizeof(double) * (size_t)d->seqlen_k);
-    for (int b = 0; b < d->batch; b++)
-        for (int h = 0; h < d->heads_q; h++) {
-            int hk = h / group;
-            for (int i = 0; i < d->seqlen_q; i++) {
-                double m = -INFINITY;
-                for (int j = 0; j < d->seqlen_k; j++) {
-                    if (!sees(d, i, j)) continue;
-                    double dot = 0;
-                    size_t qo = off(p->qs, b, i, h), ko = off(p->ks, b, j, hk);
-                    for (int c = 0; c < d->head_dim; c++)
-                        dot += fjt_load(p->q, d->dtype, qo + c) * fjt_load(p->k, d->dtype, ko + c);
-                    s[j] = dot * scale;
-                    if (s[j] > m) m = s[j];
-                }
-                double *o = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * d->head_dim;
-                memset(o, 0, sizeof(double) * (size_t)d->head_dim);
-                double sum = 0;
-                for (int j = 0; j < d->seqlen_k; j++) {
-                    if (!sees(d, i, j)) continue;
-                    double e = exp(s[j] - m);
-                    sum += e;
-                    size_t vo = off(p->vs, b, j, hk);
-                    for (int c = 0; c < d->head_dim; c++) o[c] += e * fjt_load(p->v, d->dtype, vo + c);
-                }
-                if (sum > 0)
-                    for (int c = 0; c < d->head_dim; c++) o[c] /= sum;
-                p->ref_lse[((size_t)b * d->heads_q + h) * d->seqlen_q + i] =
-                    sum > 0 ? m + log(sum) : -INFINITY;
-            }
-        }
-    free(s);
+    const int D = d->head_dim, hk = h / (d->heads_q / d->heads_kv);
+    const fj_dtype t = d->dtype;
+    double scale = d->scale != 0.0f ? (double)d->scale : 1.0 / sqrt((double)D);
+    size_t qo = off(p->qs, b, i, h);
+    for (int c = 0; c < D; c++) qrow[c] = load(p->q, t, qo + c);
+    double m = -INFINITY;
+    for (int j = 0; j < d->seqlen_k; j++) {
+        if (!sees(d, i, j)) continue;
+        s[j] = dot_row(qrow, p->k, t, off(p->ks, b, j, hk), D) * scale;
+        if (s[j] > m) m = s[j];
+    }
+    double *o = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * D;
+    memset(o, 0, sizeof(double) * (size_t)D);
+    double sum = 0;
+    for (int j = 0; j < d->seqlen_k; j++) {
+        if (!sees(d, i, j)) continue;
+        double e = exp(s[j] - m);
+        sum += e;
+        size_t vo = off(p->vs, b, j, hk);
+        for (int c = 0; c < D; c++) o[c] += e * load(p->v, t, vo + c);
+    }
+    if (sum > 0)
+        for (int c = 0; c < D; c++) o[c] /= sum;
+    p->ref_lse[((size_t)b * d->heads_q + h) * d->seqlen_q + i] = sum > 0 ? m + log(sum) : -INFINITY;
 }
 
-bool fjt_problem_make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng)
+static void *oracle_thread(void *arg)
+{
+    oracle_work *w = arg;
+    fjt_problem *p = w->p;
+    const fj_attention_desc *d = &p->d;
+    double *s = malloc(sizeof(double) * (size_t)d->seqlen_k);
+    double *qrow = malloc(sizeof(double) * (size_t)d->head_dim);
+    /* a thread without its buffers takes no unit; the others do its share */
+    while (s && qrow) {
+        pthread_mutex_lock(&w->lock);
+        int u = w->next_unit < w->units ? w->next_unit++ : w->units;
+        pthread_mutex_unlock(&w->lock);
+        if (u >= w->units) break;
+        int bh = u / w->parts, part = u % w->parts;
+        int b = bh / d->heads_q, h = bh % d->heads_q;
+        int lo = (int)((long)w->n_rows * part / w->parts);
+        int hi = (int)((long)w->n_rows * (part + 1) / w->parts);
+        for (int r = lo; r < hi; r++) oracle_row(p, b, h, w->rows ? w->rows[r] : r, s, qrow);
+    }
+    free(s);
+    free(qrow);
+    return NULL;
+}
+
+/* Runs the oracle on rows[0..n_rows) of every (batch, head), or on every row
+ * when rows is NULL; the rows not computed keep what ref_o and ref_lse held.
+ * False when out of memory. */
+static bool oracle(fjt_problem *p, const int *rows, int n_rows)
+{
+    const fj_attention_desc *d = &p->d;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = cores < 1 ? 1 : cores > 64 ? 64 : (int)cores;
+    int heads = d->batch * d->heads_q;
+    oracle_work w = {.p = p, .rows = rows, .n_rows = rows ? n_rows : d->seqlen_q};
+    /* a few units per thread, for balance */
+    int parts = (4 * nt + heads - 1) / heads;
+    w.parts = parts > w.n_rows ? w.n_rows : parts < 1 ? 1 : parts;
+    w.units = heads * w.parts;
+    if (nt > w.units) nt = w.units;
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_t tid[64];
+    int started = 0;
+    for (int t = 1; t < nt; t++)
+        if (pthread_create(&tid[started], NULL, oracle_thread, &w) == 0) started++;
+    oracle_thread(&w); /* this thread works too (and alone when none started) */
+    for (int t = 0; t < started; t++) pthread_join(tid[t], NULL);
+    pthread_mutex_destroy(&w.lock);
+    return w.next_unit >= w.units; /* a unit taken is a unit done */
+}
+
+/* The inputs, and the oracle on `rows` (NULL: every row; with_oracle false:
+ * none, and no oracle buffers). */
+static bool make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng, bool with_oracle,
+                 const int *rows, int n_rows)
 {
     memset(p, 0, sizeof *p);
+    pthread_once(&half_table_once, half_table_init);
     p->d = *d;
     resolve(p->qs, d->q_stride, d->seqlen_q, d->heads_q, d->head_dim);
     resolve(p->ks, d->k_stride, d->seqlen_k, d->heads_kv, d->head_dim);
@@ -211,20 +330,49 @@ bool fjt_problem_make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng)
     p->o_elems = span(p->os, d->batch, d->seqlen_q, d->heads_q, d->head_dim);
     p->lse_elems = (size_t)d->batch * d->heads_q * d->seqlen_q;
     size_t es = elem_size(d->dtype);
+    size_t ref_elems = (size_t)d->batch * d->seqlen_q * d->heads_q * d->head_dim;
     p->q = malloc(p->q_elems * es);
     p->k = malloc(p->k_elems * es);
     p->v = malloc(p->v_elems * es);
-    p->ref_o = malloc(sizeof(double) * (size_t)d->batch * d->seqlen_q * d->heads_q * d->head_dim);
-    p->ref_lse = malloc(sizeof(double) * p->lse_elems);
-    if (!p->q || !p->k || !p->v || !p->ref_o || !p->ref_lse) {
+    if (with_oracle) {
+        p->ref_o = malloc(sizeof(double) * ref_elems);
+        p->ref_lse = malloc(sizeof(double) * p->lse_elems);
+    }
+    if (!p->q || !p->k || !p->v || (with_oracle && (!p->ref_o || !p->ref_lse))) {
         fjt_problem_free(p);
         return false;
     }
     fill(p->q, d->dtype, p->q_elems, rng);
     fill(p->k, d->dtype, p->k_elems, rng);
     fill(p->v, d->dtype, p->v_elems, rng);
-    oracle(p);
+    if (!with_oracle) return true;
+    if (rows) { /* rows the oracle leaves out stay NaN: fjt_compare skips them */
+        for (size_t i = 0; i < ref_elems; i++) p->ref_o[i] = NAN;
+        for (size_t i = 0; i < p->lse_elems; i++) p->ref_lse[i] = NAN;
+    }
+    if (!oracle(p, rows, n_rows)) {
+        fjt_problem_free(p);
+        return false;
+    }
     return true;
+}
+
+bool fjt_problem_make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng)
+{
+    return make(p, d, rng, true, NULL, 0);
+}
+
+bool fjt_problem_make_rows(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng,
+                           const int *rows, int n_rows)
+{
+    for (int r = 0; r < n_rows; r++)
+        if (rows[r] < 0 || rows[r] >= d->seqlen_q) return false;
+    return make(p, d, rng, true, rows, n_rows);
+}
+
+bool fjt_problem_make_inputs(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng)
+{
+    return make(p, d, rng, false, NULL, 0);
 }
 
 void fjt_problem_free(fjt_problem *p)
@@ -251,6 +399,10 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
             for (int h = 0; h < d->heads_q; h++) {
                 size_t oo = off(p->os, b, i, h);
                 const double *r = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * d->head_dim;
+                double ref_lse = p->ref_lse[((size_t)b * d->heads_q + h) * d->seqlen_q + i];
+                bool computed = !isnan(ref_lse), empty = isinf(ref_lse) && ref_lse < 0;
+                double row_num = 0, row_den = 0;
+                bool row_nonzero = false;
                 for (int c = 0; c < d->head_dim; c++) {
                     if (row_elem) row_elem[oo + c] = 1;
                     double x = fjt_load(o, d->dtype, oo + c);
@@ -258,10 +410,19 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
                         e.nan_count++;
                         continue;
                     }
+                    if (x != 0.0) row_nonzero = true;
+                    if (!computed) continue;
                     double diff = x - r[c];
-                    num += diff * diff;
-                    den += r[c] * r[c];
+                    row_num += diff * diff;
+                    row_den += r[c] * r[c];
                     if (fabs(diff) > e.max_abs) e.max_abs = fabs(diff);
+                }
+                num += row_num;
+                den += row_den;
+                if (empty && row_nonzero) e.empty_not_zero++;
+                if (computed && !empty) {
+                    double rr = row_den > 0 ? sqrt(row_num / row_den) : sqrt(row_num);
+                    if (rr > e.row_rel_max) e.row_rel_max = rr;
                 }
             }
     if (row_elem) {
@@ -271,11 +432,13 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
         free(row_elem);
     }
     e.rel_fro = den > 0 ? sqrt(num / den) : sqrt(num);
-    if (e.nan_count) e.rel_fro = INFINITY;
+    if (e.nan_count) e.rel_fro = e.row_rel_max = INFINITY;
     if (lse) {
         for (size_t k = 0; k < p->lse_elems; k++) {
             double r = p->ref_lse[k], x = lse[k];
-            if (isinf(r) && r < 0) {
+            if (isnan(r)) { /* a row the oracle left out: finite or -inf, never NaN */
+                if (isnan(x) || (isinf(x) && x > 0)) e.lse_mismatch++;
+            } else if (isinf(r) && r < 0) {
                 if (!(isinf(x) && x < 0)) e.lse_mismatch++;
             } else if (!isfinite(x)) {
                 e.lse_mismatch++;

@@ -36,9 +36,17 @@ typedef struct fjt_problem {
 } fjt_problem;
 
 /* Allocates inputs for d (strides as given, zero = dense), fills them with
- * random values exactly representable in the dtype, and runs the oracle.
- * Returns false on allocation failure. */
+ * random values exactly representable in the dtype, and runs the oracle
+ * (on threads, one per online core). Returns false on allocation failure. */
 bool fjt_problem_make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng);
+/* The same with the oracle on query rows rows[0..n_rows) of every batch and
+ * head only (problems too long for the whole oracle); the other rows' ref_o
+ * and ref_lse are NaN, and fjt_compare checks them for NaN only. False also
+ * when a row is out of range. */
+bool fjt_problem_make_rows(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng,
+                           const int *rows, int n_rows);
+/* The inputs alone, no oracle (ref_o and ref_lse NULL): for timing. */
+bool fjt_problem_make_inputs(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng);
 void fjt_problem_free(fjt_problem *p);
 
 /* Fills n elements with the poison pattern (NaN in every dtype). */
@@ -54,15 +62,18 @@ void fjt_store(void *buf, fj_dtype t, size_t i, double x);
 
 typedef struct fjt_error {
     double rel_fro;      /* ||o - ref|| / ||ref|| over all output elements */
+    double row_rel_max;  /* the same per (batch, row, head), the worst row that sees a key */
     double max_abs;      /* largest |o - ref| */
     double lse_max_abs;  /* largest |lse - ref_lse| where finite (0 when no lse) */
     size_t nan_count;    /* NaN or inf in o; non-finite lse where ref is finite */
     size_t lse_mismatch; /* lse -inf where the reference is not, or the reverse */
     size_t gaps_written; /* output elements outside the tensor's rows that changed */
+    size_t empty_not_zero; /* rows that see no key whose output is not exactly zero */
 } fjt_error;
 
 /* Compares a backend's output o (host copy, the desc's o strides, poisoned
- * before the run over o_elems) and lse (NULL: not checked) with the oracle. */
+ * before the run over o_elems) and lse (NULL: not checked) with the oracle.
+ * p must have been made with the oracle (fjt_problem_make or _rows). */
 fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse);
 
 /* The tolerance of the issue for a dtype: relative Frobenius error against
@@ -75,8 +86,6 @@ fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool wi
 
 /* One line describing the desc, for failure messages. */
 const char *fjt_desc_str(const fj_attention_desc *d);
-
-#endif
 
 /* ---- random problems ------------------------------------------------------ */
 
@@ -98,3 +107,5 @@ typedef struct fjt_axes {
 
 /* Draws a problem; strides point into buffers fjt_problem_make allocates. */
 void fjt_random_desc(fjt_rng *rng, const fjt_axes *axes, fj_attention_desc *d);
+
+#endif

@@ -464,6 +464,33 @@ static CUresult f_cuLaunchKernelEx(const fj_cu_launch_config *c, CUfunction f, v
                   c->shared_mem_bytes, c->stream, params, extra, programmatic);
 }
 
+/* The rules cuda.h states for a tiled tensor map, checked as the driver
+ * would; the map gets a recognisable pattern (the global address first). */
+static CUresult f_cuTensorMapEncodeTiled(void *map, int type, uint32_t rank, void *address,
+                                         const cuuint64_t *dim, const cuuint64_t *stride,
+                                         const uint32_t *box, const uint32_t *element_strides,
+                                         int interleave, int swizzle, int l2, int oob)
+{
+    INJECT("cuTensorMapEncodeTiled");
+    NEED_CONTEXT(); /* as the driver: CUDA_ERROR_INVALID_CONTEXT without one */
+    if (!map || (uintptr_t)map % 64 || (uintptr_t)address % 16 || rank < 1 || rank > 5 ||
+        !dim || !box || !element_strides || interleave != 0 || swizzle < 0 || swizzle > 3 ||
+        l2 < 0 || l2 > 3 || oob < 0 || oob > 1 ||
+        (type != FJ_CU_TENSOR_MAP_DATA_TYPE_FLOAT16 && type != FJ_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16))
+        return E_INVALID_VALUE;
+    for (uint32_t i = 0; i < rank; i++) {
+        if (!dim[i] || dim[i] > (1ull << 32) || !box[i] || box[i] > 256 || element_strides[i] != 1)
+            return E_INVALID_VALUE;
+        if (i + 1 < rank && (stride[i] % 16 || stride[i] >= (1ull << 40))) return E_INVALID_VALUE;
+    }
+    /* the box's inner extent: a multiple of 16 bytes, within the swizzle span */
+    const uint32_t inner = box[0] * 2, span = swizzle ? 16u << swizzle : 0;
+    if (inner % 16 || (span && inner > span)) return E_INVALID_VALUE;
+    memset(map, 0, 128);
+    memcpy(map, &address, sizeof address);
+    return 0;
+}
+
 /* ---- driver: memory and events -------------------------------------------- */
 
 static CUresult f_cuMemAlloc(CUdeviceptr *p, size_t bytes)
@@ -726,6 +753,7 @@ static void fill_driver(void)
     table.cuOccupancyMaxActiveBlocksPerMultiprocessor = f_cuOccupancyMaxActiveBlocksPerMultiprocessor;
     table.cuLaunchKernel = f_cuLaunchKernel;
     table.cuLaunchKernelEx = f_cuLaunchKernelEx;
+    table.cuTensorMapEncodeTiled = f_cuTensorMapEncodeTiled;
     table.cuMemAlloc = f_cuMemAlloc;
     table.cuMemFree = f_cuMemFree;
     table.cuMemcpyHtoD = f_cuMemcpyHtoD;

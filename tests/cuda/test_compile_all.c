@@ -20,13 +20,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen.h"
-#include "cubin_info.h"
+#include "cuda/jit/codegen.h"
+#include "cuda/jit/cubin_info.h"
 #include "fake_driver.h"
 #include "cuda/cuda_api.h"
-#include "cuda/nvrtc_compile.h"
-#include "kernel_build.h"
-#include "kernel_desc.h"
+#include "cuda/jit/nvrtc_compile.h"
+#include "cuda/jit/kernel_build.h"
+#include "cuda/jit/kernel_desc.h"
 #include "problem.h"
 
 static fj_status nvrtc_status;
@@ -380,7 +380,7 @@ static void test_compile_set(void **state)
         char name[128], want_target[16], line[200];
         fj_kernel_desc_name(&first.desc[i], name, sizeof name);
         snprintf(want_target, sizeof want_target, "sm_%u%s", (unsigned)first.desc[i].arch,
-                 first.desc[i].template_id == FJ_TEMPLATE_FLASH_WGMMA ? "a" : "");
+                 fj_codegen_arch_specific(&first.desc[i]) ? "a" : "");
         assert_string_equal(img->name, name);
         assert_string_equal(img->target, want_target);
         assert_false(img->is_ptx);

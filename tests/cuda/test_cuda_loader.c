@@ -22,8 +22,11 @@
 #include "cuda/cuda_api.h"
 #include "fake_driver.h"
 #include "flashjit.h"
-#include "kernel_desc.h"
-#include "plan_timing.h"
+#include "cuda/jit/codegen.h"
+#include "cuda/jit/kernel_desc.h"
+#include "cuda/jit/launch_view.h"
+#include "plan.h"
+#include "tune/measure.h"
 #include "problem.h"
 
 extern char **environ;
@@ -72,11 +75,16 @@ static int fake_teardown(void **state)
 }
 
 /* The kernel name and shared memory the backend should pick for d on sm_90. */
+/* The kernel a plan for d takes on the fake device (sm_90, 132 SMs) with no
+   tuning entry. */
 static void expected_kernel(const fj_attention_desc *d, fj_kernel_desc *k, char *name, size_t n)
 {
-    fj_problem p;
+    fj_problem p, view;
     assert_int_equal(fj_problem_init(&p, d), FJ_OK);
-    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, k), FJ_OK);
+    assert_int_equal(fj_kernel_desc_supports(&p), FJ_OK);
+    fj_launch_view(&p, &view);
+    fj_kernel_desc_for_device(&view, 90, 132, k);
+    assert_int_equal(fj_kernel_desc_check(k, 0), FJ_OK);
     fj_kernel_desc_name(k, name, n);
 }
 
@@ -290,16 +298,25 @@ static void test_plan_launch_records(void **state)
     assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
     fake_launch l = fake_last_launch();
     assert_int_equal(fake_get_counts().launches, 1);
-    assert_int_equal(l.grid[0], (100 + k.block_m - 1) / k.block_m);
-    assert_int_equal(l.grid[1], 8);
-    assert_int_equal(l.grid[2], 2);
+    const unsigned m_tiles = (100 + k.block_m - 1) / k.block_m;
+    if (k.template_id == FJ_TEMPLATE_FLASH_TMA) {
+        /* persistent: one block per work tile, at most one per SM */
+        assert_int_equal(l.grid[0], m_tiles * 8 * 2 < 132 ? m_tiles * 8 * 2 : 132);
+        assert_int_equal(l.grid[1], 1);
+        assert_int_equal(l.grid[2], 1);
+    } else {
+        /* one query tile */
+        assert_int_equal(l.grid[0], m_tiles);
+        assert_int_equal(l.grid[0], 1);
+        assert_int_equal(l.grid[1], 8);
+        assert_int_equal(l.grid[2], 2);
+    }
     assert_int_equal(l.block[0], 32 * k.warps);
     assert_int_equal(l.block[1], 1);
     assert_int_equal(l.block[2], 1);
     assert_int_equal(l.smem, fj_kernel_desc_smem_bytes(&k));
     assert_null(l.stream);
-    /* one query tile, but the 4 query heads of a kv head each read its K and V */
-    assert_int_equal(l.grid[0], 1);
+    /* the 4 query heads of a kv head each read its K and V */
     assert_int_equal(l.params.kv_read_once, 0);
     assert_ptr_equal(l.ctx, fake_primary_context(0));
     const fj_fwd_params *p = &l.params;
@@ -624,7 +641,7 @@ static void test_module_cache_reuse(void **state)
     assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
     fj_attention_desc d1, d2, d3;
     fj_attention_desc_init(&d1, 1, 2, 2, 64, 64, 64, FJ_F16);
-    fj_attention_desc_init(&d2, 3, 4, 1, 1000, 17, 64, FJ_F16); /* other shape, same kernel */
+    fj_attention_desc_init(&d2, 3, 4, 1, 100, 17, 64, FJ_F16); /* other shape, same kernel */
     fj_attention_desc_init(&d3, 1, 2, 2, 64, 64, 96, FJ_F16);   /* other kernel */
     fj_plan *p1, *p2, *p3;
     assert_int_equal(fj_plan_create(ctx, &d1, &p1), FJ_OK);
@@ -721,9 +738,12 @@ static void test_get_function_fails(void **state)
     fj_attention_desc d;
     fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 128, FJ_BF16);
     fj_plan *plan;
+    fj_kernel_desc k;
+    char name[128];
+    expected_kernel(&d, &k, name, sizeof name);
     assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_DRIVER);
     assert_contains(fj_last_error(), "cuModuleGetFunction failed: CUDA_ERROR_NOT_FOUND");
-    assert_contains(fj_last_error(), "fj_flash_fwd");
+    assert_contains(fj_last_error(), fj_codegen_entry(&k));
     /* The module that was loaded was unloaded again. */
     fake_counts c = fake_get_counts();
     assert_int_equal(c.module_loads, c.module_unloads);
@@ -742,6 +762,50 @@ static void test_compile_fails(void **state)
     assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_COMPILE);
     assert_contains(fj_last_error(), "compilation failed on demand");
     assert_int_equal(fake_get_counts().module_loads, 0);
+    fj_context_destroy(ctx);
+}
+
+/* A layout the copy engine refuses (the driver's cuTensorMapEncodeTiled
+ * fails when the plan encodes its trial maps): the heuristic's flash_tma
+ * gives way to the next template, and says why; flash_tma tiles given by
+ * the caller fail with the driver's error. At execute, the same refusal is
+ * an error of that execute. */
+static void test_tensor_map_refused(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 4, 16, 16, 1024, 1024, 128, FJ_BF16); /* 128 work tiles */
+    fj_kernel_desc k;
+    char name[128];
+    expected_kernel(&d, &k, name, sizeof name);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_TMA);
+    fake_fail("cuTensorMapEncodeTiled", 1);
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    const char *desc = fj_plan_describe(plan);
+    assert_contains(desc, "kernel: flash_wgmma.d128.bf16.nomask.");
+    assert_contains(desc, "not flash_tma.d128.bf16.nomask.m128n128c2s2.sm_90: cuda: the copy "
+                          "engine cannot address q");
+    assert_contains(desc, "cuTensorMapEncodeTiled failed: CUDA_ERROR_INVALID_VALUE");
+    fj_plan_destroy(plan);
+    assert_int_equal(fj_plan_create_config(ctx, &d, "m128n128c2s2", &plan), FJ_ERR_UNSUPPORTED);
+    assert_null(plan);
+    assert_contains(fj_last_error(), "cannot address q");
+    fake_fail("cuTensorMapEncodeTiled", 0);
+    /* encoded at plan time, refused at execute: that execute fails */
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    assert_contains(fj_plan_describe(plan), name);
+    buffers b;
+    alloc_buffers(ctx, &d, &b);
+    fake_fail("cuTensorMapEncodeTiled", 1);
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "cuTensorMapEncodeTiled failed");
+    fake_fail("cuTensorMapEncodeTiled", 0);
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
+    free_buffers(ctx, &b);
+    fj_plan_destroy(plan);
     fj_context_destroy(ctx);
 }
 
@@ -1192,6 +1256,7 @@ int main(int argc, char **argv)
         FAKE(test_module_load_fails),
         FAKE(test_get_function_fails),
         FAKE(test_compile_fails),
+        FAKE(test_tensor_map_refused),
         FAKE(test_launch_fails),
         FAKE(test_unsupported_problems),
         FAKE(test_too_many_registers),

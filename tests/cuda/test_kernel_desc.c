@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen.h"
-#include "gqa_pack.h"
-#include "kernel_desc.h"
+#include "cuda/jit/codegen.h"
+#include "cuda/jit/launch_view.h"
+#include "cuda/jit/kernel_desc.h"
 #include "problem.h"
-#include "templates.h"
+#include "embedded.h"
 
 static fj_kernel_desc base_desc(void)
 {
@@ -47,23 +47,26 @@ static fj_kernel_desc wgmma_desc(void)
 /* ==== EXPECTED sm_90 PREFILL TILES: edit this table when the heuristic ====
  * ==== changes (test_heuristic, test_decode_tiles, test_for_problem_mask) ==
  * By head dim, up to max_dim: the tiles for head dims that are multiples of
- * 64 (flash_wgmma's whole swizzle atoms) and for the others. The tile
- * letter names the template: g flash_wgmma, w flash_fwd. */
+ * 16 from 64 on (flash_tma's column blocks) and for the others. The tile
+ * letter names the template: c flash_tma, g flash_wgmma, w flash_fwd. */
 static const struct {
     uint32_t max_dim;
-    const char *dim64, *other;
+    const char *dim16, *other;
 } sm90_prefill[] = {
-    {64, "m128n128g2s2", "m128n64w4s2"},
-    {128, "m128n128g2s3", "m128n64w4s2"},
-    {192, "m128n64w8s2", "m128n64w8s2"}, /* d192: flash_fwd until the GPU grid ran flash_wgmma */
-    {256, "m128n64g2s2", "m128n64w8s2"},
+    {56, NULL, "m128n64w4s2"},
+    {64, "m192n128c3s2", "m128n64w4s2"},
+    {128, "m128n128c2s2", "m128n64w4s2"},
+    {160, "m128n128c2s2", "m128n64w8s2"},
+    {192, "m128n112c2s2", "m128n64w8s2"},
+    {256, "m128n80c2s2", "m128n64w8s2"},
 };
 
 static const char *sm90_prefill_tiles(uint32_t head_dim)
 {
     for (size_t i = 0; i < sizeof sm90_prefill / sizeof sm90_prefill[0]; i++)
         if (head_dim <= sm90_prefill[i].max_dim)
-            return head_dim % 64 ? sm90_prefill[i].other : sm90_prefill[i].dim64;
+            return head_dim % 16 || !sm90_prefill[i].dim16 ? sm90_prefill[i].other
+                                                           : sm90_prefill[i].dim16;
     fail_msg("no sm_90 tiles for head dim %u in the table", head_dim);
     return NULL;
 }
@@ -71,7 +74,9 @@ static const char *sm90_prefill_tiles(uint32_t head_dim)
 /* The template a tile string names. */
 static uint32_t tiles_template(const char *tiles)
 {
-    return strchr(tiles, 'g') ? FJ_TEMPLATE_FLASH_WGMMA : FJ_TEMPLATE_FLASH_FWD;
+    return strchr(tiles, 'c')   ? FJ_TEMPLATE_FLASH_TMA
+           : strchr(tiles, 'g') ? FJ_TEMPLATE_FLASH_WGMMA
+                                : FJ_TEMPLATE_FLASH_FWD;
 }
 
 #define assert_contains(text, part)                                                           \
@@ -187,7 +192,7 @@ static void test_parse_rejections(void **state)
         {"a.b.c.d.e.f.g.h.i.j.k", "11 dot-separated parts"},
         {"flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90",
          "kernel name 'flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90': 'flash_bwd' is not a "
-         "template name (flash_fwd, flash_wgmma, combine)"},
+         "template name (flash_fwd, flash_wgmma, flash_tma, combine)"},
         {"flash_fwd.d7.bf16.causal.m128n64w4s2.sm_90",
          "kernel name 'flash_fwd.d7.bf16.causal.m128n64w4s2.sm_90': 'd7' is not d<head_dim> with "
          "head_dim a multiple of 8 in 8..256"},
@@ -229,7 +234,7 @@ static void test_parse_rejections(void **state)
          "combine kernels count warps as w<warps>, not as in 'm64n64g1s1'"},
         {"flash_wgmma.d128.bf16.causal.m128n128g65s2.sm_90",
          "kernel name 'flash_wgmma.d128.bf16.causal.m128n128g65s2.sm_90': 'm128n128g65s2' is "
-         "not m<block_m>n<block_n>w<warps>s<stages> or m<block_m>n<block_n>g<warpgroups>s<stages>"},
+         "not m<block_m>n<block_n>w<warps>s<stages> (flash_fwd), m<block_m>n<block_n>g<warpgroups>s<stages> (flash_wgmma) or m<block_m>n<block_n>c<consumer warpgroups>s<stages> (flash_tma)"},
         {"flash_wgmma.d128.bf16.causal.m128n128g999999s2.sm_90", "'m128n128g999999s2' is not"},
         {"flash_wgmma.d128.bf16.causal.m128n128g1234567s2.sm_90", "'m128n128g1234567s2' is not"},
         {"flash_wgmma.d128.bf16.causal.m128n128g4294967296s2.sm_90", "'m128n128g4294967296s2'"},
@@ -314,7 +319,7 @@ static void expect_rejections(const bad_desc *cases, size_t n, fj_kernel_desc ba
 }
 
 static void m_version(fj_kernel_desc *k) { k->generator_version = 0; }
-static void m_template(fj_kernel_desc *k) { k->template_id = 4; }
+static void m_template(fj_kernel_desc *k) { k->template_id = 9; }
 static void m_template0(fj_kernel_desc *k) { k->template_id = 0; }
 static void m_dim_small(fj_kernel_desc *k) { k->head_dim = 0; }
 static void m_dim_odd(fj_kernel_desc *k) { k->head_dim = 100; }
@@ -344,7 +349,7 @@ static void test_check_rejections(void **state)
     static const bad_desc cases[] = {
         {"version", m_version, "generator_version 0 is not this generator's (1)"},
         {"template", m_template,
-         "template_id 4 is not a template (1 flash_fwd, 2 combine, 3 flash_wgmma)"},
+         "template_id 9 is not a template (1 flash_fwd, 2 combine, 3 flash_wgmma, 4 flash_tma)"},
         {"template 0", m_template0, "template_id 0 is not a template"},
         {"head_dim 0", m_dim_small, "head_dim 0 is not a multiple of 8 in 8..256"},
         {"head_dim 100", m_dim_odd, "head_dim 100 is not a multiple of 8 in 8..256"},
@@ -763,7 +768,7 @@ static void test_heuristic(void **state)
     /* sm_90: the table at the top of this file, every head dim and mask. */
     static const fj_causal sm90_causals[] = {FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT,
                                              FJ_CAUSAL_TOP_LEFT};
-    int wgmma = 0;
+    int tma = 0;
     for (uint32_t d = 8; d <= 256; d += 8)
         for (size_t c = 0; c < 3; c++)
             for (int wl = -1; wl <= 32; wl += 33)
@@ -776,9 +781,36 @@ static void test_heuristic(void **state)
                     fj_kernel_desc_name(&k, name, sizeof name);
                     if (strcmp(tiles, want) || k.template_id != tiles_template(want))
                         fail_msg("%s: expected %s", name, want);
-                    wgmma += k.template_id == FJ_TEMPLATE_FLASH_WGMMA;
+                    tma += k.template_id == FJ_TEMPLATE_FLASH_TMA;
                 }
-    assert_true(wgmma > 0); /* (sm90_prefill has g tiles) */
+    assert_true(tma > 0); /* (sm90_prefill has c tiles) */
+    /* Without flash_tma (a layout its tensor maps cannot address), sm_90
+       falls back to flash_wgmma's tiles where it has them, else flash_fwd's. */
+    desc_for(128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k);
+    fj_kernel_desc_heuristic_excluding(&k, FJ_TEMPLATE_FLASH_TMA);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_WGMMA);
+    tiles_are(&k, 128, 128, 8, 3);
+    desc_for(96, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k);
+    fj_kernel_desc_heuristic_excluding(&k, FJ_TEMPLATE_FLASH_TMA);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
+    tiles_are(&k, 128, 64, 4, 2);
+    /* flash_tma cannot split the keys: on a device of 132 SMs it takes a
+       problem of at least 66 work tiles (query tiles x heads x batch) */
+    fj_attention_desc d;
+    fj_problem p;
+    fj_attention_desc_init(&d, 1, 33, 33, 256, 8192, 128, FJ_BF16); /* 2 x 33 = 66 tiles */
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    fj_kernel_desc_for_device(&p, 90, 132, &k);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_TMA);
+    assert_true(fj_kernel_desc_fills_device(&k, &p, 132));
+    assert_false(fj_kernel_desc_fills_device(&k, &p, 133));
+    d.seqlen_q = 128; /* 33 tiles: flash_wgmma, which splits */
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    fj_kernel_desc_for_device(&p, 90, 132, &k);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_WGMMA);
+    assert_true(fj_kernel_desc_fills_device(&k, &p, 132));
+    fj_kernel_desc_for_device(&p, 90, 66, &k);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_TMA);
     /* On sm_90 where everything fits, flash_fwd's tiles for the other dims. */
     desc_for(8, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
     desc_for(120, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), tiles_are(&k, 128, 64, 4, 2);
@@ -864,10 +896,11 @@ static void test_parse_tiles(void **state)
         fj_kernel_desc before = k;
         if (fj_kernel_desc_parse_tiles(bad[i], &k) != FJ_ERR_INVALID_ARGUMENT)
             fail_msg("'%s' parsed", bad[i]);
-        char message[160];
+        char message[256];
         snprintf(message, sizeof message,
                  "tile configuration '%s' is not m<block_m>n<block_n>w<warps>s<stages> "
-                 "(flash_fwd) or m<block_m>n<block_n>g<warpgroups>s<stages> (flash_wgmma)",
+                 "(flash_fwd), m<block_m>n<block_n>g<warpgroups>s<stages> (flash_wgmma) or "
+                 "m<block_m>n<block_n>c<consumer warpgroups>s<stages> (flash_tma)",
                  bad[i]);
         assert_string_equal(fj_last_error(), message);
         assert_memory_equal(&k, &before, sizeof k);
@@ -963,7 +996,7 @@ static void test_codegen_layout(void **state)
                                         "flash_fwd.cu"};
     const char *at = a;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        const fj_template *t = fj_template_find(files[i]);
+        const fj_embedded_file *t = fj_template_find(files[i]);
         if (!t) fail_msg("template %s is not embedded", files[i]);
         char marker[64];
         snprintf(marker, sizeof marker, "#line 1 \"%s\"\n", files[i]);
@@ -1010,7 +1043,7 @@ static void test_codegen_wgmma(void **state)
                                         "flash_wgmma.cu"};
     const char *at = src;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        const fj_template *t = fj_template_find(files[i]);
+        const fj_embedded_file *t = fj_template_find(files[i]);
         if (!t) fail_msg("template %s is not embedded", files[i]);
         char marker[64];
         snprintf(marker, sizeof marker, "#line 1 \"%s\"\n", files[i]);

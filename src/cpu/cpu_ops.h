@@ -1,0 +1,11 @@
+/* The two CPU backends' ops tables, which their registry rows
+ * (cpu_backends.c) point to. */
+#ifndef FJ_CPU_OPS_H
+#define FJ_CPU_OPS_H
+
+#include "backend.h"
+
+extern const fj_backend_ops fj_cpu_tiled_ops;     /* src/cpu/tiled.c */
+extern const fj_backend_ops fj_cpu_reference_ops; /* src/cpu/reference.c */
+
+#endif

@@ -1,0 +1,96 @@
+/* Renders a kernel's CUDA source (kernel_templates/README.md): a comment
+ * naming the kernel, the descriptor as macros, then the embedded templates
+ * fwd_params.h, common.cuh, attention_rows.cuh (attention kernels only) and
+ * the kernel template. The output depends on the descriptor and the
+ * embedded text only, so equal descriptors give equal bytes and equal cache
+ * keys. */
+#include "cuda/jit/codegen.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "strbuf.h"
+#include "embedded.h"
+
+const char *fj_codegen_entry(const fj_kernel_desc *k)
+{
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    return r ? r->entry : NULL;
+}
+
+bool fj_codegen_arch_specific(const fj_kernel_desc *k)
+{
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    return r && r->arch_specific;
+}
+
+/* Pastes one embedded file, preceded by a #line directive so that NVRTC's
+ * diagnostics name the template file and its own line numbers. */
+static fj_status paste(fj_strbuf *b, const char *file)
+{
+    const fj_embedded_file *t = fj_template_find(file);
+    if (!t)
+        return fj_fail(FJ_ERR_INTERNAL,
+                       "kernel template '%s' is not embedded in this build (template_files in "
+                       "kernel_templates/meson.build)",
+                       file);
+    fj_strbuf_printf(b, "#line 1 \"%s\"\n", file);
+    fj_strbuf_append(b, t->text, t->size);
+    if (t->size == 0 || t->text[t->size - 1] != '\n') fj_strbuf_puts(b, "\n");
+    return FJ_OK;
+}
+
+fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
+{
+    *source = NULL;
+    *len = 0;
+    /* Every rule but the shared-memory limit (which depends on the device,
+       not on the source): a macro must never carry a value the template was
+       not written for. */
+    fj_status s = fj_kernel_desc_check(k, SIZE_MAX);
+    if (s != FJ_OK) return s;
+
+    char name[128];
+    fj_kernel_desc_name(k, name, sizeof name);
+    fj_strbuf b;
+    fj_strbuf_init(&b);
+    fj_strbuf_printf(&b, "// flashjit generated kernel %s\n// generator version %u\n", name,
+                     (unsigned)k->generator_version);
+    bool causal = k->mask == FJ_MASK_CAUSAL || k->mask == FJ_MASK_CAUSAL_WINDOW;
+    bool window = k->mask == FJ_MASK_WINDOW || k->mask == FJ_MASK_CAUSAL_WINDOW;
+    fj_strbuf_printf(&b,
+                     "#define FJ_HEAD_DIM %u\n"
+                     "#define FJ_DTYPE_F16 %d\n"
+                     "#define FJ_DTYPE_BF16 %d\n"
+                     "#define FJ_CAUSAL %d\n"
+                     "#define FJ_HAS_WINDOW %d\n"
+                     "#define FJ_BLOCK_M %u\n"
+                     "#define FJ_BLOCK_N %u\n"
+                     "#define FJ_WARPS %u\n"
+                     "#define FJ_STAGES %u\n"
+                     "#define FJ_SPLIT_KV %u\n"
+                     "#define FJ_SMEM_BYTES %zu\n",
+                     (unsigned)k->head_dim, k->dtype == FJ_F16, k->dtype == FJ_BF16, causal,
+                     window, (unsigned)k->block_m, (unsigned)k->block_n, (unsigned)k->warps,
+                     (unsigned)k->stages, (unsigned)k->split_kv, fj_kernel_desc_smem_bytes(k));
+
+    /* attention_rows.cuh: what the attention templates share */
+    const fj_template_row *row = fj_template_row_of(k->template_id);
+    const char *files[] = {"fwd_params.h", "common.cuh",
+                           row->attention ? "attention_rows.cuh" : NULL, row->header, row->file};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        if (files[i] && (s = paste(&b, files[i])) != FJ_OK) {
+            fj_strbuf_free(&b);
+            return s;
+        }
+    }
+    size_t n = b.len;
+    char *text = fj_strbuf_take(&b);
+    if (!text)
+        return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory rendering the source of kernel %s",
+                       name);
+    *source = text;
+    *len = n;
+    return FJ_OK;
+}

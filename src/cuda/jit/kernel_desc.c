@@ -1,0 +1,440 @@
+/* The kernel descriptor: its canonical name (and the exact inverse), the
+ * common rules, and the built-in heuristic; what differs per template (tile
+ * letter, arch range, rules, shared memory, default tiles) is read from the
+ * template's row (template_table.c). */
+#include "cuda/jit/kernel_desc.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/jit/launch_view.h"
+#include "status.h"
+
+/* Longest name fj_kernel_desc_parse accepts: it must fit the 128-byte name
+ * fields (fj_kernel_image, logs) with its NUL. */
+#define NAME_MAX_LEN 127
+
+/* The grammar, spelled once for error messages. */
+#define NAME_GRAMMAR \
+    "<template>.d<head_dim>.<dtype>.<mask>.m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split].sm_<arch>"
+
+void fj_kernel_desc_init(fj_kernel_desc *k)
+{
+    memset(k, 0, sizeof *k);
+    k->generator_version = FJ_GENERATOR_VERSION;
+}
+
+/* ---- name ------------------------------------------------------------------ */
+
+static const char *template_name(uint32_t id)
+{
+    const fj_template_row *r = fj_template_row_of(id);
+    return r ? r->name : NULL;
+}
+
+static const char *dtype_name(uint32_t t)
+{
+    if (t == FJ_F16) return "f16";
+    if (t == FJ_BF16) return "bf16";
+    return NULL;
+}
+
+static fj_tile_shape shape_of(const fj_kernel_desc *k)
+{
+    fj_tile_shape t = {k->head_dim, k->block_m, k->block_n, k->warps,
+                       k->stages, k->split_kv, k->arch};
+    return t;
+}
+
+static void set_shape(fj_kernel_desc *k, const fj_tile_shape *t)
+{
+    k->block_m = t->block_m;
+    k->block_n = t->block_n;
+    k->warps = t->warps;
+    k->stages = t->stages;
+}
+
+/* The unit count of the tile string: warps less the template's extra
+   warps, in its units (a descriptor whose warps do not divide prints the
+   raw count, so that the error rejecting it shows something). */
+static int tiles_text(const fj_kernel_desc *k, char *buf, size_t n)
+{
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    char letter = r ? r->unit_letter : 'w';
+    unsigned per = r ? r->warps_per_unit : 1, extra = r ? r->extra_warps : 0;
+    unsigned units = k->warps >= extra && (k->warps - extra) % per == 0 ? (k->warps - extra) / per
+                                                                          : k->warps;
+    return snprintf(buf, n, "m%un%u%c%us%u", (unsigned)k->block_m, (unsigned)k->block_n, letter,
+                    units, (unsigned)k->stages);
+}
+
+int fj_kernel_desc_name(const fj_kernel_desc *k, char *buf, size_t n)
+{
+    /* Out-of-range fields still print (as "template9", "dtype0") so that a
+       bad descriptor is recognisable in the error that rejects it. */
+    char tbuf[24], dbuf[24], mbuf[24];
+    const char *t = template_name(k->template_id), *d = dtype_name(k->dtype),
+               *m = fj_mask_kind_name(k->mask);
+    if (!t) snprintf(tbuf, sizeof tbuf, "template%u", (unsigned)k->template_id), t = tbuf;
+    if (!d) snprintf(dbuf, sizeof dbuf, "dtype%u", (unsigned)k->dtype), d = dbuf;
+    if (!m) snprintf(mbuf, sizeof mbuf, "mask%u", (unsigned)k->mask), m = mbuf;
+    char tiles[64];
+    tiles_text(k, tiles, sizeof tiles);
+    int len = snprintf(buf, n, "%s.d%u.%s.%s.%s%s.sm_%u", t, (unsigned)k->head_dim, d, m, tiles,
+                       k->split_kv ? ".split" : "", (unsigned)k->arch);
+    if (n > 0 && len < 0) buf[0] = '\0';
+    return len;
+}
+
+/* ---- parse ----------------------------------------------------------------- */
+
+/* A decimal number in canonical form (no sign, no leading zero, at most 6
+ * digits) at *s; advances *s. Canonical so that name(parse(x)) == x. */
+static bool parse_number(const char **s, uint32_t *v)
+{
+    const char *p = *s;
+    if (*p < '0' || *p > '9') return false;
+    if (*p == '0' && p[1] >= '0' && p[1] <= '9') return false;
+    uint32_t x = 0;
+    int digits = 0;
+    while (*p >= '0' && *p <= '9') {
+        if (++digits > 6) return false;
+        x = x * 10 + (uint32_t)(*p++ - '0');
+    }
+    *v = x;
+    *s = p;
+    return true;
+}
+
+/* prefix followed by a canonical number and nothing else. */
+static bool parse_prefixed(const char *part, const char *prefix, uint32_t *v)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(part, prefix, n)) return false;
+    const char *p = part + n;
+    return parse_number(&p, v) && *p == '\0';
+}
+
+/* m<M>n<N><letter><units>s<S>: the numbers into the descriptor (warps holds
+ * the unit count until the caller knows the template) and the letter. */
+static bool parse_tiles(const char *part, fj_kernel_desc *k, char *letter)
+{
+    const char *p = part;
+    uint32_t *fields[4] = {&k->block_m, &k->block_n, &k->warps, &k->stages};
+    *letter = 0;
+    for (int i = 0; i < 4; i++) {
+        char want = "mn?s"[i];
+        if (i == 2) {
+            if (*p < 'a' || *p > 'z') return false;
+            want = *letter = *p;
+        }
+        if (*p++ != want || !parse_number(&p, fields[i])) return false;
+    }
+    return *p == '\0' && k->warps <= 64;
+}
+
+/* Units of the row's letter to warps. */
+static bool units_to_warps(const fj_template_row *r, char letter, fj_kernel_desc *k)
+{
+    if (letter != r->unit_letter) return false;
+    k->warps = k->warps * r->warps_per_unit + r->extra_warps;
+    return true;
+}
+
+static bool lookup_mask(const char *s, uint32_t *v)
+{
+    for (uint32_t m = 0; fj_mask_kind_name(m); m++)
+        if (!strcmp(fj_mask_kind_name(m), s)) {
+            *v = m;
+            return true;
+        }
+    return false;
+}
+
+static bool head_dim_ok(uint32_t d) { return d >= 8 && d <= FJ_MAX_HEAD_DIM && d % 8 == 0; }
+
+fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
+{
+    if (!name) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name is NULL");
+    size_t len = strlen(name);
+    if (len > NAME_MAX_LEN)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%.40s...' is %zu characters long: the limit is %d", name, len,
+                       NAME_MAX_LEN);
+    char copy[NAME_MAX_LEN + 1];
+    memcpy(copy, name, len + 1);
+
+    /* Split at every dot (eight slots: a name with more parts is rejected by
+       the count below, whatever the extra parts hold). */
+    char *parts[8];
+    int nparts = 0;
+    for (char *p = copy;;) {
+        if (nparts < 8) parts[nparts] = p;
+        nparts++;
+        char *dot = strchr(p, '.');
+        if (!dot) break;
+        *dot = '\0';
+        p = dot + 1;
+    }
+    if (nparts != 6 && nparts != 7)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%s': %d dot-separated parts; expected 6 or 7: " NAME_GRAMMAR,
+                       name, nparts);
+
+    fj_kernel_desc d;
+    fj_kernel_desc_init(&d);
+    const fj_template_row *row = fj_template_row_named(parts[0]);
+    char names[256];
+    if (!row)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name '%s': '%s' is not a template name (%s)",
+                       name, parts[0], fj_template_names(names, sizeof names, false));
+    d.template_id = row->id;
+    if (!parse_prefixed(parts[1], "d", &d.head_dim) || !head_dim_ok(d.head_dim))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%s': '%s' is not d<head_dim> with head_dim a multiple of 8 "
+                       "in 8..%d",
+                       name, parts[1], FJ_MAX_HEAD_DIM);
+    if (!strcmp(parts[2], "f16")) d.dtype = FJ_F16;
+    else if (!strcmp(parts[2], "bf16")) d.dtype = FJ_BF16;
+    else
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%s': '%s' is not a kernel dtype (f16, bf16)", name, parts[2]);
+    if (!lookup_mask(parts[3], &d.mask))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%s': '%s' is not a mask kind (nomask, causal, window, "
+                       "causal_window)",
+                       name, parts[3]);
+    char letter;
+    if (!parse_tiles(parts[4], &d, &letter))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%s': '%s' is not %s", name, parts[4],
+                       fj_template_tile_grammars(names, sizeof names));
+    if (!units_to_warps(row, letter, &d))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%s': %s kernels count warps as %c<%s>, not as in '%s'", name,
+                       parts[0], row->unit_letter, row->unit_name, parts[4]);
+    if (nparts == 7) {
+        if (strcmp(parts[5], "split"))
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "kernel name '%s': '%s' is not 'split', the only optional part", name,
+                           parts[5]);
+        d.split_kv = 1;
+    }
+    const char *arch = parts[nparts - 1];
+    if (!parse_prefixed(arch, "sm_", &d.arch))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name '%s': '%s' is not sm_<arch>", name,
+                       arch);
+    *k = d;
+    return FJ_OK;
+}
+
+/* ---- rules ----------------------------------------------------------------- */
+
+size_t fj_kernel_desc_smem_bytes(const fj_kernel_desc *k)
+{
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    if (!r) return 0;
+    fj_tile_shape t = shape_of(k);
+    return r->smem_bytes(&t);
+}
+
+fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
+{
+    char name[160];
+    fj_kernel_desc_name(k, name, sizeof name);
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    fj_tile_shape t = shape_of(k);
+    /* Each rule names the field, its value and the rule. */
+    char why[256], names[128];
+    why[0] = '\0';
+    if (k->generator_version != FJ_GENERATOR_VERSION)
+        snprintf(why, sizeof why, "generator_version %u is not this generator's (%d)",
+                 (unsigned)k->generator_version, FJ_GENERATOR_VERSION);
+    else if (!r)
+        snprintf(why, sizeof why, "template_id %u is not a template (%s)",
+                 (unsigned)k->template_id, fj_template_names(names, sizeof names, true));
+    else if (!head_dim_ok(k->head_dim))
+        snprintf(why, sizeof why, "head_dim %u is not a multiple of 8 in 8..%d",
+                 (unsigned)k->head_dim, FJ_MAX_HEAD_DIM);
+    else if (!dtype_name(k->dtype))
+        snprintf(why, sizeof why, "dtype %u is not f16 or bf16", (unsigned)k->dtype);
+    else if (!fj_mask_kind_name(k->mask))
+        snprintf(why, sizeof why, "mask %u is not a mask kind (0..3)", (unsigned)k->mask);
+    else if (k->split_kv > 1)
+        snprintf(why, sizeof why, "split_kv %u is not 0 or 1", (unsigned)k->split_kv);
+    else if (k->arch < r->min_arch && !r->max_arch)
+        snprintf(why, sizeof why, "arch sm_%u is older than sm_%u: %s", (unsigned)k->arch,
+                 (unsigned)r->min_arch, r->arch_why);
+    else if (k->arch < r->min_arch || (r->max_arch && k->arch > r->max_arch))
+        snprintf(why, sizeof why, "arch sm_%u: %s needs sm_%u (%s)", (unsigned)k->arch, r->name,
+                 (unsigned)r->min_arch, r->arch_why);
+    else
+        r->rules(&t, why, sizeof why);
+    if (!why[0]) {
+        size_t limit = smem_limit ? smem_limit : fj_arch_smem_optin_max(k->arch);
+        size_t need = r->smem_bytes(&t);
+        if (need > limit)
+            snprintf(why, sizeof why,
+                     "needs %zu bytes of shared memory (%s), more than the %zu bytes %s", need,
+                     r->smem_formula, limit, smem_limit ? "allowed" : "the arch allows a block");
+    }
+    if (why[0]) return fj_fail(FJ_ERR_UNSUPPORTED, "kernel %s: %s", name, why);
+    return FJ_OK;
+}
+
+/* ---- choice ---------------------------------------------------------------- */
+
+void fj_kernel_desc_heuristic(fj_kernel_desc *k) { fj_kernel_desc_heuristic_excluding(k, 0); }
+
+void fj_kernel_desc_heuristic_excluding(fj_kernel_desc *k, uint32_t excluded)
+{
+    fj_tile_shape t = shape_of(k);
+    for (int i = 0; fj_template_row_at(i); i++) {
+        const fj_template_row *r = fj_template_row_at(i);
+        if (!r->attention || !r->prefill_tiles || k->arch < r->min_arch ||
+            (r->max_arch && k->arch > r->max_arch) || (uint32_t)r->id == excluded)
+            continue;
+        if (r->prefill_tiles(&t, (fj_mask_kind)k->mask)) {
+            k->template_id = r->id;
+            set_shape(k, &t);
+            return;
+        }
+    }
+}
+
+/* Masked problems keep the prefill tiles: with one 16-row MMA tile per warp
+   the band code gets an 8-byte stack frame at some head dims (compile-all's
+   zero-spill rule). Decode with a causal mask that hides nothing is
+   unmasked in the launch view already. */
+void fj_kernel_desc_default(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
+{
+    fj_kernel_desc_init(k);
+    k->template_id = FJ_TEMPLATE_FLASH_FWD;
+    k->head_dim = (uint32_t)p->head_dim;
+    k->dtype = (uint32_t)p->dtype;
+    k->mask = (uint32_t)fj_problem_mask_kind(p);
+    k->split_kv = 0;
+    k->arch = arch;
+    if (p->seqlen_q <= FJ_DECODE_MAX_ROWS && k->mask == FJ_MASK_NONE) {
+        for (int i = 0; fj_template_row_at(i); i++) {
+            const fj_template_row *r = fj_template_row_at(i);
+            if (!r->decode_tiles || arch < r->min_arch || (r->max_arch && arch > r->max_arch))
+                continue;
+            fj_tile_shape t = shape_of(k);
+            r->decode_tiles(&t);
+            k->template_id = r->id;
+            set_shape(k, &t);
+            return;
+        }
+    }
+    fj_kernel_desc_heuristic(k);
+}
+
+bool fj_kernel_desc_fills_device(const fj_kernel_desc *k, const fj_problem *view, int sm_count)
+{
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    if (!r || r->split_kv || !k->block_m) return true;
+    const int64_t m_tiles = (view->seqlen_q + (int64_t)k->block_m - 1) / k->block_m;
+    return 2 * m_tiles * view->heads_q * view->batch >= sm_count;
+}
+
+void fj_kernel_desc_for_device(const fj_problem *view, uint32_t arch, int sm_count,
+                               fj_kernel_desc *k)
+{
+    fj_kernel_desc_default(view, arch, k);
+    if (!fj_kernel_desc_fills_device(k, view, sm_count))
+        fj_kernel_desc_heuristic_excluding(k, k->template_id);
+}
+
+fj_status fj_kernel_desc_supports(const fj_problem *p)
+{
+    if (p->dtype == FJ_F32)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "the CUDA backend computes f16 and bf16; for f32 use the CPU backend "
+                       "(FJ_BACKEND_CPU) or convert the tensors to bf16");
+    if (p->dtype != FJ_F16 && p->dtype != FJ_BF16)
+        return fj_fail(FJ_ERR_UNSUPPORTED, "dtype %d is not f16 or bf16", (int)p->dtype);
+    if (p->head_dim < 1 || p->head_dim > FJ_MAX_HEAD_DIM)
+        return fj_fail(FJ_ERR_UNSUPPORTED, "head_dim %d is not in 1..%d", p->head_dim,
+                       FJ_MAX_HEAD_DIM);
+    if (p->head_dim % 8) {
+        /* The MMA tiles and the 16-byte loads work on 8 elements of a row. */
+        int lo = p->head_dim / 8 * 8, hi = lo + 8;
+        if (lo < 8)
+            return fj_fail(FJ_ERR_UNSUPPORTED,
+                           "head_dim %d: the CUDA backend needs a multiple of 8 in 8..%d; the "
+                           "nearest supported head dim is %d (zero-pad q and k), or use the "
+                           "CPU backend (FJ_BACKEND_CPU)",
+                           p->head_dim, FJ_MAX_HEAD_DIM, hi);
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "head_dim %d: the CUDA backend needs a multiple of 8 in 8..%d; the "
+                       "nearest supported head dims are %d and %d (zero-pad q and k), or use the "
+                       "CPU backend (FJ_BACKEND_CPU)",
+                       p->head_dim, FJ_MAX_HEAD_DIM, lo, hi);
+    }
+    return FJ_OK;
+}
+
+fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
+{
+    fj_kernel_desc_init(k);
+    fj_status s = fj_kernel_desc_supports(p);
+    if (s) return s;
+    fj_problem view;
+    fj_launch_view(p, &view);
+    fj_kernel_desc_default(&view, arch, k);
+    return fj_kernel_desc_check(k, 0);
+}
+
+unsigned fj_kernel_desc_combine_warps(unsigned head_dim, int splits, long long rows, int sm_count)
+{
+    /* combine.cu keeps UNROLL splits' loads in flight per warp: 16 up to
+       head dim 128, 8 above */
+    const int per_warp =
+        head_dim <= 128 ? FJ_COMBINE_SPLITS_PER_WARP : FJ_COMBINE_SPLITS_PER_WARP / 2;
+    const bool all_resident = rows <= 2ll * sm_count;
+    return splits <= per_warp && !all_resident ? 1u : FJ_COMBINE_WARPS;
+}
+
+void fj_kernel_desc_combine_for(const fj_kernel_desc *k, unsigned warps, fj_kernel_desc *c)
+{
+    *c = *k;
+    c->template_id = FJ_TEMPLATE_COMBINE;
+    c->split_kv = 1;
+    c->mask = FJ_MASK_NONE;
+    c->warps = warps;
+    c->block_m = 16 * warps;
+    c->block_n = 64;
+    c->stages = 1;
+}
+
+/* ---- tiles alone (the tuning file's config field) ------------------------- */
+
+int fj_kernel_desc_tiles_name(const fj_kernel_desc *k, char *buf, size_t n)
+{
+    return tiles_text(k, buf, n);
+}
+
+fj_status fj_kernel_desc_parse_tiles(const char *tiles, fj_kernel_desc *k)
+{
+    fj_kernel_desc t = *k;
+    char letter = 0;
+    const fj_template_row *r = NULL;
+    bool ok = tiles && parse_tiles(tiles, &t, &letter);
+    if (ok) {
+        /* the combine kernel keeps its template; any other descriptor (an
+           attention kernel, or one with no template yet) takes the
+           attention template its letter names */
+        r = t.template_id == FJ_TEMPLATE_COMBINE ? fj_template_row_of(t.template_id)
+                                                 : fj_template_row_of_letter(letter);
+        ok = r && units_to_warps(r, letter, &t);
+    }
+    char grammars[256];
+    if (!ok)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "tile configuration '%s' is not %s",
+                       tiles ? tiles : "(null)", fj_template_tile_grammars(grammars, sizeof grammars));
+    t.template_id = r->id;
+    *k = t;
+    return FJ_OK;
+}

@@ -1,0 +1,33 @@
+#include "cuda/jit/launch_view.h"
+
+static bool rows_are_one_sequence(const fj_problem *p, const int64_t stride[3])
+{
+    return p->seqlen_q == 1 || stride[FJ_AXIS_HEAD] == p->seqlen_q * stride[FJ_AXIS_SEQ];
+}
+
+bool fj_launch_view(const fj_problem *p, fj_problem *out)
+{
+    *out = *p;
+    bool windowed = p->window_left >= 0 || p->window_right >= 0;
+    if (!windowed && p->causal == FJ_CAUSAL_BOTTOM_RIGHT && p->seqlen_q == 1) {
+        out->causal = FJ_CAUSAL_NONE;
+        out->masked = false;
+    }
+    if (p->group < 2 || p->seqlen_q > FJ_GQA_PACK_MAX_SEQLEN_Q || windowed ||
+        out->causal != FJ_CAUSAL_NONE || !rows_are_one_sequence(p, p->q_stride) ||
+        !rows_are_one_sequence(p, p->o_stride))
+        return false;
+    int64_t g = p->group;
+    out->heads_q = p->heads_kv;
+    out->group = 1;
+    out->seqlen_q = (int)(g * p->seqlen_q);
+    out->diag_offset = (int64_t)p->seqlen_k - out->seqlen_q;
+    /* Row r = g' * seqlen_q + i sits at head stride * g' + seq stride * i,
+       which is seq stride * r when the heads are seqlen_q rows apart (and
+       head stride * r when seqlen_q == 1). */
+    out->q_stride[FJ_AXIS_SEQ] = p->seqlen_q == 1 ? p->q_stride[FJ_AXIS_HEAD] : p->q_stride[FJ_AXIS_SEQ];
+    out->o_stride[FJ_AXIS_SEQ] = p->seqlen_q == 1 ? p->o_stride[FJ_AXIS_HEAD] : p->o_stride[FJ_AXIS_SEQ];
+    out->q_stride[FJ_AXIS_HEAD] = g * p->q_stride[FJ_AXIS_HEAD];
+    out->o_stride[FJ_AXIS_HEAD] = g * p->o_stride[FJ_AXIS_HEAD];
+    return true;
+}

@@ -1,0 +1,692 @@
+/* The conformance list: every case, by family. The families came from the
+ * three suites that used to build their own cases (test_reference,
+ * test_cpu_tiled, test_cuda_grid; each family keeps their shapes, masks and
+ * tolerances, and the CUDA families still require CUDA to run them), plus
+ * decode shapes, broadcast inputs, odd head dims and scales, and bench's smoke
+ * grid. Random families draw their shapes from the suite's seed, so a seed
+ * names a list. */
+#include <stdio.h>
+#include <string.h>
+
+#include "case.h"
+
+#define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+typedef struct builder {
+    fjt_case_list *l;
+    bool ok;
+} builder;
+
+static fjt_case *add(builder *b, const fjt_case *c)
+{
+    if (!b->ok || !fjt_case_list_add(b->l, c)) {
+        b->ok = false;
+        return NULL;
+    }
+    return &b->l->cases[b->l->n - 1];
+}
+
+static fj_attention_desc desc(int batch, int hq, int hkv, int sq, int sk, int dim, fj_dtype t,
+                              fj_causal causal, int wl, int wr)
+{
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, batch, hq, hkv, sq, sk, dim, t);
+    d.causal = causal;
+    d.window_left = wl;
+    d.window_right = wr;
+    return d;
+}
+
+static const fj_dtype all_dtypes[] = {FJ_F32, FJ_F16, FJ_BF16};
+
+/* ---- the CPU reference's families (test_reference) ------------------------- */
+
+static const int ref_seqlens[] = {1, 2, 3, 17, 63, 64, 65, 127, 128, 129, 239, 1023};
+static const int ref_dims[] = {8, 40, 64, 80, 96, 128, 200, 256};
+
+/* fjt_random_desc writes strides; name the layout they are. */
+static fjt_layout layout_of(const fj_attention_desc *d)
+{
+    static const fjt_layout kinds[] = {FJT_DENSE, FJT_BHSD, FJT_PADDED};
+    for (int k = 0; k < NELEMS(kinds); k++) {
+        fj_attention_desc x = *d;
+        fjt_set_layout(&x, kinds[k]);
+        if (!memcmp(&x, d, sizeof x)) return kinds[k];
+    }
+    return FJT_CUSTOM;
+}
+
+/* Random problems from the whole grid: every mask, GQA and MQA, dense, BHSD
+ * and padded strides, custom and negative scales. */
+static void ref_random(builder *b, uint64_t seed)
+{
+    fjt_rng rng;
+    fjt_rng_init(&rng, seed ^ 0x7265662d72616e64ull);
+    fjt_axes ax = {ref_seqlens, NELEMS(ref_seqlens), ref_dims, NELEMS(ref_dims), all_dtypes, 3, 3e7};
+    for (int i = 0; i < 150; i++) {
+        fj_attention_desc d;
+        fjt_random_desc(&rng, &ax, &d);
+        char name[48];
+        snprintf(name, sizeof name, "%d", i);
+        fjt_case c = fjt_case_make("ref-random", name, &d, layout_of(&d), true);
+        add(b, &c);
+    }
+}
+
+/* Every seqlen against every other (Sq != Sk both ways), every head dim and
+ * dtype at least once, every causal kind. */
+static void ref_axes(builder *b)
+{
+    for (int x = 0; x < 12; x++)
+        for (int y = 0; y < 12; y++) {
+            fj_attention_desc d = desc(1, 2, 1, ref_seqlens[x], ref_seqlens[y],
+                                       ref_dims[(x + y) % 8], all_dtypes[(x * 12 + y) % 3],
+                                       (fj_causal)((x + 2 * y) % 3), -1, -1);
+            if (ref_seqlens[x] * (double)ref_seqlens[y] * d.head_dim > 4e7) d.head_dim = 8;
+            char name[48];
+            snprintf(name, sizeof name, "sq%d-sk%d", d.seqlen_q, d.seqlen_k);
+            fjt_case c = fjt_case_make("ref-axes", name, &d, FJT_DENSE, true);
+            add(b, &c);
+        }
+}
+
+/* Rows that see no key: bottom-right causal with Sq > Sk empties the first
+ * Sq - Sk rows; a window of the diagonal alone; the same top-left with a
+ * left window. One long row of keys. */
+static void ref_specials(builder *b)
+{
+    fj_attention_desc d = desc(1, 2, 2, 65, 17, 64, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    fjt_case c = fjt_case_make("ref-empty", "br-f32", &d, FJT_DENSE, true);
+    add(b, &c);
+    d.dtype = FJ_BF16;
+    c = fjt_case_make("ref-empty", "br-bf16", &d, FJT_DENSE, true);
+    add(b, &c);
+    d = desc(1, 1, 1, 40, 40, 40, FJ_F16, FJ_CAUSAL_NONE, 0, 0);
+    c = fjt_case_make("ref-empty", "diagonal", &d, FJT_DENSE, true);
+    add(b, &c);
+    d.causal = FJ_CAUSAL_TOP_LEFT;
+    d.window_left = 3;
+    c = fjt_case_make("ref-empty", "tl-left3-right0", &d, FJT_DENSE, true);
+    add(b, &c);
+    /* the reference's block height shrinks so its score workspace stays bounded */
+    d = desc(1, 1, 1, 3, 70000, 8, FJ_F32, FJ_CAUSAL_NONE, -1, -1);
+    c = fjt_case_make("long", "keys70000", &d, FJT_DENSE, true);
+    add(b, &c);
+}
+
+/* ---- the CPU tiled backend's families (test_cpu_tiled) ---------------------- */
+
+/* order[0..n): each of k values n/k or n/k + 1 times, shuffled, so that every
+ * axis value appears several times while the combinations stay random. */
+static void stratify(int *order, int n, int k, fjt_rng *rng)
+{
+    for (int i = 0; i < n; i++) order[i] = i % k;
+    for (int i = n - 1; i > 0; i--) {
+        int j = fjt_range(rng, 0, i), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+enum heads_kind { MHA, GQA8, MQA, HEAD_KINDS };
+
+static void set_heads(fj_attention_desc *d, enum heads_kind kind, fjt_rng *rng)
+{
+    switch (kind) {
+    case MHA: d->heads_q = d->heads_kv = fjt_range(rng, 1, 3); break;
+    case GQA8: d->heads_kv = fjt_range(rng, 1, 2); d->heads_q = 8 * d->heads_kv; break;
+    case MQA: d->heads_kv = 1; d->heads_q = fjt_range(rng, 2, 6); break;
+    default: break;
+    }
+}
+
+enum window_kind { NO_WINDOW, LEFT, RIGHT, BOTH, WINDOW_KINDS };
+
+static void set_window(fj_attention_desc *d, enum window_kind kind, fjt_rng *rng)
+{
+    int hi = d->seqlen_k + 8;
+    d->window_left = kind == LEFT || kind == BOTH ? fjt_range(rng, 0, hi) : -1;
+    d->window_right = kind == RIGHT || kind == BOTH ? fjt_range(rng, 0, hi) : -1;
+}
+
+/* The oracle is the slow part: keep each problem's cost modest by trimming
+ * the batch, then the heads (keeping the GQA/MQA kind), of the problems where
+ * long seqlens meet; only the very few costliest (both seqlens 1023 with a
+ * large head dim) lose their kind and keep one head. */
+static void cap_cost(fj_attention_desc *d)
+{
+    const double cap = 4e7;
+    double per_head = (double)d->seqlen_q * d->seqlen_k * d->head_dim;
+    if (per_head * d->batch * d->heads_q > cap) d->batch = 1;
+    if (per_head * d->heads_q > cap && d->heads_kv > 1) {
+        d->heads_q /= d->heads_kv; /* the group over one kv head */
+        d->heads_kv = 1;
+    }
+    if (per_head * d->heads_q > cap && d->heads_q != 8 && d->heads_q > 2) d->heads_q = 2;
+    if (per_head * d->heads_q > 8 * cap) d->heads_q = d->heads_kv = 1;
+}
+
+/* 96 problems, every value of every axis (seqlens, head dims, dtypes, heads
+ * kind, causal kind, window kind, layout) dealt evenly in random
+ * combinations; custom scales on half; every 8th without lse. */
+static void tiled_grid(builder *b, uint64_t seed)
+{
+    static const fjt_layout layouts[] = {FJT_DENSE, FJT_BHSD, FJT_PADDED3};
+    fjt_rng rng;
+    fjt_rng_init(&rng, seed ^ 0x1001);
+    enum { N = 96 };
+    int sq[N], sk[N], dim[N], dt[N], heads[N], causal[N], window[N], layout[N];
+    stratify(sq, N, NELEMS(ref_seqlens), &rng);
+    stratify(sk, N, NELEMS(ref_seqlens), &rng);
+    stratify(dim, N, NELEMS(ref_dims), &rng);
+    stratify(dt, N, 3, &rng);
+    stratify(heads, N, HEAD_KINDS, &rng);
+    stratify(causal, N, 3, &rng);
+    stratify(window, N, WINDOW_KINDS, &rng);
+    stratify(layout, N, NELEMS(layouts), &rng);
+    for (int i = 0; i < N; i++) {
+        fj_attention_desc d;
+        fj_attention_desc_init(&d, fjt_range(&rng, 1, 2), 1, 1, ref_seqlens[sq[i]],
+                               ref_seqlens[sk[i]], ref_dims[dim[i]], (fj_dtype)dt[i]);
+        set_heads(&d, (enum heads_kind)heads[i], &rng);
+        d.causal = (fj_causal)causal[i];
+        set_window(&d, (enum window_kind)window[i], &rng);
+        if (fjt_range(&rng, 0, 1)) d.scale = (float)(0.05 + 1.5 * fjt_uniform(&rng));
+        cap_cost(&d);
+        char name[48];
+        snprintf(name, sizeof name, "%d", i);
+        fjt_case c = fjt_case_make("tiled-grid", name, &d, layouts[layout[i]], i % 8 != 7);
+        add(b, &c);
+    }
+}
+
+fjt_case fjt_case_draw(fjt_rng *rng, const char *group, const char *name, int max_seqlen, bool sharp)
+{
+    static const fjt_layout layouts[] = {FJT_DENSE, FJT_BHSD, FJT_PADDED3};
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 1, 1, fjt_range(rng, 1, max_seqlen), fjt_range(rng, 1, max_seqlen),
+                           ref_dims[fjt_range(rng, 0, NELEMS(ref_dims) - 1)],
+                           all_dtypes[fjt_range(rng, 0, 2)]);
+    set_heads(&d, (enum heads_kind)fjt_range(rng, 0, HEAD_KINDS - 1), rng);
+    d.causal = (fj_causal)fjt_range(rng, 0, 2);
+    set_window(&d, (enum window_kind)fjt_range(rng, 0, WINDOW_KINDS - 1), rng);
+    if (sharp) d.scale = (float)(1.0 + 3.0 * fjt_uniform(rng));
+    cap_cost(&d);
+    return fjt_case_make(group, name, &d, layouts[fjt_range(rng, 0, NELEMS(layouts) - 1)], true);
+}
+
+/* Rows that see no key, by every way it can happen (and rows that see one),
+ * GQA 8:1, each dtype. */
+static void empty_rows(builder *b)
+{
+    static const struct {
+        const char *name;
+        int sq, sk;
+        fj_causal causal;
+        int wl, wr;
+    } cases[] = {
+        {"br-130-40", 130, 40, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1}, /* rows 0..89 see nothing */
+        {"left3-300-65", 300, 65, FJ_CAUSAL_NONE, 3, 0},        /* rows past key 68 see nothing */
+        {"tl-left0-129-17", 129, 17, FJ_CAUSAL_TOP_LEFT, 0, -1}, /* row i sees key i while i < 17 */
+        {"right2-100-10", 100, 10, FJ_CAUSAL_NONE, -1, 2},      /* rows 0..86 see nothing */
+        {"diag-64-200", 64, 200, FJ_CAUSAL_NONE, 0, 0},         /* row i sees key i + 136 only */
+        {"br-left5-239-1", 239, 1, FJ_CAUSAL_BOTTOM_RIGHT, 5, -1}, /* only the last rows see the key */
+    };
+    for (int i = 0; i < NELEMS(cases); i++)
+        for (int t = 0; t < 3; t++) {
+            fj_attention_desc d = desc(2, 8, 1, cases[i].sq, cases[i].sk, 40, all_dtypes[t],
+                                       cases[i].causal, cases[i].wl, cases[i].wr);
+            char name[48];
+            snprintf(name, sizeof name, "%s-%s", cases[i].name, fj_dtype_name(all_dtypes[t]));
+            fjt_case c = fjt_case_make("empty-rows", name, &d, FJT_DENSE, true);
+            add(b, &c);
+        }
+}
+
+/* Inputs whose rows overlap or repeat: seq stride 0 broadcasts one key to
+ * every position, stride < head_dim overlaps, head stride 0 shares a kv head.
+ * f32 cannot hand these to sgemm in place. */
+static void overlapping_inputs(builder *b)
+{
+    for (int t = 0; t < 3; t++) {
+        fj_attention_desc d = desc(2, 4, 2, 65, 129, 40, all_dtypes[t], FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+        d.k_stride[0] = 40;
+        d.k_stride[1] = 0;
+        d.k_stride[2] = 7; /* heads overlap too */
+        d.v_stride[0] = 129 * 20;
+        d.v_stride[1] = 20; /* half a row apart */
+        d.v_stride[2] = 0;  /* both kv heads read the same values */
+        d.q_stride[0] = 65 * 4 * 40;
+        d.q_stride[1] = 4 * 40;
+        d.q_stride[2] = 40;
+        fjt_case c = fjt_case_make("overlap", fj_dtype_name(all_dtypes[t]), &d, FJT_CUSTOM, true);
+        add(b, &c);
+    }
+}
+
+/* One long head, S = 16384, D = 64, f32, a sharp scale so the running max
+ * matters: the whole output against the reference's, and rows at both ends
+ * and inside against the oracle (the whole oracle would take minutes). */
+static void long_rows(builder *b)
+{
+    static const int rows[] = {0, 1, 4095, 9999, 16383};
+    for (int causal = 0; causal <= 1; causal++) {
+        fj_attention_desc d = desc(1, 1, 1, 16384, 16384, 64, FJ_F32,
+                                   causal ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1);
+        d.scale = 0.3f;
+        fjt_case c = fjt_case_make("long", causal ? "s16384-causal" : "s16384", &d, FJT_DENSE, true);
+        c.rel_tol = 1e-5;
+        c.row_tol = 1e-5;
+        c.oracle_rows = rows;
+        c.n_oracle_rows = NELEMS(rows);
+        add(b, &c);
+    }
+}
+
+/* ---- the CUDA grid's families (test_cuda_grid) ----------------------------- */
+
+/* Oracle work above which a case of the CUDA families is heavy: --quick
+ * (the sanitizer builds) skips it. The CPU suites' families and the decode
+ * family are never heavy: they ran, and run, in every build. */
+#define HEAVY_WORK 1e8
+
+/* A case the CUDA backend must run too (it did in test_cuda_grid). */
+static void add_cuda(builder *b, const char *group, const char *name, int batch, int hq, int hkv,
+                     int sq, int sk, int dim, fj_dtype t, fj_causal causal, int wl, int wr,
+                     fjt_layout l, bool lse)
+{
+    fj_attention_desc d = desc(batch, hq, hkv, sq, sk, dim, t, causal, wl, wr);
+    fjt_case c = fjt_case_make(group, name, &d, l, lse);
+    c.must_run |= FJT_ON(FJ_BACKEND_CUDA);
+    c.heavy = fjt_case_work(&c) > HEAVY_WORK;
+    add(b, &c);
+}
+
+static const int cuda_dims[] = {8, 32, 40, 64, 80, 96, 128, 160, 192, 200, 256};
+static const int cuda_seqlens[] = {1, 17, 63, 64, 65, 127, 128, 129, 239, 1000, 2048};
+
+static void head_dims(builder *b)
+{
+    for (int i = 0; i < NELEMS(cuda_dims); i++) {
+        char name[48];
+        snprintf(name, sizeof name, "dim%d-nomask", cuda_dims[i]);
+        add_cuda(b, "head-dims", name, 1, 2, 2, 128, 128, cuda_dims[i], i % 2 ? FJ_BF16 : FJ_F16,
+                 FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true);
+        snprintf(name, sizeof name, "dim%d-causal", cuda_dims[i]);
+        add_cuda(b, "head-dims", name, 2, 2, 1, 129, 129, cuda_dims[i], i % 2 ? FJ_F16 : FJ_BF16,
+                 FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true);
+    }
+}
+
+static void seqlens(builder *b)
+{
+    for (int i = 0; i < NELEMS(cuda_seqlens); i++) {
+        int s = cuda_seqlens[i];
+        char name[48];
+        snprintf(name, sizeof name, "seq%d-square-causal", s);
+        add_cuda(b, "seqlens", name, 1, 1, 1, s, s, 64, i % 2 ? FJ_F16 : FJ_BF16,
+                 FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true);
+        /* against a long and a short other side, both ways */
+        int other = s == 2048 ? 1 : 2048;
+        snprintf(name, sizeof name, "seq%d-vs-%d", s, other);
+        add_cuda(b, "seqlens", name, 1, 2, 1, s, other, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1,
+                 FJT_DENSE, true);
+        snprintf(name, sizeof name, "seq%d-of-%d", other, s);
+        add_cuda(b, "seqlens", name, 1, 2, 1, other, s, 128, FJ_F16, FJ_CAUSAL_NONE, -1, -1,
+                 FJT_DENSE, true);
+    }
+    /* tile edges on either side, Sq != Sk both ways, every causal kind */
+    static const int pairs[][2] = {{63, 65}, {65, 63}, {64, 128}, {128, 64}, {127, 129},
+                                   {129, 127}, {239, 17}, {17, 239}, {1000, 1}, {1, 1000}};
+    static const fj_causal kinds[] = {FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT, FJ_CAUSAL_TOP_LEFT};
+    for (int i = 0; i < NELEMS(pairs); i++)
+        for (int k = 0; k < 3; k++) {
+            char name[48];
+            snprintf(name, sizeof name, "edge%d-%d-%s", pairs[i][0], pairs[i][1],
+                     fj_causal_name(kinds[k]));
+            add_cuda(b, "seqlens", name, 2, 4, 2, pairs[i][0], pairs[i][1], k == 1 ? 96 : 40,
+                     (i + k) % 2 ? FJ_F16 : FJ_BF16, kinds[k], -1, -1, FJT_DENSE, true);
+        }
+}
+
+static void masks(builder *b)
+{
+    static const struct {
+        const char *name;
+        int sq, sk;
+        fj_causal causal;
+        int wl, wr;
+    } m[] = {
+        /* bottom-right causal with sq > sk: the first sq - sk rows see no key */
+        {"br-more-queries", 200, 64, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1},
+        {"tl-more-queries", 200, 64, FJ_CAUSAL_TOP_LEFT, -1, -1},
+        {"tl-more-keys", 64, 200, FJ_CAUSAL_TOP_LEFT, -1, -1},
+        {"br-more-keys", 64, 200, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1},
+        {"diagonal-only", 150, 150, FJ_CAUSAL_NONE, 0, 0},
+        {"diagonal-empty-rows", 190, 70, FJ_CAUSAL_NONE, 0, 0},
+        {"left-window", 300, 300, FJ_CAUSAL_BOTTOM_RIGHT, 16, -1},
+        {"right-window", 300, 257, FJ_CAUSAL_NONE, -1, 16},
+        {"band", 257, 300, FJ_CAUSAL_TOP_LEFT, 5, 5},
+        {"wide-left-window", 129, 1000, FJ_CAUSAL_BOTTOM_RIGHT, 300, -1},
+        {"window-beyond-seq", 100, 100, FJ_CAUSAL_NONE, 5000, 5000},
+        {"causal-and-right", 128, 128, FJ_CAUSAL_BOTTOM_RIGHT, 64, 7},
+    };
+    for (int i = 0; i < NELEMS(m); i++)
+        for (int t = 0; t < 2; t++) {
+            char name[48];
+            snprintf(name, sizeof name, "%s-%s", m[i].name, t ? "bf16" : "f16");
+            add_cuda(b, "masks", name, 2, 4, 1, m[i].sq, m[i].sk, t ? 128 : 64,
+                     t ? FJ_BF16 : FJ_F16, m[i].causal, m[i].wl, m[i].wr, FJT_DENSE, true);
+        }
+}
+
+static void heads_and_layouts(builder *b)
+{
+    static const int heads[][2] = {{8, 8}, {8, 2}, {8, 1}, {6, 3}};
+    static const fjt_layout layouts[] = {FJT_DENSE, FJT_BHSD, FJT_PADDED, FJT_KV_BROADCAST};
+    for (int h = 0; h < NELEMS(heads); h++)
+        for (int l = 0; l < NELEMS(layouts); l++) {
+            char name[48];
+            snprintf(name, sizeof name, "heads%d-%d-%s", heads[h][0], heads[h][1],
+                     fjt_layout_name(layouts[l]));
+            add_cuda(b, "heads-layouts", name, 2, heads[h][0], heads[h][1], 97, 161,
+                     l % 2 ? 80 : 128, (h + l) % 2 ? FJ_F16 : FJ_BF16,
+                     l % 3 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1, layouts[l], h % 2 == 0);
+        }
+    /* custom scales: small, and large enough to stress the exponent range;
+       negative ones (the CUDA kernels negate Q in shared memory) on both
+       kernels of sm_90 (d64 flash_wgmma, d96 flash_fwd), causal too */
+    static const struct {
+        float scale;
+        int head_dim;
+        fj_causal causal;
+    } scales[] = {{0.03f, 64, FJ_CAUSAL_NONE},  {0.3f, 64, FJ_CAUSAL_NONE},
+                  {2.0f, 64, FJ_CAUSAL_NONE},   {-0.3f, 64, FJ_CAUSAL_NONE},
+                  {-2.0f, 128, FJ_CAUSAL_BOTTOM_RIGHT}, {-0.5f, 96, FJ_CAUSAL_TOP_LEFT}};
+    for (int i = 0; i < NELEMS(scales); i++) {
+        char name[48];
+        snprintf(name, sizeof name, "scale%g-d%d", (double)scales[i].scale, scales[i].head_dim);
+        fj_attention_desc d = desc(1, 2, 2, 130, 300, scales[i].head_dim, i % 2 ? FJ_F16 : FJ_BF16,
+                                   scales[i].causal, -1, -1);
+        d.scale = scales[i].scale;
+        fjt_case c = fjt_case_make("scales", name, &d, FJT_DENSE, true);
+        c.must_run |= FJT_ON(FJ_BACKEND_CUDA);
+        add(b, &c);
+    }
+}
+
+/* One axis of the sampled family: its values are dealt from a shuffled deck,
+ * reshuffled when it runs out, so every value comes once per deck. take()
+ * may pick any card left that `fits`, which keeps the balance while steering
+ * away from combinations the oracle cannot afford. */
+typedef struct deck {
+    int n;
+    int left[16];
+    int n_left;
+} deck;
+
+static void deck_init(deck *k, int n)
+{
+    k->n = n;
+    k->n_left = 0;
+}
+
+static int deck_take(deck *k, fjt_rng *r, bool (*fits)(int idx, double so_far), double so_far)
+{
+    if (k->n_left == 0) {
+        for (int i = 0; i < k->n; i++) k->left[i] = i;
+        for (int i = k->n - 1; i > 0; i--) { /* Fisher-Yates */
+            int j = fjt_range(r, 0, i), t = k->left[i];
+            k->left[i] = k->left[j];
+            k->left[j] = t;
+        }
+        k->n_left = k->n;
+    }
+    int pos = 0;
+    if (fits) {
+        /* the first card that fits, else the cheapest (the lowest index) */
+        int cheapest = 0;
+        for (pos = 0; pos < k->n_left && !fits(k->left[pos], so_far); pos++)
+            if (k->left[pos] < k->left[cheapest]) cheapest = pos;
+        if (pos == k->n_left) pos = cheapest;
+    }
+    int v = k->left[pos];
+    k->left[pos] = k->left[--k->n_left];
+    return v;
+}
+
+/* batch*heads_q*seqlen_q*seqlen_k*head_dim the sampled cases aim to stay under */
+#define SAMPLED_WORK_CAP (256.0 * 1024 * 1024)
+
+static bool seq_fits(int idx, double so_far) { return so_far * cuda_seqlens[idx] * 8 <= SAMPLED_WORK_CAP; }
+static bool dim_fits(int idx, double so_far) { return so_far * cuda_dims[idx] <= SAMPLED_WORK_CAP; }
+
+/* Each axis (head dim, seqlens, dtype, heads kind, causal kind, window,
+ * layout, lse, batch) dealt from its own deck: over 88 cases every value of
+ * every axis appears 88 / (its number of values) times or more. */
+static void sampled(builder *b, uint64_t seed)
+{
+    static const char *const heads_names[] = {"mha", "gqa", "mqa"};
+    static const fjt_layout layouts[] = {FJT_DENSE, FJT_BHSD, FJT_PADDED, FJT_KV_BROADCAST};
+    enum { SAMPLED_MHA, SAMPLED_GQA, SAMPLED_MQA };
+    fjt_rng rng;
+    fjt_rng_init(&rng, seed ^ 0x5a3d1e6bull);
+    deck dims, sqs, sks, dtypes, heads, causal, windows, layout_deck, lses, batches;
+    deck_init(&dims, NELEMS(cuda_dims));
+    deck_init(&sqs, NELEMS(cuda_seqlens));
+    deck_init(&sks, NELEMS(cuda_seqlens));
+    deck_init(&dtypes, 2);
+    deck_init(&heads, 3);
+    deck_init(&causal, 3);
+    deck_init(&windows, 4);
+    deck_init(&layout_deck, NELEMS(layouts));
+    deck_init(&lses, 2);
+    deck_init(&batches, 3);
+    for (int n = 0; n < 88; n++) {
+        int sq = cuda_seqlens[deck_take(&sqs, &rng, NULL, 0)];
+        int sk = cuda_seqlens[deck_take(&sks, &rng, seq_fits, (double)sq)];
+        int dim = cuda_dims[deck_take(&dims, &rng, dim_fits, (double)sq * sk)];
+        fj_dtype t = deck_take(&dtypes, &rng, NULL, 0) ? FJ_BF16 : FJ_F16;
+        int hk = deck_take(&heads, &rng, NULL, 0);
+        fj_causal cz = (fj_causal)deck_take(&causal, &rng, NULL, 0);
+        int win = deck_take(&windows, &rng, NULL, 0);
+        fjt_layout l = layouts[deck_take(&layout_deck, &rng, NULL, 0)];
+        bool with_lse = deck_take(&lses, &rng, NULL, 0) == 0;
+        int batch = 1 + deck_take(&batches, &rng, NULL, 0);
+        int min_batch = l == FJT_KV_BROADCAST ? 2 : 1; /* broadcast needs a batch to share */
+        if (batch < min_batch) batch = min_batch;
+        /* heads: MHA h:h, GQA (group 2..4), MQA h:1; fewer of them, then a
+           smaller batch, while the oracle's work is above the cap */
+        int hkv = hk == SAMPLED_MQA ? 1 : fjt_range(&rng, 1, 3);
+        int hq = hk == SAMPLED_MHA ? hkv : hk == SAMPLED_GQA ? hkv * fjt_range(&rng, 2, 4) : fjt_range(&rng, 2, 8);
+        double per_head = (double)sq * sk * dim;
+        while (batch * hq * per_head > SAMPLED_WORK_CAP && (hkv > 1 || hq > (hk == SAMPLED_MHA ? 1 : 2))) {
+            if (hkv > 1) {
+                hq /= hkv;
+                hkv = 1;
+                if (hk == SAMPLED_MHA) hq = 1;
+            } else {
+                hq = hk == SAMPLED_MHA ? 1 : 2;
+            }
+        }
+        while (batch > min_batch && batch * hq * per_head > SAMPLED_WORK_CAP) batch--;
+        int wl = -1, wr = -1;
+        /* windows from 0 (the diagonal alone) to beyond the sequence */
+        static const int wsizes[] = {0, 1, 7, 64, 300};
+        if (win == 1 || win == 3) wl = wsizes[fjt_range(&rng, 0, 4)];
+        if (win == 2 || win == 3) wr = wsizes[fjt_range(&rng, 0, 4)];
+        char name[48];
+        snprintf(name, sizeof name, "%d-%s", n, heads_names[hk]);
+        add_cuda(b, "sampled", name, batch, hq, hkv, sq, sk, dim, t, cz, wl, wr, l, with_lse);
+    }
+}
+
+/* Few query tiles against many keys: decode with and without GQA, short
+ * query blocks against long keys, masks whose band leaves whole splits empty,
+ * every head-dim class, GQA packing (several queries per head; a causal mask
+ * that hides nothing; one that hides all but key 0, not packed; d256 decode
+ * tiles). test_cuda_grid checks that each plan splits its keys on the GPU.
+ * The last one forces 2 splits, so that 1024 packed rows of few splits use
+ * the one-warp combine kernel on any GPU. */
+static void split_kv(builder *b)
+{
+    add_cuda(b, "split", "split-decode-mha", 1, 32, 32, 1, 4096, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true);
+    add_cuda(b, "split", "split-decode-gqa", 2, 32, 8, 1, 32768, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true);
+    add_cuda(b, "split", "split-decode-mqa-f16", 1, 8, 1, 1, 5000, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_BHSD, true);
+    add_cuda(b, "split", "split-sq3-causal", 2, 4, 1, 3, 3001, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_PADDED, true);
+    add_cuda(b, "split", "split-window", 1, 2, 2, 17, 5000, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, 0, FJT_DENSE, true);
+    add_cuda(b, "split", "split-window-tl", 1, 2, 2, 17, 5000, 256, FJ_F16, FJ_CAUSAL_TOP_LEFT, 300, 5, FJT_DENSE, true);
+    add_cuda(b, "split", "split-empty-rows", 1, 4, 4, 200, 6000, 80, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, -1, FJT_DENSE, true);
+    add_cuda(b, "split", "split-prefill", 1, 2, 2, 100, 9000, 160, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_KV_BROADCAST, false);
+    add_cuda(b, "split", "pack-gqa-sq3-bhsd", 2, 32, 8, 3, 7000, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_BHSD, true);
+    add_cuda(b, "split", "pack-gqa-causal-br", 1, 16, 2, 1, 9000, 96, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true);
+    add_cuda(b, "split", "nopack-gqa-top-left", 1, 8, 2, 1, 5000, 64, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, -1, FJT_DENSE, true);
+    add_cuda(b, "split", "pack-mqa-d256", 1, 8, 1, 1, 6000, 256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, false);
+    add_cuda(b, "split", "split-combine-one-warp", 32, 32, 8, 1, 2048, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true);
+    if (b->ok) b->l->cases[b->l->n - 1].knob = "FLASHJIT_CUDA_SPLITS=2";
+}
+
+/* ---- families of no old suite ------------------------------------------------ */
+
+/* Decode: 1..16 query rows against long keys, GQA and MQA, every mask,
+ * every dtype, lse on and off. */
+static void decode(builder *b)
+{
+    static const struct {
+        int batch, hq, hkv, sq, sk, dim;
+        fj_dtype t;
+        fj_causal causal;
+        int wl, wr;
+        fjt_layout layout;
+        bool lse;
+    } c[] = {
+        {1, 8, 1, 1, 4097, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true},
+        {2, 8, 2, 1, 8192, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, false},
+        {1, 32, 4, 1, 16384, 128, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true},
+        {1, 16, 4, 2, 4096, 128, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_BHSD, true},
+        {1, 8, 8, 3, 3001, 80, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, -1, FJT_DENSE, true},
+        {1, 32, 8, 4, 2048, 128, FJ_F16, FJ_CAUSAL_NONE, -1, -1, FJT_PADDED, true},
+        {2, 4, 1, 5, 1031, 96, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, 255, -1, FJT_DENSE, true},
+        {1, 8, 2, 7, 4099, 64, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 127, 0, FJT_DENSE, false},
+        {2, 16, 2, 8, 2500, 128, FJ_F16, FJ_CAUSAL_NONE, 64, 64, FJT_KV_BROADCAST, true},
+        {1, 12, 3, 13, 1500, 40, FJ_F32, FJ_CAUSAL_TOP_LEFT, 700, -1, FJT_DENSE, true},
+        {1, 8, 1, 16, 8192, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true},
+        {1, 4, 4, 16, 16411, 64, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_BHSD, false},
+        {1, 8, 4, 16, 4096, 256, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 1000, -1, FJT_DENSE, true},
+        {1, 8, 2, 16, 40, 64, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true},
+        {1, 8, 2, 4, 3, 64, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true}, /* row 0 sees nothing */
+        {1, 16, 16, 1, 1, 64, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true},      /* one key */
+        {3, 6, 2, 9, 3333, 8, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, 3, FJT_PADDED3, true},
+        {1, 64, 8, 1, 4096, 64, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, 511, -1, FJT_DENSE, true},
+    };
+    for (int i = 0; i < NELEMS(c); i++) {
+        fj_attention_desc d = desc(c[i].batch, c[i].hq, c[i].hkv, c[i].sq, c[i].sk, c[i].dim,
+                                   c[i].t, c[i].causal, c[i].wl, c[i].wr);
+        char name[48];
+        snprintf(name, sizeof name, "sq%d-sk%d-h%d-%d-%s", c[i].sq, c[i].sk, c[i].hq, c[i].hkv,
+                 fj_dtype_name(c[i].t));
+        fjt_case k = fjt_case_make("decode", name, &d, c[i].layout, c[i].lse);
+        add(b, &k);
+    }
+}
+
+/* Inputs shared across the batch (stride 0), every dtype, with masks. */
+static void broadcast(builder *b)
+{
+    for (int t = 0; t < 3; t++) {
+        fj_attention_desc d = desc(3, 4, 2, 33, 65, 64, all_dtypes[t], FJ_CAUSAL_TOP_LEFT, -1, -1);
+        char name[48];
+        snprintf(name, sizeof name, "q-%s", fj_dtype_name(all_dtypes[t]));
+        fjt_case c = fjt_case_make("broadcast", name, &d, FJT_Q_BROADCAST, true);
+        add(b, &c);
+        d = desc(2, 8, 1, 70, 129, 32, all_dtypes[t], FJ_CAUSAL_BOTTOM_RIGHT, 20, -1);
+        snprintf(name, sizeof name, "kv-%s", fj_dtype_name(all_dtypes[t]));
+        c = fjt_case_make("broadcast", name, &d, FJT_KV_BROADCAST, t != 1);
+        add(b, &c);
+    }
+}
+
+/* Head dims no GPU kernel takes (the CPU backends take any), sizes 1 and
+ * tile +-1 and primes, odd and negative scales. */
+static void odd_shapes(builder *b, uint64_t seed)
+{
+    static const int dims[] = {1, 2, 3, 7, 13, 33, 127, 255};
+    static const int sizes[] = {1, 15, 16, 17, 31, 32, 33, 97, 255, 256, 257, 509};
+    static const float scales[] = {0, -1.7f, 1e-3f, 8.0f, -0.05f, 0.7071f};
+    fjt_rng rng;
+    fjt_rng_init(&rng, seed ^ 0x6f64642dull);
+    for (int i = 0; i < 24; i++) {
+        int sq = sizes[fjt_range(&rng, 0, NELEMS(sizes) - 1)];
+        int sk = sizes[fjt_range(&rng, 0, NELEMS(sizes) - 1)];
+        int dim = dims[i % NELEMS(dims)];
+        int hkv = fjt_range(&rng, 1, 2), hq = hkv * fjt_range(&rng, 1, 3);
+        fj_attention_desc d = desc(fjt_range(&rng, 1, 2), hq, hkv, sq, sk, dim, all_dtypes[i % 3],
+                                   (fj_causal)fjt_range(&rng, 0, 2), -1, -1);
+        while (d.batch * (double)d.heads_q * sq * sk * dim > 3e7 && (d.batch > 1 || d.heads_q > 1)) {
+            if (d.batch > 1) d.batch = 1;
+            else d.heads_q = d.heads_kv = 1;
+        }
+        if (i % 4 == 1) d.window_left = fjt_range(&rng, 0, 20);
+        if (i % 4 == 2) d.window_right = fjt_range(&rng, 0, 20);
+        d.scale = scales[i % NELEMS(scales)];
+        char name[48];
+        snprintf(name, sizeof name, "%d-d%d", i, dim);
+        fjt_case c = fjt_case_make("odd", name, &d, (fjt_layout)(i % 3), i % 5 != 4);
+        /* a scale of 8 over up to 255 dims makes scores (and lse) near 100:
+           f32 scores then carry ~1e-4 absolute error (the backends' lse reach
+           1.2e-4 from the oracle and from each other), and a peaky softmax
+           turns that into ~5e-6 relative output error in f32 */
+        if (d.scale > 1.0f || d.scale < -1.0f) {
+            c.lse_tol = 1e-3;
+            if (d.dtype == FJ_F32) c.rel_tol = 3e-5;
+        }
+        add(b, &c);
+    }
+}
+
+/* `flashjit bench --grid smoke`'s problems, in bench's order (dtype, then
+ * shape): --perf prints the rows bench prints for them. */
+static void bench_smoke(builder *b)
+{
+    static const struct {
+        int hq, hkv, sq, sk;
+        fj_causal causal;
+        const char *name;
+    } rows[] = {
+        {2, 2, 64, 64, FJ_CAUSAL_NONE, "plain"},
+        {2, 2, 64, 64, FJ_CAUSAL_BOTTOM_RIGHT, "causal"},
+        {4, 2, 1, 128, FJ_CAUSAL_NONE, "gqa-decode"},
+    };
+    for (int t = 0; t < 3; t++)
+        for (int r = 0; r < NELEMS(rows); r++) {
+            fj_attention_desc d = desc(1, rows[r].hq, rows[r].hkv, rows[r].sq, rows[r].sk, 64,
+                                       all_dtypes[t], rows[r].causal, -1, -1);
+            char name[48];
+            snprintf(name, sizeof name, "%s-%s", rows[r].name, fj_dtype_name(all_dtypes[t]));
+            fjt_case c = fjt_case_make("bench-smoke", name, &d, FJT_DENSE, false);
+            add(b, &c);
+        }
+}
+
+bool fjt_cases_build(fjt_case_list *l, uint64_t seed)
+{
+    builder b = {l, true};
+    ref_random(&b, seed);
+    ref_axes(&b);
+    ref_specials(&b);
+    tiled_grid(&b, seed);
+    empty_rows(&b);
+    overlapping_inputs(&b);
+    long_rows(&b);
+    head_dims(&b);
+    seqlens(&b);
+    masks(&b);
+    heads_and_layouts(&b);
+    sampled(&b, seed);
+    split_kv(&b);
+    decode(&b);
+    broadcast(&b);
+    odd_shapes(&b, seed);
+    bench_smoke(&b);
+    return b.ok;
+}

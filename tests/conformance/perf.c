@@ -1,0 +1,91 @@
+#include "perf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cli_problem.h"
+#include "harness.h"
+#include "tune/measure.h"
+
+void fjt_perf_header(void)
+{
+    printf("%-14s %-38s %10s %9s %9s %4s %9s  %s\n", "backend", "shape", "ms", "TFLOP/s", "GB/s",
+           "lnch", "rel.err", "kernel");
+}
+
+/* bench's kernel column: the plan's "kernel:" (CUDA) or "method:" (CPU) line. */
+static void kernel_column(const char *describe, char *out, size_t n)
+{
+    static const char *const keys[] = {"kernel: ", "method: "};
+    out[0] = '\0';
+    for (int k = 0; k < 2; k++) {
+        const char *s = strstr(describe, keys[k]);
+        if (!s) continue;
+        s += strlen(keys[k]);
+        snprintf(out, n, "%.*s", (int)strcspn(s, "\n"), s);
+        return;
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static size_t elem_size(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
+
+fj_status fjt_perf_row(const fjt_case *c, fj_context *ctx, uint64_t suite_seed, int warmup,
+                       int repeat, char *why, size_t why_n)
+{
+    const fj_attention_desc *d = &c->d;
+    fj_plan *plan = NULL;
+    fj_status s = fjt_case_plan(c, ctx, &plan); /* with the case's knob */
+    snprintf(why, why_n, "%s", s ? fj_last_error() : "");
+    if (s) return s;
+    fjt_rng rng;
+    fjt_rng_init(&rng, fjt_case_seed(c, suite_seed));
+    fjt_problem p;
+    double *ms = calloc((size_t)repeat, sizeof *ms);
+    if (!ms || !fjt_problem_make_inputs(&p, d, &rng)) {
+        snprintf(why, why_n, "out of host memory for the inputs");
+        free(ms);
+        fj_plan_destroy(plan);
+        return FJ_ERR_OUT_OF_MEMORY;
+    }
+    size_t es = elem_size(d->dtype);
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL;
+    if (!(s = fj_malloc(ctx, p.q_elems * es, &dq)) && !(s = fj_malloc(ctx, p.k_elems * es, &dk)) &&
+        !(s = fj_malloc(ctx, p.v_elems * es, &dv)) && !(s = fj_malloc(ctx, p.o_elems * es, &dO)) &&
+        !(c->lse && (s = fj_malloc(ctx, p.lse_elems * sizeof(float), &dl))) &&
+        !(s = fj_copy_to_device(ctx, dq, p.q, p.q_elems * es)) &&
+        !(s = fj_copy_to_device(ctx, dk, p.k, p.k_elems * es)) &&
+        !(s = fj_copy_to_device(ctx, dv, p.v, p.v_elems * es)) &&
+        !(s = fj_plan_time(plan, dq, dk, dv, dO, dl, warmup, repeat, ms))) {
+        qsort(ms, (size_t)repeat, sizeof *ms, cmp_double);
+        double median = repeat % 2 ? ms[repeat / 2] : 0.5 * (ms[repeat / 2 - 1] + ms[repeat / 2]);
+        fj_plan_info info;
+        fj_plan_get_info(plan, &info);
+        char shape[128], kernel[192];
+        cli_shape_str(d, shape, sizeof shape);
+        kernel_column(fj_plan_describe(plan), kernel, sizeof kernel);
+        printf("%-14s %-38s %10.4f %9.2f %9.1f %4d %9s  %s\n",
+               fj_backend_name(fj_context_backend(ctx)), shape, median,
+               fj_attention_flops(d) / (median * 1e-3) / 1e12,
+               cli_min_bytes(d, c->lse) / (median * 1e-3) / 1e9, info.launches, "-", kernel);
+        fflush(stdout);
+    } else {
+        snprintf(why, why_n, "%s", fj_last_error());
+    }
+    fj_free(ctx, dq);
+    fj_free(ctx, dk);
+    fj_free(ctx, dv);
+    fj_free(ctx, dO);
+    fj_free(ctx, dl);
+    fjt_problem_free(&p);
+    free(ms);
+    fj_plan_destroy(plan);
+    return s;
+}
