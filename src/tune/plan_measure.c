@@ -46,12 +46,11 @@ static fj_status measure(fj_context *ctx, const fj_attention_desc *d, const fj_p
                 r.problem, r.pruned, r.wrong);
         return FJ_OK;
     }
-    FJ_INFO("measure %s: %s, %.4g ms (default %s%s%.4g ms%s); %d candidates timed, %d pruned, "
-            "%d wrong, %d past the time limit",
+    FJ_INFO("measure %s: %s, %.4g ms (default %s, %.4g ms%s); %d candidates timed, %d pruned, "
+            "%d the same blocks as another, %d wrong, %d past the time limit",
             r.problem, r.best, r.best_t.median, r.have_default ? r.def : "-",
-            r.def_timed ? ", " : "", r.def_timed ? r.def_t.median : 0.0,
-            r.default_won ? ", kept: it won head to head" : "", r.timed, r.pruned, r.wrong,
-            r.out_of_time);
+            r.def_timed ? r.def_t.median : 0.0, r.default_won ? ", kept: it won head to head" : "",
+            r.timed, r.pruned, r.duplicates, r.wrong, r.out_of_time);
     if ((s = fj_tuning_add(ctx->tuning, &r.entry))) return s;
     if (o->flags & FJ_PLAN_SAVE_TUNING) return fj_tuning_append(ctx->tuning_file, &r.entry);
     return FJ_OK;
