@@ -227,6 +227,46 @@ static void test_cut_short_last_line_does_not_swallow_the_entry(void **state)
     fj_tuning_free(t);
 }
 
+/* --grid FILE: the problems are the file's keys, printed as they are written;
+ * two that share a tuning point are tuned once; axis flags do not combine. */
+static void test_grid_file(void **state)
+{
+    fixture *fx = *state;
+    char grid[4300];
+    snprintf(grid, sizeof grid, "%s/grid.txt", fx->dir);
+    FILE *f = fopen(grid, "w");
+    assert_non_null(f);
+    fputs("# two points; the third row shares the first's\n"
+          "b1.hq4.hkv2.sq200.sk200.d32.f32.causal_br\n"
+          "b2.hq2.hkv2.sq1.sk300.d16.f32.nomask   # decode\n"
+          "b1.hq4.hkv2.sq190.sk190.d32.f32.causal_tl\n",
+          f);
+    fclose(f);
+    run_tune(fx, NULL, "--backend", "cpu", "--grid", grid, "--configs", "q64k128,q128k256",
+             "--repeat", "2", "--warmup", "0", "--output", fx->file, NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in("stdout", fx->r.out, "summary: 2 points tuned");
+    expect_in("stdout", fx->r.out, "\nb1.hq4.hkv2.sq200.sk200.d32.f32.causal_br ");
+    expect_in("stdout", fx->r.out, "\nb2.hq2.hkv2.sq1.sk300.d16.f32.nomask ");
+    expect_in("stdout", fx->r.out, "note: b1.hq4.hkv2.sq190.sk190.d32.f32.causal_tl has the tuning "
+                                   "point d32.f32.causal.sk512 of b1.hq4.hkv2.sq200.sk200.d32.f32.causal_br");
+    fj_tuning *t = parse_file(fx->file, 2);
+    assert_string_equal(fj_tuning_entry_at(t, 0)->point, "d32.f32.causal.sk512");
+    assert_string_equal(fj_tuning_entry_at(t, 1)->point, "d16.f32.nomask.decode");
+    fj_tuning_free(t);
+
+    run_tune(fx, NULL, "--backend", "cpu", "--grid", grid, "--head-dims", "64", "--output", fx->file, NULL);
+    fjt_cli_expect_status(&fx->r, 2);
+    expect_in("stderr", fx->r.err, "takes no axis flag");
+
+    f = fopen(grid, "w");
+    fputs("b1.hq4.hkv2.sq200.sk200.d32.f32.causal_br\nb1.hq4.hkv2.sq200.sk200.d32.f32.causal\n", f);
+    fclose(f);
+    run_tune(fx, NULL, "--backend", "cpu", "--grid", grid, "--output", fx->file, NULL);
+    fjt_cli_expect_status(&fx->r, 2);
+    expect_in("stderr", fx->r.err, "grid.txt:2: problem key 'b1.hq4.hkv2.sq200.sk200.d32.f32.causal': field 8");
+}
+
 /* ---- bad input ------------------------------------------------------------------------ */
 
 typedef struct bad_case {
@@ -327,6 +367,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_default_output_is_the_context_tuning_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_short_last_line_does_not_swallow_the_entry, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_grid_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_flags_exit_2_naming_the_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unusable_output_exits_1_naming_output, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
