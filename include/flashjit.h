@@ -379,7 +379,8 @@ FJ_API fj_status fj_tuning_export_file(const fj_context *ctx, const char *path);
 
 /* Adds the entries of a tuning file's text (format 1 or 2) to the context's
  * tuning, after those it has: for a point in both, the imported entry is
- * used from now on. All or nothing: text that is not a tuning file, of
+ * used by plans created from now on (plans made before, fj_attention's
+ * cached ones included, keep their tiles). All or nothing: text that is not a tuning file, of
  * another format version, or with a malformed entry line is
  * FJ_ERR_INVALID_ARGUMENT naming the line and the rule, and nothing is
  * added. Entries for other devices are kept (never used here, exported). */

@@ -14,7 +14,8 @@
 #include "problem.h"
 #include "status.h"
 
-#define KEY_FORM "b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>"
+#define KEY_FORM                                                                           \
+    "b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>"
 
 /* The mask fields after the dtype, as one string ("nomask", "causal_br.wl256"). */
 static void mask_text(fj_causal causal, int window_left, int window_right, char *buf, size_t n)

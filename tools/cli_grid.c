@@ -120,7 +120,8 @@ static int parse(const char *cmd, const char *flag, const char *origin, const ch
 static int load(const char *cmd, const char *flag, const char *name, cli_grid *g, int depth)
 {
     if (depth > MAX_DEPTH)
-        return cli_usage_error(cmd, "%s: '@%s' nests more than %d deep (a grid that takes its own rows?)",
+        return cli_usage_error(cmd,
+                               "%s: '@%s' nests more than %d deep (a grid that takes its own rows?)",
                                flag, name, MAX_DEPTH);
     if (strchr(name, '/')) {
         int err;

@@ -65,7 +65,10 @@ static const char *reason_alone(const char *reason)
     return colon ? colon + 2 : reason;
 }
 
-static const char *mask_word(fj_causal c) { return c == FJ_CAUSAL_NONE ? "nomask" : fj_causal_name(c); }
+static const char *mask_word(fj_causal c)
+{
+    return c == FJ_CAUSAL_NONE ? "nomask" : fj_causal_name(c);
+}
 
 /* "m64n64w4s2 for d64 bf16 nomask" */
 static const char *kernel_label(const fj_tune_kernel *k, char *buf, size_t n)

@@ -240,7 +240,9 @@ static int word_flag(int argc, char **argv, int *i, tune_options *o)
 {
     const char *a = argv[*i], *val = value_of(argc, argv, *i);
     if (!strcmp(a, "--grid")) {
-        if (!val || !*val) return cli_usage_error(CMD, "--grid needs a grid name (%s) or a file", cli_grid_names());
+        if (!val || !*val)
+            return cli_usage_error(CMD, "--grid needs a grid name (%s) or a file",
+                                   cli_grid_names());
         o->space.grid = val;
     } else if (!strcmp(a, "--time-limit")) {
         char *end;

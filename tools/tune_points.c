@@ -31,7 +31,10 @@ static bool axes_given(const tune_space *s)
     return s->n_head_dims || s->n_dtypes || s->n_causals || s->n_seqlens || s->batch_heads;
 }
 
-static const char *default_grid(fj_backend b) { return b == FJ_BACKEND_CUDA ? "default" : "default-cpu"; }
+static const char *default_grid(fj_backend b)
+{
+    return b == FJ_BACKEND_CUDA ? "default" : "default-cpu";
+}
 
 static int gcd(int a, int b)
 {

@@ -229,7 +229,8 @@ const char *fj_tuning_point_parse(const char *text, fj_tuning_entry *e)
     /* Exactly as written: "d064" or "sk1" must not be a second spelling. */
     char canonical[sizeof e->point];
     fj_tuning_point_text(e, canonical, sizeof canonical);
-    if (strcmp(canonical, text)) return "the point is not in its canonical form (no leading zeros; bucket 1 is 'decode')";
+    if (strcmp(canonical, text))
+        return "the point is not in its canonical form (no leading zeros; bucket 1 is 'decode')";
     snprintf(e->point, sizeof e->point, "%s", canonical);
     return NULL;
 }
@@ -261,7 +262,8 @@ static const char *parse_entry(const char *line, int version, fj_tuning_entry *e
                        e->arch, e->template_name, &e->head_dim, e->dtype, e->mask, &e->bucket,
                        e->config, &e->ms, e->date, extra);
         if (n < 10)
-            return "expected 10 fields: device arch template head_dim dtype mask bucket config ms date";
+            return "expected 10 fields: device arch template head_dim dtype mask bucket config "
+                   "ms date";
         if (n > 10) return "more than 10 fields";
         const char *why = check_point(e);
         if (why) return why;
@@ -362,7 +364,8 @@ static fj_status parse(const char *text, const char *origin, bool strict, fj_tun
         first->line = lineno ? lineno : 1;
         snprintf(first->what, sizeof first->what, "no 'flashjit-tuning 2' (or 1) version line");
     }
-    if (!strict && bad > 5) fj_strbuf_printf(notes, "%s: %d more bad lines skipped\n", origin, bad - 5);
+    if (!strict && bad > 5)
+        fj_strbuf_printf(notes, "%s: %d more bad lines skipped\n", origin, bad - 5);
     *out = t;
     return FJ_OK;
 }

@@ -117,7 +117,8 @@ fj_status fj_tuning_load(fj_context *ctx, fj_strbuf *describe)
     char *text;
     size_t len;
     int err = fj_tuning_read_file(ctx->tuning_file, &text, &len);
-    if (err == ENOMEM) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory reading %s", ctx->tuning_file);
+    if (err == ENOMEM)
+        return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory reading %s", ctx->tuning_file);
     if (err) {
         fj_strbuf_printf(describe, "tuning file: %s (%s); shipped table: %d entries\n",
                          ctx->tuning_file, err == ENOENT ? "not present" : strerror(err), shipped_n);
@@ -207,7 +208,9 @@ fj_status fj_tuning_append(const char *path, const fj_tuning_entry *e)
     bool needs_newline = len && text[len - 1] != '\n';
     free(text);
     if (len && version != 1 && version != 2)
-        return fj_fail(FJ_ERR_IO, "%s is not a flashjit tuning file of format 1 or 2; not appending to it", path);
+        return fj_fail(FJ_ERR_IO,
+                       "%s is not a flashjit tuning file of format 1 or 2; not appending to it",
+                       path);
 
     char line[1024];
     int n = 0;
@@ -219,7 +222,8 @@ fj_status fj_tuning_append(const char *path, const fj_tuning_entry *e)
                      FJ_TUNING_FORMAT_VERSION);
     else if (needs_newline)
         line[n++] = '\n'; /* an interrupted writer's last line stays one bad line */
-    fj_tuning_format_entry(e, len ? version : FJ_TUNING_FORMAT_VERSION, line + n, sizeof line - (size_t)n);
+    fj_tuning_format_entry(e, len ? version : FJ_TUNING_FORMAT_VERSION, line + n,
+                           sizeof line - (size_t)n);
     n += (int)strlen(line + n);
 
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
