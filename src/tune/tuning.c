@@ -101,12 +101,13 @@ fj_status fj_tuning_add_all(fj_tuning *t, const fj_tuning *from, fj_tiles_source
 {
     int n = fj_tuning_count(from);
     lock(t);
-    int bad = 0;
+    int bad = 0, had = t->count;
     for (int i = 0; i < n && !bad; i++) {
         fj_tuning_entry e = *at(from, i);
         e.origin = origin;
         bad = push(t, &e);
     }
+    if (bad) t->count = had; /* all or nothing; readers saw neither (the lock) */
     unlock(t);
     return bad ? fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory adding tuning entries") : FJ_OK;
 }

@@ -55,7 +55,7 @@ int fj_tuning_count(const fj_tuning *t);
 const fj_tuning_entry *fj_tuning_entry_at(const fj_tuning *t, int i);
 /* Appends a copy of e; FJ_ERR_OUT_OF_MEMORY only. */
 fj_status fj_tuning_add(fj_tuning *t, const fj_tuning_entry *e);
-/* Appends every entry of from with its origin set to origin. */
+/* Appends every entry of from with its origin set to origin, all or none. */
 fj_status fj_tuning_add_all(fj_tuning *t, const fj_tuning *from, fj_tiles_source origin);
 /* The entry of t with the key fields of key (device, arch, template, point;
  * config, ms and date ignored), the last one when several match; NULL: none. */
