@@ -19,9 +19,8 @@ struct fj_plan {
 fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, const char *config,
                                  fj_plan **out);
 
-/* fj_plan_create with a given configuration ("m64n64w4s2" on CUDA,
- * "q256k512" on the CPU tiled backend): the tuner's way to build candidates
- * through the same code path plans always take. */
+/* fj_plan_create_ex with only fj_plan_options.tiles set ("m64n64w4s2" on
+ * CUDA, "q256k512" on the CPU tiled backend). */
 fj_status fj_plan_create_config(fj_context *ctx, const fj_attention_desc *d, const char *config,
                                 fj_plan **out);
 

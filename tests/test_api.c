@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "strbuf.h"
 
 /* ---- allocation failure injection ----------------------------------------
  * The test links the static library with -Wl,--wrap for the allocators, so
@@ -314,6 +315,62 @@ static void test_allocation_failures(void **state)
     fjt_problem_free(&p);
 }
 
+/* Tuning import, export and FJ_PLAN_MEASURE with each allocation failing in
+ * turn (a stride past the first hundred, to keep the measurements few):
+ * FJ_ERR_OUT_OF_MEMORY or success, never a crash or a leak, and a failed
+ * import adds nothing. */
+static void test_tuning_allocation_failures(void **state)
+{
+    (void)state;
+    fj_strbuf text;
+    fj_strbuf_init(&text);
+    fj_strbuf_puts(&text, "flashjit-tuning 2\n");
+    for (int d = 1; d <= 100; d++) /* past one chunk of entries */
+        fj_strbuf_printf(&text, "elsewhere cpu cpu_tiled d%d.f32.nomask.sk512 q64k128 1 2026-12-04\n", d);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 1, 1, 20, 20, 8, FJ_F32);
+    int succeeded = 0;
+    long last = 0;
+    for (long n = 0; n < 20000 && succeeded < 2; n += n < 100 ? 1 : 97) {
+        fj_context *ctx = cpu_ctx(FJ_BACKEND_CPU);
+        char *before = NULL, *after = NULL;
+        assert_int_equal(fj_tuning_export(ctx, &before), FJ_OK);
+        alloc_failures = 0;
+        alloc_countdown = n;
+        fj_status s = fj_tuning_import(ctx, text.data);
+        fj_status x = s ? s : fj_tuning_export(ctx, &after);
+        fj_plan_options o;
+        fj_plan_options_init(&o);
+        o.flags = FJ_PLAN_MEASURE;
+        fj_plan *plan = NULL;
+        fj_status m = x ? x : fj_plan_create_ex(ctx, &d, &o, &plan);
+        alloc_countdown = -1;
+        if (s) {
+            if (s != FJ_ERR_OUT_OF_MEMORY) fail_msg("import at %ld: %s", n, fj_status_name(s));
+            char *now = NULL;
+            assert_int_equal(fj_tuning_export(ctx, &now), FJ_OK);
+            assert_string_equal(now, before); /* nothing imported */
+            free(now);
+        } else if (x || m) {
+            if ((x ? x : m) != FJ_ERR_OUT_OF_MEMORY)
+                fail_msg("allocation %ld failing gave %s: %s", n, fj_status_name(x ? x : m),
+                         fj_last_error());
+        } else {
+            assert_non_null(strstr(after, "d100.f32.nomask.sk512"));
+            succeeded += alloc_failures == 0;
+        }
+        last = n;
+        assert_true(s || x || m || plan);
+        free(before);
+        free(after);
+        fj_plan_destroy(plan);
+        fj_context_destroy(ctx);
+    }
+    printf("# allocations 0..99 and every 97th up to %ld failed in turn\n", last);
+    assert_true(succeeded >= 1);
+    fj_strbuf_free(&text);
+}
+
 /* More distinct one-shot problems than the plan cache holds: eviction works. */
 static void test_plan_cache_eviction(void **state)
 {
@@ -411,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_context_options),
         cmocka_unit_test(test_memory_functions),
         cmocka_unit_test(test_allocation_failures),
+        cmocka_unit_test(test_tuning_allocation_failures),
         cmocka_unit_test(test_plan_cache_eviction),
         cmocka_unit_test(test_threads_share_context),
         cmocka_unit_test(test_log_callback),

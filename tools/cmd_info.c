@@ -4,8 +4,6 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "context.h"
-#include "cpu/tiled.h"
 #include "tune/target.h"
 #include "tune/tuning.h"
 
@@ -37,11 +35,10 @@ static void print_describe(const fj_context *ctx)
 }
 
 /* How many of t's entries each device would use: the CUDA device (when one
- * is usable) and the CPU tiled backend with ctx's worker count, keyed the way
+ * is usable) and the CPU tiled backend with its worker count, keyed the way
  * plan creation keys its lookups (fj_tuning_target_of). */
-static void print_matches(const fj_tuning *t, const fj_context *cuda, const fj_context *ctx)
+static void print_matches(const fj_tuning *t, const fj_context *cuda, const fj_context *cpu)
 {
-    char device[96];
     fj_tuning_target target;
     if (cuda && fj_tuning_target_of(cuda, &target) == FJ_OK) {
         printf("    matching cuda %s %s: %d\n", target.device, target.arch,
@@ -49,39 +46,42 @@ static void print_matches(const fj_tuning *t, const fj_context *cuda, const fj_c
     } else {
         printf("    matching cuda: none (no usable device)\n");
     }
-    fj_cpu_device_token(ctx->cpu_threads, device, sizeof device);
-    printf("    matching cpu %s: %d\n", device, fj_tuning_count_matching(t, device, "cpu"));
+    if (cpu && fj_tuning_target_of(cpu, &target) == FJ_OK)
+        printf("    matching cpu %s: %d\n", target.device,
+               fj_tuning_count_matching(t, target.device, target.arch));
 }
 
-/* The file's state as the context found it: ctx->tuning is NULL when the
- * file is absent or could not be read, so stat tells the two apart. */
+/* The file's state as the context found it: stat tells a file that is
+ * absent from one that could not be read. */
 static void print_tuning_file(const fj_context *ctx)
 {
-    if (!ctx->tuning_file) {
+    const char *file = fj_context_tuning_file(ctx);
+    const fj_tuning *t = fj_context_tuning(ctx);
+    if (!file) {
         printf("  file: none (the disk cache is off and FLASHJIT_TUNING_FILE is not set)\n");
         return;
     }
     struct stat st;
-    if (stat(ctx->tuning_file, &st) != 0) {
+    if (stat(file, &st) != 0) {
         int err = errno;
-        printf("  file: %s (%s)\n", ctx->tuning_file, err == ENOENT ? "not present" : strerror(err));
+        printf("  file: %s (%s)\n", file, err == ENOENT ? "not present" : strerror(err));
         return;
     }
-    if (!ctx->tuning) {
-        printf("  file: %s (present, not readable: see the tuning line above)\n", ctx->tuning_file);
+    if (!fj_tuning_file_read(t)) {
+        printf("  file: %s (present, not readable: see the tuning line above)\n", file);
         return;
     }
-    printf("  file: %s (present, %d entries)\n", ctx->tuning_file, fj_tuning_count(ctx->tuning));
+    printf("  file: %s (present, %d entries)\n", file, fj_tuning_count(t));
 }
 
-static void print_tuning(const fj_context *ctx, const fj_context *cuda)
+static void print_tuning(const fj_context *ctx, const fj_context *cuda, const fj_context *cpu)
 {
     printf("\ntuning:\n");
     print_tuning_file(ctx);
-    if (ctx->tuning) print_matches(ctx->tuning, cuda, ctx);
+    if (fj_tuning_file_read(fj_context_tuning(ctx))) print_matches(fj_context_tuning(ctx), cuda, cpu);
     const fj_tuning *shipped = fj_tuning_shipped();
     printf("  shipped table: %d entries\n", fj_tuning_count(shipped));
-    print_matches(shipped, cuda, ctx);
+    print_matches(shipped, cuda, cpu);
 }
 
 int cmd_info(int argc, char **argv)
@@ -98,19 +98,23 @@ int cmd_info(int argc, char **argv)
     }
     printf("flashjit %s (header %s)\n\nbackends:\n", FLASHJIT_VERSION_STRING, FLASHJIT_VERSION_STRING);
     /* The CUDA context is kept: its device names the tuning entries that match. */
+    /* The CUDA and CPU contexts are kept: their targets name the tuning
+       entries that match. */
     fj_context *cuda = backend_line(FJ_BACKEND_CUDA);
-    fj_context_destroy(backend_line(FJ_BACKEND_CPU));
+    fj_context *cpu = backend_line(FJ_BACKEND_CPU);
     fj_context_destroy(backend_line(FJ_BACKEND_CPU_REFERENCE));
     fj_context *ctx;
     fj_status s = fj_context_create(NULL, &ctx);
     if (s) {
         fj_context_destroy(cuda);
+        fj_context_destroy(cpu);
         return cli_fail("info", s);
     }
     printf("\ndefault context (AUTO):\n");
     print_describe(ctx);
-    print_tuning(ctx, cuda);
+    print_tuning(ctx, cuda, cpu);
     fj_context_destroy(ctx);
+    fj_context_destroy(cpu);
     fj_context_destroy(cuda);
     return 0;
 }

@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/convert.h"
-#include "tune/measure.h"
+#include "half.h"
 #include "problem.h"
 #include "status.h"
-#include "tune.h"
+#include "tune/measure.h"
+#include "tune/timing.h"
 
 /* H100 and H200 have 50 MB of L2; the sets together span twice that. */
 #define L2_BYTES ((size_t)50 * 1000 * 1000)
@@ -29,7 +29,7 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-void tune_fill_random(void *buf, fj_dtype t, size_t n, uint64_t *state)
+void fj_tune_fill_random(void *buf, fj_dtype t, size_t n, uint64_t *state)
 {
     for (size_t i = 0; i < n; i++) {
         float x = (float)((double)(splitmix(state) >> 11) * 0x1.0p-52 - 1.0);
@@ -39,20 +39,27 @@ void tune_fill_random(void *buf, fj_dtype t, size_t n, uint64_t *state)
     }
 }
 
+double fj_tune_load(const void *buf, fj_dtype t, size_t i)
+{
+    if (t == FJ_F32) return ((const float *)buf)[i];
+    if (t == FJ_F16) return fj_f16_to_f32(((const uint16_t *)buf)[i]);
+    return fj_bf16_to_f32(((const uint16_t *)buf)[i]);
+}
+
 static fj_status fill_device(fj_context *ctx, void *dst, size_t bytes, fj_dtype t, void *stage,
                              uint64_t *state)
 {
     size_t es = (size_t)fj_dtype_size(t);
     for (size_t off = 0; off < bytes; off += FILL_CHUNK) {
         size_t n = bytes - off < FILL_CHUNK ? bytes - off : FILL_CHUNK;
-        tune_fill_random(stage, t, n / es, state);
+        fj_tune_fill_random(stage, t, n / es, state);
         fj_status s = fj_copy_to_device(ctx, (char *)dst + off, stage, n);
         if (s) return s;
     }
     return FJ_OK;
 }
 
-void tune_inputs_free(tune_inputs *in)
+void fj_tune_inputs_free(fj_tune_inputs *in)
 {
     for (int i = 0; i < in->sets; i++) {
         fj_free(in->ctx, in->q[i]);
@@ -67,12 +74,12 @@ static int sets_for(size_t set_bytes, size_t max_bytes)
 {
     size_t want = (ROTATE_BYTES + set_bytes - 1) / set_bytes;
     if (want < 2) want = 2;
-    if (want > TUNE_MAX_SETS) want = TUNE_MAX_SETS;
+    if (want > FJ_TUNE_MAX_SETS) want = FJ_TUNE_MAX_SETS;
     while (want > 1 && want * set_bytes > max_bytes) want--;
     return (int)want;
 }
 
-static fj_status allocate_set(tune_inputs *in, int i, void *stage, uint64_t *state)
+static fj_status allocate_set(fj_tune_inputs *in, int i, void *stage, uint64_t *state)
 {
     fj_context *ctx = in->ctx;
     fj_status s;
@@ -87,8 +94,8 @@ static fj_status allocate_set(tune_inputs *in, int i, void *stage, uint64_t *sta
     return fill_device(ctx, in->o[i], in->o_bytes, in->dtype, stage, state);
 }
 
-fj_status tune_inputs_prepare(tune_inputs *in, fj_context *ctx, const fj_attention_desc *d,
-                              size_t max_bytes, uint64_t seed)
+fj_status fj_tune_inputs_prepare(fj_tune_inputs *in, fj_context *ctx, const fj_attention_desc *d,
+                                 size_t max_bytes, uint64_t seed)
 {
     size_t es = (size_t)fj_dtype_size(d->dtype);
     size_t q = (size_t)d->batch * d->seqlen_q * d->heads_q * d->head_dim * es;
@@ -96,7 +103,7 @@ fj_status tune_inputs_prepare(tune_inputs *in, fj_context *ctx, const fj_attenti
     if (in->sets && in->ctx == ctx && in->dtype == d->dtype && in->q_bytes == q &&
         in->kv_bytes == kv)
         return FJ_OK; /* the same sizes: the sets made for an earlier point serve */
-    tune_inputs_free(in);
+    fj_tune_inputs_free(in);
     in->ctx = ctx;
     in->dtype = d->dtype;
     in->q_bytes = in->o_bytes = q;
@@ -107,11 +114,11 @@ fj_status tune_inputs_prepare(tune_inputs *in, fj_context *ctx, const fj_attenti
     uint64_t state = seed;
     fj_status s = FJ_OK;
     for (int i = 0; i < want && !s; i++) {
-        in->sets = i + 1; /* so that tune_inputs_free frees a partial set */
+        in->sets = i + 1; /* so that fj_tune_inputs_free frees a partial set */
         s = allocate_set(in, i, stage, &state);
     }
     free(stage);
-    if (s) tune_inputs_free(in);
+    if (s) fj_tune_inputs_free(in);
     return s;
 }
 
@@ -130,7 +137,7 @@ static double quantile(const double *x, int n, double q)
     return x[i] + (pos - i) * (x[i + 1] - x[i]);
 }
 
-static void summarize(double *ms, int runs, tune_timing *out)
+static void summarize(double *ms, int runs, fj_tune_timing *out)
 {
     qsort(ms, (size_t)runs, sizeof *ms, cmp_double);
     out->runs = runs;
@@ -141,13 +148,13 @@ static void summarize(double *ms, int runs, tune_timing *out)
     out->p75 = quantile(ms, runs, 0.75);
 }
 
-static fj_status time_one(const fj_plan *plan, const tune_inputs *in, int set, double *ms)
+static fj_status time_one(const fj_plan *plan, const fj_tune_inputs *in, int set, double *ms)
 {
     return fj_plan_time(plan, in->q[set], in->k[set], in->v[set], in->o[set], NULL, 0, 1, ms);
 }
 
-fj_status tune_time_plan(const fj_plan *plan, const tune_inputs *in, int warmup, int repeat,
-                         double cut_ms, tune_timing *out)
+fj_status fj_tune_time_plan(const fj_plan *plan, const fj_tune_inputs *in, int warmup, int repeat,
+                            double cut_ms, fj_tune_timing *out)
 {
     memset(out, 0, sizeof *out);
     double *ms = calloc((size_t)repeat, sizeof *ms);
@@ -170,8 +177,8 @@ fj_status tune_time_plan(const fj_plan *plan, const tune_inputs *in, int warmup,
     return s;
 }
 
-fj_status tune_time_duel(const fj_plan *a, const fj_plan *b, const tune_inputs *in, int warmup,
-                         int repeat, tune_timing *ta, tune_timing *tb)
+fj_status fj_tune_time_duel(const fj_plan *a, const fj_plan *b, const fj_tune_inputs *in,
+                            int warmup, int repeat, fj_tune_timing *ta, fj_tune_timing *tb)
 {
     memset(ta, 0, sizeof *ta);
     memset(tb, 0, sizeof *tb);

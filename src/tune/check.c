@@ -5,7 +5,7 @@
  * candidate uses (seqlen_k larger than seqlen_q, so a bottom-right causal
  * mask has its diagonal off the corner), so every tile shape meets partial
  * edge tiles. Verdicts are per kernel (head dim, dtype, causal kind,
- * configuration): the code is the same at every sequence length.
+ * tiles): the code is the same at every sequence length.
  *
  * Tolerance, against the CPU reference (which rounds to the dtype too):
  * every output finite (the output is poisoned with NaN before the run, so
@@ -19,14 +19,14 @@
  * (every default candidate, bf16 and f16) and the CPU tiled backend: at
  * most 1 ulp (f32: 19) of the row's largest |o|. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/convert.h"
-#include "plan.h"
 #include "problem.h"
 #include "status.h"
-#include "tune.h"
+#include "tune/check.h"
+#include "tune/timing.h"
 
 /* ulps of a 16-bit dtype at a row's largest |o|: two roundings to the
  * dtype plus the accumulation-order differences of two correct kernels
@@ -42,7 +42,7 @@
 #define CHECK_EXTRA_K 104
 #define CHECK_HEADS 2
 
-struct tune_reference {
+struct fj_tune_reference {
     int head_dim;
     fj_dtype dtype;
     fj_causal causal;
@@ -54,43 +54,35 @@ struct tune_reference {
 
 /* ---- the kernel table --------------------------------------------------------- */
 
-tune_kernel *tune_kernel_of(tune_kernels *t, const fj_attention_desc *d, const char *config)
+fj_tune_kernel *fj_tune_kernel_of(fj_tune_kernels *t, const fj_attention_desc *d,
+                                  const char *tiles)
 {
     for (int i = 0; i < t->count; i++) {
-        tune_kernel *k = &t->k[i];
+        fj_tune_kernel *k = &t->k[i];
         if (k->head_dim == d->head_dim && k->dtype == d->dtype && k->causal == d->causal &&
-            !strcmp(k->config, config))
+            !strcmp(k->tiles, tiles))
             return k;
     }
     if (t->count == t->cap) {
         int cap = t->cap ? 2 * t->cap : 64;
-        tune_kernel *n = realloc(t->k, (size_t)cap * sizeof *n);
+        fj_tune_kernel *n = realloc(t->k, (size_t)cap * sizeof *n);
         if (!n) return NULL;
         t->k = n;
         t->cap = cap;
     }
-    tune_kernel *k = &t->k[t->count++];
+    fj_tune_kernel *k = &t->k[t->count++];
     memset(k, 0, sizeof *k);
     k->head_dim = d->head_dim;
     k->dtype = d->dtype;
     k->causal = d->causal;
-    snprintf(k->config, sizeof k->config, "%s", config);
+    snprintf(k->tiles, sizeof k->tiles, "%s", tiles);
     return k;
 }
 
-void tune_kernels_free(tune_kernels *t)
+void fj_tune_kernels_free(fj_tune_kernels *t)
 {
     free(t->k);
     memset(t, 0, sizeof *t);
-}
-
-/* ---- host data ------------------------------------------------------------------- */
-
-static double load(const void *buf, fj_dtype t, size_t i)
-{
-    if (t == FJ_F32) return ((const float *)buf)[i];
-    if (t == FJ_F16) return fj_f16_to_f32(((const uint16_t *)buf)[i]);
-    return fj_bf16_to_f32(((const uint16_t *)buf)[i]);
 }
 
 /* ---- one run on a context ---------------------------------------------------------- */
@@ -109,18 +101,21 @@ static void device_free(device_set *s)
     memset(s, 0, sizeof *s);
 }
 
-/* Runs r's problem on ctx (config NULL: the context's own choice) into
+/* Runs r's problem on ctx (tiles NULL: the context's own choice) into
  * o_host, the output poisoned with NaN (all ones) first. *planned: the
  * plan was made (so a failure after it is the run's). */
-static fj_status run_on(fj_context *ctx, const tune_reference *r, const char *config, void *o_host,
-                        bool *planned)
+static fj_status run_on(fj_context *ctx, const fj_tune_reference *r, const char *tiles,
+                        void *o_host, bool *planned)
 {
+    fj_plan_options o;
+    fj_plan_options_init(&o);
+    o.tiles = tiles;
     size_t es = (size_t)fj_dtype_size(r->dtype);
     device_set s = {ctx, NULL, NULL, NULL, NULL};
     fj_plan *plan = NULL;
     fj_status st;
     *planned = false;
-    if ((st = fj_plan_create_config(ctx, &r->d, config, &plan))) return st;
+    if ((st = fj_plan_create_ex(ctx, &r->d, &o, &plan))) return st;
     *planned = true;
     memset(o_host, 0xff, r->no * es);
     if (!(st = fj_malloc(ctx, r->nq * es, &s.q)) && !(st = fj_malloc(ctx, r->nkv * es, &s.k)) &&
@@ -139,7 +134,7 @@ static fj_status run_on(fj_context *ctx, const tune_reference *r, const char *co
 
 /* ---- references -------------------------------------------------------------------- */
 
-static void reference_free(tune_reference *r)
+static void reference_free(fj_tune_reference *r)
 {
     free(r->q);
     free(r->k);
@@ -147,7 +142,7 @@ static void reference_free(tune_reference *r)
     free(r->o);
 }
 
-static fj_status reference_make(tune_checker *c, const tune_kernel *k, tune_reference *r)
+static fj_status reference_make(fj_tune_checker *c, const fj_tune_kernel *k, fj_tune_reference *r)
 {
     memset(r, 0, sizeof *r);
     r->head_dim = k->head_dim;
@@ -170,19 +165,19 @@ static fj_status reference_make(tune_checker *c, const tune_kernel *k, tune_refe
     /* The same inputs for a (head dim, dtype) whatever the run, so a check
        replays exactly. */
     uint64_t seed = 0x7475e3ull * (uint64_t)k->head_dim + (uint64_t)k->dtype;
-    tune_fill_random(r->q, k->dtype, r->nq, &seed);
-    tune_fill_random(r->k, k->dtype, r->nkv, &seed);
-    tune_fill_random(r->v, k->dtype, r->nkv, &seed);
+    fj_tune_fill_random(r->q, k->dtype, r->nq, &seed);
+    fj_tune_fill_random(r->k, k->dtype, r->nkv, &seed);
+    fj_tune_fill_random(r->v, k->dtype, r->nkv, &seed);
     bool planned;
     fj_status s = run_on(c->ref, r, NULL, r->o, &planned);
     if (s) reference_free(r);
     return s;
 }
 
-static fj_status reference_for(tune_checker *c, const tune_kernel *k, tune_reference **out)
+static fj_status reference_for(fj_tune_checker *c, const fj_tune_kernel *k, fj_tune_reference **out)
 {
     for (int i = 0; i < c->nrefs; i++) {
-        tune_reference *r = &c->refs[i];
+        fj_tune_reference *r = &c->refs[i];
         if (r->head_dim == k->head_dim && r->dtype == k->dtype && r->causal == k->causal) {
             *out = r;
             return FJ_OK;
@@ -190,7 +185,7 @@ static fj_status reference_for(tune_checker *c, const tune_kernel *k, tune_refer
     }
     if (c->nrefs == c->cap) {
         int cap = c->cap ? 2 * c->cap : 8;
-        tune_reference *n = realloc(c->refs, (size_t)cap * sizeof *n);
+        fj_tune_reference *n = realloc(c->refs, (size_t)cap * sizeof *n);
         if (!n) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of host memory for the references");
         c->refs = n;
         c->cap = cap;
@@ -201,7 +196,7 @@ static fj_status reference_for(tune_checker *c, const tune_kernel *k, tune_refer
     return FJ_OK;
 }
 
-void tune_checker_init(tune_checker *c, fj_context *ctx, fj_context *ref, int largest_block)
+void fj_tune_checker_init(fj_tune_checker *c, fj_context *ctx, fj_context *ref, int largest_block)
 {
     memset(c, 0, sizeof *c);
     c->ctx = ctx;
@@ -210,7 +205,7 @@ void tune_checker_init(tune_checker *c, fj_context *ctx, fj_context *ref, int la
     c->seqlen_k = largest_block + CHECK_EXTRA_K;
 }
 
-void tune_checker_free(tune_checker *c)
+void fj_tune_checker_free(fj_tune_checker *c)
 {
     for (int i = 0; i < c->nrefs; i++) reference_free(&c->refs[i]);
     free(c->refs);
@@ -243,7 +238,7 @@ static double row_tolerance(fj_dtype t, double row_ref)
 }
 
 /* Rows of the dense check output are head_dim contiguous elements. */
-static check_error compare(const tune_reference *r, const void *o)
+static check_error compare(const fj_tune_reference *r, const void *o)
 {
     check_error e;
     memset(&e, 0, sizeof e);
@@ -252,7 +247,7 @@ static check_error compare(const tune_reference *r, const void *o)
     for (size_t row = 0; row < r->no / D; row++) {
         double row_err = 0, row_ref = 0;
         for (size_t i = row * D; i < (row + 1) * D; i++) {
-            double x = load(o, r->dtype, i), y = load(r->o, r->dtype, i);
+            double x = fj_tune_load(o, r->dtype, i), y = fj_tune_load(r->o, r->dtype, i);
             if (!isfinite(x)) {
                 e.nonfinite++;
                 continue;
@@ -279,46 +274,46 @@ static double rel_tolerance(fj_dtype t) { return t == FJ_F32 ? 1e-5 : t == FJ_F1
 
 /* Row index of the dense [1, seqlen_q, heads, head_dim] check output as
  * (query position, head). */
-static void judge(tune_kernel *k, const tune_reference *r, const check_error *e)
+static void judge(fj_tune_kernel *k, const fj_tune_reference *r, const check_error *e)
 {
     double rt = rel_tolerance(k->dtype);
     int heads = r->d.heads_q;
     if (e->nonfinite) {
-        k->verdict = TUNE_WRONG;
+        k->verdict = FJ_TUNE_WRONG;
         snprintf(k->reason, sizeof k->reason,
                  "%zu of %zu outputs are not finite (unwritten or overflowed) on b1 h%d s%d/%d",
                  e->nonfinite, r->no, heads, r->d.seqlen_q, r->d.seqlen_k);
     } else if (e->bad_err > e->bad_tol) {
-        k->verdict = TUNE_WRONG;
+        k->verdict = FJ_TUNE_WRONG;
         snprintf(k->reason, sizeof k->reason,
                  "query %zu of head %zu is off by %.3e (tolerance %.3e; relative error over "
                  "all outputs %.3e) against the CPU reference on b1 h%d s%d/%d",
                  e->bad_row / (size_t)heads, e->bad_row % (size_t)heads, e->bad_err, e->bad_tol,
                  e->rel_fro, heads, r->d.seqlen_q, r->d.seqlen_k);
     } else if (!(e->rel_fro <= rt)) {
-        k->verdict = TUNE_WRONG;
+        k->verdict = FJ_TUNE_WRONG;
         snprintf(k->reason, sizeof k->reason,
                  "relative error %.3e over all outputs (tolerance %.1e) against the CPU reference "
                  "on b1 h%d s%d/%d",
                  e->rel_fro, rt, heads, r->d.seqlen_q, r->d.seqlen_k);
     } else {
-        k->verdict = TUNE_CORRECT;
+        k->verdict = FJ_TUNE_CORRECT;
         snprintf(k->reason, sizeof k->reason,
                  "max abs error %.2e, relative %.2e, worst row %.1f ulps of its largest |o|",
                  e->max_abs, e->rel_fro, e->row_ulps);
     }
 }
 
-fj_status tune_check_kernel(tune_checker *c, tune_kernel *k)
+fj_status fj_tune_check_kernel(fj_tune_checker *c, fj_tune_kernel *k)
 {
-    if (k->verdict != TUNE_UNCHECKED) return FJ_OK;
-    tune_reference *r = NULL;
+    if (k->verdict != FJ_TUNE_UNCHECKED) return FJ_OK;
+    fj_tune_reference *r = NULL;
     fj_status s = reference_for(c, k, &r);
     if (s) return s;
     void *o = malloc(r->no * (size_t)fj_dtype_size(r->dtype));
     if (!o) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of host memory for the check's output");
     bool planned;
-    s = run_on(c->ctx, r, k->config, o, &planned);
+    s = run_on(c->ctx, r, k->tiles, o, &planned);
     if (s == FJ_ERR_OUT_OF_MEMORY) {
         free(o);
         return s;
@@ -326,7 +321,7 @@ fj_status tune_check_kernel(tune_checker *c, tune_kernel *k)
     if (s) {
         /* No plan: the candidate cannot run here (a rule, resources, a
            compile error). A plan whose run fails is broken code. */
-        k->verdict = planned ? TUNE_WRONG : TUNE_PRUNED;
+        k->verdict = planned ? FJ_TUNE_WRONG : FJ_TUNE_PRUNED;
         snprintf(k->reason, sizeof k->reason, "%s%s: %s", planned ? "the run failed: " : "",
                  fj_status_name(s), fj_last_error());
     } else {
