@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""flashjit next to PyTorch SDPA's backends (math, efficient, flash, cudnn) on
+"""flashjit next to PyTorch SDPA's backends (math, efficient, flash, cudnn) and
+FlashAttention-3 (fa3: the fa3_fwd wheel, bf16 on Hopper, when importable) on
 the same tensors, in one process, timed the same way (CUDA events around each
 call after warm-up, median of many runs).
 
@@ -7,7 +8,7 @@ libflashjit.so is loaded with ctypes; the tensors are PyTorch's dense
 [batch, heads, seq, head_dim] ones, passed to flashjit with BHSD strides.
 
 usage: compare_torch.py [--lib build/libflashjit.so] [--grid prefill|extra|decode|decode64|all]
-                        [--dtypes bf16,fp16] [--json FILE] [--backends math,efficient,flash,cudnn]
+                        [--dtypes bf16,fp16] [--json FILE] [--backends math,efficient,flash,cudnn,fa3]
                         [--match REGEX] [--rounds R] [--seed N]
 
 --rounds R measures each row R times. Every round allocates the row's tensors
@@ -148,8 +149,25 @@ def measure_flashjit(fj, t, causal, dtype, rate, check):
         fj.destroy(plan)  # a split-KV plan holds its partials workspace
 
 
+def fa3_call(q, k, v, causal):
+    """FlashAttention-3 on PyTorch's [B, H, S, D] tensors: it takes [B, S, H, D]
+    with any batch, row and head strides, so the transposed views are the same
+    memory (no copy); num_splits=0 lets its own heuristic split the keys (its
+    flash_attn_func defaults to no split). Causal is bottom-right in FA3, top-
+    left in SDPA: the same mask on the grid's causal rows, where Sq = Sk."""
+    import fa3_fwd_interface as fa3
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    return lambda: fa3.flash_attn_func(qt, kt, vt, causal=causal, num_splits=0)
+
+
 def measure_backend(name, t, causal, rate):
     q, k, v, _ = t
+    if name == "fa3":
+        try:
+            ms = time_ms(fa3_call(q, k, v, causal))
+            return {name: rate(ms), name + "_ms": ms}
+        except Exception as e:  # not installed, not Hopper, or a dtype/shape it was not built for
+            return {name: None, name + "_error": str(e)[:200]}
     try:
         with sdpa_kernel([SDPA[name]]):
             fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
