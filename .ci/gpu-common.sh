@@ -16,6 +16,7 @@
 #   OUT        where results go (default /tmp/flashjit-gpu-out)
 #   BUILD      the build directory (default build-gpu; reused when configured)
 #   FLASHJIT_CACHE_DIR  the kernel cache (default /tmp/flashjit-cache)
+#   FORCE_BUCKETS  the buckets a forced config covers (see forced_tuning_file)
 
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -73,8 +74,9 @@ GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head 
 GPU_ARCH=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
 
 # A user tuning file that forces CONFIG on every head dim (8..256), dtype,
-# mask and bucket of this device, written to /tmp/tune-CONFIG.txt (its path
-# is printed). Where CONFIG does not fit a point the plan falls back to the
+# mask and bucket (FORCE_BUCKETS, default all: 1 is decode, 512..32768
+# prefill) of this device, written to /tmp/tune-CONFIG.txt (its path is
+# printed). Where CONFIG does not fit a point the plan falls back to the
 # shipped table or the heuristic and its describe text says why.
 forced_tuning_file() {
     local cfg=$1 f=/tmp/tune-$1.txt today d t m b
@@ -82,7 +84,7 @@ forced_tuning_file() {
     {
         echo "flashjit-tuning 1"
         for d in $(seq 8 8 256); do for t in bf16 f16; do for m in nomask causal window causal_window; do
-            for b in 1 512 1024 2048 4096 8192 16384 32768; do
+            for b in ${FORCE_BUCKETS:-1 512 1024 2048 4096 8192 16384 32768}; do
                 echo "$GPU_NAME $GPU_ARCH flash_fwd $d $t $m $b $cfg 1 $today"
             done
         done; done; done
