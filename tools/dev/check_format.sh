@@ -3,8 +3,8 @@
 # `clang-format --dry-run --Werror`, or reformats them in place (--fix).
 #
 # usage: tools/dev/check_format.sh [--fix] [PATH...]
-#   PATH   files or folders (default: src tools tests include); only the
-#          *.c and *.h files git tracks under them are taken
+#   PATH   files or folders from the top of the tree (default: src tools
+#          tests include); only the *.c and *.h files git tracks there count
 #   --fix  rewrite the files in place (clang-format -i) instead of checking
 #
 # FLASHJIT_FORMAT_CHECK decides what a check that finds unformatted files
