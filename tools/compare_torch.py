@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""flashjit next to PyTorch SDPA's backends (math, efficient, flash, cudnn) on
+"""flashjit next to PyTorch SDPA's backends (math, efficient, flash, cudnn) and
+FlashAttention-3 (fa3: the fa3_fwd wheel, bf16 on Hopper, when importable) on
 the same tensors, in one process, timed the same way (CUDA events around each
 call after warm-up, median of many runs).
 
