@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -909,6 +910,61 @@ static void test_concurrent_stores_and_loads(void **state)
     }
 }
 
+/* ---- a file-size limit (issue 23, finding 4) ------------------------------ */
+
+/* Under RLIMIT_FSIZE a write past the limit raises SIGXFSZ, whose default
+ * action kills the process. A store must fail like a full disk instead, and
+ * leave the thread's signal mask and pending set as they were. Run in a child
+ * (the limit and a kill stay there); the child's exit status says what
+ * happened. */
+static int fsize_child(const char *dir)
+{
+    struct rlimit lim = {8192, 8192};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) return 10;
+    sigset_t before, after, pending;
+    sigprocmask(SIG_SETMASK, NULL, &before);
+    fjt_rng rng;
+    fjt_rng_init(&rng, fjt_seed());
+    uint8_t *big = random_bytes(&rng, 100000);
+    fj_cache_key key = key_of("over the size limit");
+    fj_status s = fj_cache_store(dir, NAME, &key, big, 100000);
+    free(big);
+    if (s != FJ_ERR_IO) return 11;
+    if (!strstr(fj_last_error(), strerror(EFBIG))) {
+        fprintf(stderr, "store error: %s\n", fj_last_error());
+        return 12;
+    }
+    sigprocmask(SIG_SETMASK, NULL, &after);
+    if (sigismember(&after, SIGXFSZ) != sigismember(&before, SIGXFSZ)) return 13;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGXFSZ)) return 14;
+    /* the entry is a miss, no temporary file is left, and a store that fits
+       the limit still works */
+    void *data = NULL;
+    size_t size = 0;
+    if (fj_cache_load(dir, NAME, &key, &data, &size) != FJ_OK || data) return 15;
+    if (count_dir_entries(dir) != 0) return 16;
+    fj_cache_key small = key_of("under the size limit");
+    if (fj_cache_store(dir, NAME, &small, "cubin", 5) != FJ_OK) return 17;
+    return 0;
+}
+
+static void test_store_under_a_file_size_limit(void **state)
+{
+    const char *dir = *state;
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) _exit(fsize_child(dir));
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        fail_msg("the store killed the process with signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    if (WEXITSTATUS(status) != 0) fail_msg("child check %d failed", WEXITSTATUS(status));
+    assert_int_equal(count_dir_entries(dir), 1); /* the small entry */
+}
+
 int main(void)
 {
     fjt_seed(); /* prints the seed once */
@@ -926,6 +982,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_scan_flags_every_damaged_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allocation_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_stores_and_loads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_under_a_file_size_limit, setup, teardown),
     };
     return cmocka_run_group_tests_name("cache", tests, NULL, NULL);
 }

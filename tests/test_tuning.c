@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -705,6 +707,44 @@ static void test_unusable_tuning_files_are_skipped(void **state)
     scratch_remove(&s);
 }
 
+/* An append past a file-size limit fails (FJ_ERR_IO) instead of SIGXFSZ
+ * killing the process (issue 23, finding 4); run in a child. */
+static void test_append_under_a_file_size_limit(void **state)
+{
+    (void)state;
+    scratch s;
+    scratch_make(&s, "tuning.txt");
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 1, 1, 40, 40, 64, FJ_F32);
+    fj_problem p;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    fj_tuning_entry e;
+    fj_tuning_key_for(&p, "cpu:test_2t", "cpu", "cpu_tiled", &e);
+    snprintf(e.config, sizeof e.config, "q64k64");
+    e.ms = 1.0;
+    snprintf(e.date, sizeof e.date, "2026-12-04");
+    assert_int_equal(fj_tuning_append(s.path, &e), FJ_OK);
+    struct stat st;
+    assert_int_equal(stat(s.path, &st), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit lim = {(rlim_t)st.st_size, (rlim_t)st.st_size};
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(10);
+        if (fj_tuning_append(s.path, &e) != FJ_ERR_IO) _exit(11);
+        if (!strstr(fj_last_error(), strerror(EFBIG))) _exit(12);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        fail_msg("the append killed the process with signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    scratch_remove(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -717,6 +757,7 @@ int main(void)
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_unusable_tuning_files_are_skipped),
+        cmocka_unit_test(test_append_under_a_file_size_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "embedded.h"
+#include "fsize_signal.h"
 #include "log.h"
 #include "status.h"
 #include "tune/tuning.h"
@@ -267,8 +268,12 @@ fj_status fj_tuning_append(const char *path, const fj_tuning_entry *e)
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd < 0) return io_fail(path, "cannot open the tuning file", errno);
     fj_status s = FJ_OK;
-    if (write(fd, line, (size_t)n) != n || fsync(fd) != 0)
-        s = io_fail(path, "cannot write the tuning file", errno);
+    fj_fsize_guard guard; /* past a file-size limit: EFBIG, not SIGXFSZ */
+    fj_fsize_guard_begin(&guard);
+    ssize_t put = write(fd, line, (size_t)n);
+    fj_fsize_guard_end(&guard);
+    if (put != n) s = io_fail(path, "cannot write the tuning file", put < 0 ? errno : EIO);
+    else if (fsync(fd) != 0) s = io_fail(path, "cannot write the tuning file", errno);
     close(fd);
     return s;
 }

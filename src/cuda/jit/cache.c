@@ -70,6 +70,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsize_signal.h"
 #include "log.h"
 #include "status.h"
 
@@ -595,14 +596,22 @@ fj_status fj_cache_store(const char *dir, const char *name, const fj_cache_key *
     uint8_t header[HDR_FIXED + FJ_CACHE_NAME_MAX];
     size_t header_len = header_build(header, name, key, data, size);
     bool temp_exists = false;
+    /* Past a file-size limit the write fails with EFBIG, as on a full disk,
+       instead of SIGXFSZ killing the process. */
+    fj_fsize_guard guard;
+    fj_fsize_guard_begin(&guard);
     int fd = mkostemp(temp, O_CLOEXEC);
     if (fd < 0) {
+        fj_fsize_guard_end(&guard);
         s = fj_fail(FJ_ERR_IO, "cache: cannot create a temporary file in %s: %s", dir,
                     strerror(errno));
         goto done;
     }
     temp_exists = true;
-    if (write_full(fd, header, header_len) != 0 || (size && write_full(fd, data, size) != 0)) {
+    int write_failed = write_full(fd, header, header_len) != 0 ||
+                       (size && write_full(fd, data, size) != 0);
+    fj_fsize_guard_end(&guard); /* keeps errno */
+    if (write_failed) {
         s = fj_fail(FJ_ERR_IO, "cache: cannot write %s: %s", temp, strerror(errno));
         goto done;
     }
