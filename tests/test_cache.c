@@ -168,6 +168,18 @@ static void expect_miss(const char *dir, const char *name, const fj_cache_key *k
     if (!strstr(last_log, why)) fail_msg("miss logged as '%s', expected it to say '%s'", last_log, why);
 }
 
+static int count_dir_entries(const char *dir);
+typedef struct scan_result scan_result;
+/* What fj_cache_scan visited (record_visit). */
+struct scan_result {
+    int count, valid, damaged, temps;
+    char files[32][512];
+    int valid_of[32], temp_of[32];
+    char problem[32][128];
+    int stop_after; /* 0: never stop */
+};
+static int record_visit(const fj_cache_entry_info *e, void *user);
+
 /* ---- keys --------------------------------------------------------------- */
 
 static void test_key_changes_with_every_input(void **state)
@@ -434,14 +446,49 @@ static void test_foreign_files_are_misses(void **state)
     expect_miss(dir, NAME, &e.key, "shorter than the 56-byte header");
     expect_repaired(dir, &e);
 
-    /* a directory under the entry's name: a miss, and a store cannot
-       replace it, which is an I/O error the caller ignores */
+    /* a directory under the entry's name: a miss, and the store replaces
+       it (issue 23, finding 5: it used to fail, so that kernel recompiled on
+       every run) */
     assert_int_equal(unlink(e.path), 0);
     assert_int_equal(mkdir(e.path, 0700), 0);
     expect_miss(dir, NAME, &e.key, "not a regular file");
-    assert_int_equal(fj_cache_store(dir, NAME, &e.key, e.payload, e.payload_size), FJ_ERR_IO);
-    assert_non_null(strstr(fj_last_error(), e.path));
-    assert_int_equal(rmdir(e.path), 0);
+    expect_repaired(dir, &e);
+    assert_int_equal(count_dir_entries(dir), 1);
+    /* one with files in it is moved aside (to a temporary name, its files
+       kept) rather than deleted */
+    assert_int_equal(unlink(e.path), 0);
+    assert_int_equal(mkdir(e.path, 0700), 0);
+    char inside[4096];
+    snprintf(inside, sizeof inside, "%s/someone's file", e.path);
+    write_file(inside, "keep me", 7);
+    expect_miss(dir, NAME, &e.key, "not a regular file");
+    expect_repaired(dir, &e);
+    assert_int_equal(count_dir_entries(dir), 2);
+    scan_result r = {0};
+    assert_int_equal(fj_cache_scan(dir, record_visit, &r), FJ_OK);
+    assert_int_equal(r.count, 2);
+    assert_int_equal(r.valid, 1);
+    assert_int_equal(r.temps, 1);
+    char moved[4096];
+    for (int i = 0; i < r.count; i++)
+        if (r.temp_of[i]) snprintf(moved, sizeof moved, "%s/%s/someone's file", dir, r.files[i]);
+    size_t n;
+    uint8_t *kept = read_file(moved, &n);
+    assert_int_equal(n, 7);
+    assert_memory_equal(kept, "keep me", 7);
+    free(kept);
+    /* clear removes the entry and leaves the directory (not the cache's own
+       files), without failing */
+    int removed = -1;
+    assert_int_equal(fj_cache_clear(dir, &removed), FJ_OK);
+    assert_int_equal(removed, 1);
+    assert_int_equal(count_dir_entries(dir), 1);
+    assert_int_equal(access(moved, F_OK), 0);
+    /* an empty directory at a cache name is removed by clear */
+    assert_int_equal(mkdir(e.path, 0700), 0);
+    assert_int_equal(fj_cache_clear(dir, &removed), FJ_OK);
+    assert_int_equal(removed, 1);
+    assert_int_equal(access(e.path, F_OK), -1);
 
     /* a FIFO must not hang the load */
     assert_int_equal(mkfifo(e.path, 0600), 0);
@@ -541,13 +588,6 @@ static void test_unwritable_directory(void **state)
 
 /* ---- temporary files, scan, clear ---------------------------------------- */
 
-typedef struct scan_result {
-    int count, valid, damaged, temps;
-    char files[32][512];
-    int valid_of[32], temp_of[32];
-    char problem[32][128];
-    int stop_after; /* 0: never stop */
-} scan_result;
 
 static int record_visit(const fj_cache_entry_info *e, void *user)
 {
