@@ -62,6 +62,7 @@ constexpr int BN = FJ_BLOCK_N;
 constexpr int STAGES = FJ_STAGES;
 constexpr int THREADS = FJ_THREADS;
 constexpr int DCH = D / 8;  /* 16-byte chunks of a row */
+constexpr int MT = 1;       /* 16-row m tiles per warp */
 constexpr int NT = BN / 8;  /* n8 tiles of S per warp */
 constexpr int NDT = D / 8;  /* n8 tiles of O per warp */
 constexpr int KQ = D / 16;  /* k16 steps of Q K^T */
@@ -124,11 +125,13 @@ __device__ __forceinline__ void wgmma_wait()
 /* Ties each accumulator register to this point of the program, so that the
    compiler neither reads an accumulator before the wgmma_wait that completes
    it nor moves a write (a rescale) past the wgmma that consumes it. */
-template <int R>
-__device__ __forceinline__ void fence_regs(float (&r)[R])
+template <int NTILES>
+__device__ __forceinline__ void fence_regs(float (&r)[NTILES][4])
 {
 #pragma unroll
-    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(r[i])::"memory");
+    for (int i = 0; i < NTILES; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(r[i][e])::"memory");
 }
 /* cp.async writes shared memory through the generic proxy, wgmma reads it
    through the async proxy: this orders the first before the second (with
@@ -139,16 +142,17 @@ __device__ __forceinline__ void fence_proxy_async()
 }
 
 /* D (+)= A B for one k16 step, m64 rows per warpgroup; the accumulator
- * fragment of m64nN is N/2 floats per thread. _ss: A from a descriptor
- * (K-major), B from a descriptor (K-major); _rs: A from registers (the
- * mma.sync A fragment of the warp's 16 rows), B MN-major (transposed).
+ * fragment of m64nN is N/2 floats per thread: the warp's mma.sync C
+ * fragments of N/8 n8 tiles, 4 floats each, in order (d[j] here). _ss: A
+ * from a descriptor (K-major), B from a descriptor (K-major); _rs: A from
+ * registers (the mma.sync A fragment of the warp's 16 rows), B MN-major
+ * (transposed).
  * An asm operand list cannot come from a loop, so the preprocessor pastes
  * the accumulators' constraints and their %names, 16 at a time. */
+#define FJ_ACC4(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
 #define FJ_ACC16(d, i) \
-    "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
-    "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7]), \
-    "+f"(d[i + 8]), "+f"(d[i + 9]), "+f"(d[i + 10]), "+f"(d[i + 11]), \
-    "+f"(d[i + 12]), "+f"(d[i + 13]), "+f"(d[i + 14]), "+f"(d[i + 15])
+    FJ_ACC4(d, (i) / 4 + 0), FJ_ACC4(d, (i) / 4 + 1), FJ_ACC4(d, (i) / 4 + 2), \
+    FJ_ACC4(d, (i) / 4 + 3)
 #define FJ_ACC32(d) FJ_ACC16(d, 0), FJ_ACC16(d, 16)
 #define FJ_ACC64(d) FJ_ACC32(d), FJ_ACC16(d, 32), FJ_ACC16(d, 48)
 #define FJ_ACC96(d) FJ_ACC64(d), FJ_ACC16(d, 64), FJ_ACC16(d, 80)
@@ -170,7 +174,7 @@ __device__ __forceinline__ void fence_proxy_async()
    N/2 accumulators, then a (%A), b (%B), accumulate (%P: scale-d 0
    overwrites d). */
 #define FJ_DEFINE_WGMMA_SS(N, R, A, B, P)                                                     \
-    __device__ __forceinline__ void wgmma_ss_n##N(float (&d)[R], unsigned long long a,       \
+    __device__ __forceinline__ void wgmma_ss_n##N(float (&d)[R / 4][4], unsigned long long a, \
                                                   unsigned long long b, int accumulate)      \
     {                                                                                        \
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                       \
@@ -182,7 +186,7 @@ __device__ __forceinline__ void fence_proxy_async()
 /* wgmma_rs_n<N>(d, a_frag, b_desc): d += A B; the accumulators, then the
    four A registers (%A0..%A3), b (%B) and the constant 1 (%P). */
 #define FJ_DEFINE_WGMMA_RS(N, R, A0, A1, A2, A3, B, P)                                        \
-    __device__ __forceinline__ void wgmma_rs_n##N(float (&d)[R], const unsigned (&a)[4],     \
+    __device__ __forceinline__ void wgmma_rs_n##N(float (&d)[R / 4][4], const unsigned (&a)[4], \
                                                   unsigned long long b)                      \
     {                                                                                        \
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                       \
@@ -201,14 +205,15 @@ FJ_DEFINE_WGMMA_RS(192, 96, 96, 97, 98, 99, 100, 101)
 FJ_DEFINE_WGMMA_RS(256, 128, 128, 129, 130, 131, 132, 133)
 
 template <int N>
-__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long a, unsigned long long b,
-                                         int accumulate)
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], unsigned long long a,
+                                         unsigned long long b, int accumulate)
 {
     if constexpr (N == 64) wgmma_ss_n64(d, a, b, accumulate);
     else wgmma_ss_n128(d, a, b, accumulate);
 }
 template <int N>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long b)
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const unsigned (&a)[4],
+                                         unsigned long long b)
 {
     if constexpr (N == 64) wgmma_rs_n64(d, a, b);
     else if constexpr (N == 128) wgmma_rs_n128(d, a, b);
@@ -309,9 +314,9 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
 /* ---- the key loop ------------------------------------------------------------- */
 
 struct State {
-    float o[D / 2]; /* O accumulator: n8 tile j is o[4j..4j+3] (rows g, g+8) */
-    float m[2];     /* running row max of the scaled scores (log2 domain), rows g, g+8 */
-    float l[2];     /* running row sum of exp2, this thread's columns only */
+    float o[MT][NDT][4]; /* O accumulator, mma C layout (rows g, g+8) */
+    float m[MT][2];      /* running row max of the scaled scores (log2 domain), rows g, g+8 */
+    float l[MT][2];      /* running row sum of exp2, this thread's columns only */
 };
 
 struct Ctx {
@@ -323,7 +328,7 @@ struct Ctx {
  * the BN keys from n0; as flash_fwd's mask_tile, with one 16-row tile per
  * warp: the band is worked out once in 64 bits for the thread's first row,
  * clamped to +-2^24, then shifted per row in 32 bits. */
-__device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[BN / 2])
+__device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[MT][NT][4])
 {
     const int tid = threadIdx.x;
     const int col0 = n0 + 2 * (tid & 3);
@@ -350,7 +355,7 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e)
-                if ((unsigned)(nt * 8 + e - lo_r) >= width) s[4 * nt + 2 * hh + e] = FJ_NEG_INF;
+                if ((unsigned)(nt * 8 + e - lo_r) >= width) s[0][nt][2 * hh + e] = FJ_NEG_INF;
     }
 }
 
@@ -363,45 +368,45 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
 #define FJ_RESCALE_LOG2 8.0f
 #endif
 template <bool MASKED>
-__device__ __forceinline__ bool softmax_tile(const Ctx &c, State &st, float (&s)[BN / 2],
+__device__ __forceinline__ bool softmax_tile(const Ctx &c, State &st, float (&s)[MT][NT][4],
                                              float (&alpha)[2])
 {
     float m_new[2];
     bool grow = false;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-        float mx = s[2 * hh];
+        float mx = s[0][0][2 * hh];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[4 * nt + 2 * hh + e]);
+            for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[0][nt][2 * hh + e]);
         mx = fj_quad_max(mx) * c.scale;
-        m_new[hh] = fmaxf(st.m[hh], mx);
-        grow |= mx > st.m[hh] + FJ_RESCALE_LOG2;
+        m_new[hh] = fmaxf(st.m[0][hh], mx);
+        grow |= mx > st.m[0][hh] + FJ_RESCALE_LOG2;
     }
     const bool rescale = __any_sync(0xffffffffu, grow);
     if (rescale) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const float m_use = (MASKED && m_new[hh] == FJ_NEG_INF) ? 0.f : m_new[hh];
-            alpha[hh] = fj_exp2(st.m[hh] - m_use);
-            st.m[hh] = m_new[hh];
-            st.l[hh] *= alpha[hh];
+            alpha[hh] = fj_exp2(st.m[0][hh] - m_use);
+            st.m[0][hh] = m_new[hh];
+            st.l[0][hh] *= alpha[hh];
         }
     }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-        const float m_use = (MASKED && st.m[hh] == FJ_NEG_INF) ? 0.f : st.m[hh];
+        const float m_use = (MASKED && st.m[0][hh] == FJ_NEG_INF) ? 0.f : st.m[0][hh];
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const float pv = fj_exp2(fmaf(s[4 * nt + 2 * hh + e], c.scale, -m_use));
-                s[4 * nt + 2 * hh + e] = pv;
+                const float pv = fj_exp2(fmaf(s[0][nt][2 * hh + e], c.scale, -m_use));
+                s[0][nt][2 * hh + e] = pv;
                 sum += pv;
             }
-        st.l[hh] += sum;
+        st.l[0][hh] += sum;
     }
     return rescale;
 }
@@ -412,15 +417,15 @@ __device__ __forceinline__ void rescale_o(State &st, const float (&alpha)[2])
     for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
         for (int dt = 0; dt < NDT; ++dt) {
-            st.o[4 * dt + 2 * hh] *= alpha[hh];
-            st.o[4 * dt + 2 * hh + 1] *= alpha[hh];
+            st.o[0][dt][2 * hh] *= alpha[hh];
+            st.o[0][dt][2 * hh + 1] *= alpha[hh];
         }
 }
 
 /* Issues S = Q K^T of the key tile in buffer `stage` (not committed): A is
    the warpgroup's 64 rows of Q, B the BN keys; a k16 step is 32 bytes into a
    128-byte swizzled row, every 4 steps the next column block. */
-__device__ __forceinline__ void issue_scores(unsigned base, int stage, float (&s)[BN / 2])
+__device__ __forceinline__ void issue_scores(unsigned base, int stage, float (&s)[MT][NT][4])
 {
     const unsigned q0 = base + SMEM_Q + (threadIdx.x >> 7) * 64u * 128u;
     const unsigned k0 = base + SMEM_K + (unsigned)(stage * TILE_KV);
@@ -430,7 +435,7 @@ __device__ __forceinline__ void issue_scores(unsigned base, int stage, float (&s
             make_desc(q0 + (unsigned)((kk >> 2) * (BM * 128) + (kk & 3) * 32), 16u, 1024u);
         const unsigned long long b =
             make_desc(k0 + (unsigned)((kk >> 2) * (BN * 128) + (kk & 3) * 32), 16u, 1024u);
-        wgmma_ss<BN>(s, a, b, kk > 0);
+        wgmma_ss<BN>(s[0], a, b, kk > 0);
     }
 }
 
@@ -444,29 +449,29 @@ __device__ __forceinline__ void issue_pv(unsigned base, int stage, State &st,
     const unsigned v0 = base + SMEM_V + (unsigned)(stage * TILE_KV);
 #pragma unroll
     for (int kk = 0; kk < KV; ++kk)
-        wgmma_rs<D>(st.o, pa[kk], make_desc(v0 + (unsigned)(kk * 2048), BN * 128u, 1024u));
+        wgmma_rs<D>(st.o[0], pa[kk], make_desc(v0 + (unsigned)(kk * 2048), BN * 128u, 1024u));
 }
 
 /* O += P V of the tile in buffer `stage`, waited for: the accumulator fence
    before (a rescale must land first) and after (O is read next). */
 __device__ __forceinline__ void pv_and_wait(int stage, State &st, const unsigned (&pa)[KV][4])
 {
-    fence_regs(st.o);
+    fence_regs(st.o[0]);
     wgmma_fence();
     issue_pv(smem_base(), stage, st, pa);
     wgmma_commit();
     wgmma_wait<0>();
-    fence_regs(st.o);
+    fence_regs(st.o[0]);
 }
 
-__device__ __forceinline__ void pack_p(const float (&s)[BN / 2], unsigned (&pa)[KV][4])
+__device__ __forceinline__ void pack_p(const float (&s)[MT][NT][4], unsigned (&pa)[KV][4])
 {
 #pragma unroll
     for (int kk = 0; kk < KV; ++kk) {
-        pa[kk][0] = fj_pack2(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = fj_pack2(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = fj_pack2(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = fj_pack2(s[8 * kk + 6], s[8 * kk + 7]);
+        pa[kk][0] = fj_pack2(s[0][2 * kk][0], s[0][2 * kk][1]);
+        pa[kk][1] = fj_pack2(s[0][2 * kk][2], s[0][2 * kk][3]);
+        pa[kk][2] = fj_pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+        pa[kk][3] = fj_pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
     }
 }
 
@@ -475,12 +480,12 @@ template <bool MASKED>
 __device__ __forceinline__ void scores_softmax(const fj_fwd_params &p, const Ctx &c, State &st,
                                                int n, int stage, unsigned (&pa)[KV][4])
 {
-    float s[BN / 2];
+    float s[MT][NT][4];
     wgmma_fence();
     issue_scores(smem_base(), stage, s);
     wgmma_commit();
     wgmma_wait<0>();
-    fence_regs(s);
+    fence_regs(s[0]);
     if constexpr (MASKED) mask_tile(p, n * BN, s);
     float alpha[2];
     if (softmax_tile<MASKED>(c, st, s, alpha)) rescale_o(st, alpha);
@@ -533,20 +538,20 @@ __device__ __forceinline__ void pipelined_step(const fj_fwd_params &p, const Ctx
         fj_cp_async_commit();
     }
     const unsigned base = smem_base();
-    float s[BN / 2];
-    fence_regs(st.o);
+    float s[MT][NT][4];
+    fence_regs(st.o[0]);
     wgmma_fence();
     issue_scores(base, stage, s);
     wgmma_commit();
     issue_pv(base, prev_stage, st, pa);
     wgmma_commit();
     wgmma_wait<1>();
-    fence_regs(s);
+    fence_regs(s[0]);
     if constexpr (MASKED) mask_tile(p, n * BN, s);
     float alpha[2];
     const bool rescale = softmax_tile<MASKED>(c, st, s, alpha);
     wgmma_wait<0>();
-    fence_regs(st.o);
+    fence_regs(st.o[0]);
     if (rescale) rescale_o(st, alpha);
     pack_p(s, pa);
 }
@@ -564,10 +569,10 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const State
     float inv[2], lse[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-        const float l = fj_quad_sum(st.l[hh]);
+        const float l = fj_quad_sum(st.l[0][hh]);
         const bool any = l > 0.f;
         inv[hh] = any ? fj_rcp(l) : 0.f; /* l >= 1: its largest term is 2^(max - m) */
-        lse[hh] = any ? (st.m[hh] + fj_log2(l)) * FJ_LN2 : FJ_NEG_INF;
+        lse[hh] = any ? (st.m[0][hh] + fj_log2(l)) * FJ_LN2 : FJ_NEG_INF;
     }
 #if FJ_SPLIT_KV
     const int split = block_split(p);
@@ -579,8 +584,8 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const State
             float *dst = p.o_partial + row * D + 2 * tq;
 #pragma unroll
             for (int dt = 0; dt < NDT; ++dt)
-                fj_st_global_f2(dst + dt * 8, st.o[4 * dt + 2 * hh] * inv[hh],
-                                st.o[4 * dt + 2 * hh + 1] * inv[hh]);
+                fj_st_global_f2(dst + dt * 8, st.o[0][dt][2 * hh] * inv[hh],
+                                st.o[0][dt][2 * hh + 1] * inv[hh]);
             if (tq == 0) p.lse_partial[row] = lse[hh];
         }
     }
@@ -597,8 +602,8 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const State
 #pragma unroll
         for (int dt = 0; dt < NDT; ++dt)
             fj_st_shared_b32(chunk_addr<BM>(s_q, r, dt) + (unsigned)(tq * 4),
-                             fj_pack2(st.o[4 * dt + 2 * hh] * inv[hh],
-                                      st.o[4 * dt + 2 * hh + 1] * inv[hh]));
+                             fj_pack2(st.o[0][dt][2 * hh] * inv[hh],
+                                      st.o[0][dt][2 * hh + 1] * inv[hh]));
     }
     __syncwarp();
     {
@@ -669,11 +674,13 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     State st;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-        st.m[hh] = FJ_NEG_INF;
-        st.l[hh] = 0.f;
+        st.m[0][hh] = FJ_NEG_INF;
+        st.l[0][hh] = 0.f;
     }
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) st.o[i] = 0.f;
+    for (int dt = 0; dt < NDT; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st.o[0][dt][e] = 0.f;
 
     int u0, u1;
     clamp_unmasked(kt, u0, u1);
