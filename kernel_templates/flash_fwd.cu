@@ -51,6 +51,9 @@ using fja::clamp_unmasked;
 using fja::KeyTiles;
 using fja::lse_index;
 using fja::store_empty;
+using fja::online_softmax; /* softmax.cuh */
+using fja::finish_rows;
+using fja::pack_p_step;
 
 constexpr int D = FJ_HEAD_DIM;
 constexpr int DPAD = (D + 15) / 16 * 16;      /* head dim rounded up to the mma k of 16 */
@@ -491,81 +494,9 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
         }
 }
 
-/* Online softmax update for one sub-tile: P = exp2(S * scale - m) left in s,
- * l += row sums of P, where m is the running row max (scaled, log2 domain).
- *
- * Lazy rescaling (as in FlashAttention-4): m only moves when some row of the
- * warp sees a score above m + RESCALE_LOG2; then every row of the warp moves
- * to its true max and O and l are rescaled by exp2(m_old - m_new). Otherwise
- * m stays a stale lower bound, P <= 2^RESCALE_LOG2, and the O_REGS
- * multiplies of the rescale are skipped (measured: +3% at D = 128). The result is the same function:
- * O and l always share one m, and O / l and lse = m + log2(l) do not depend
- * on which m it is. The test is a warp vote, so the branch is uniform.
- *
- * MASKED sub-tiles may hold rows whose every score so far is -inf; such a
- * row keeps m = -inf and uses 0 in the subtraction, so exp2 gives 0, never
- * NaN (and a row leaving -inf always triggers the rescale, with alpha 0). */
-#ifndef FJ_RESCALE_LOG2
-#define FJ_RESCALE_LOG2 8.0f
-#endif
-template <bool MASKED, int NT>
-__device__ __forceinline__ void softmax_tile(const Ctx &c, State &st, float (&s)[MT][NT][4])
-{
-    float m_new[MT][2];
-    bool grow = false;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            float mx = s[mt][0][2 * hh];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[mt][nt][2 * hh + e]);
-            mx = fj_quad_max(mx) * c.scale;
-            m_new[mt][hh] = fmaxf(st.m[mt][hh], mx);
-            grow |= mx > st.m[mt][hh] + FJ_RESCALE_LOG2;
-        }
-    if (__any_sync(0xffffffffu, grow)) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const float m_use =
-                    (MASKED && m_new[mt][hh] == FJ_NEG_INF) ? 0.f : m_new[mt][hh];
-                const float alpha = fj_exp2(st.m[mt][hh] - m_use);
-                st.m[mt][hh] = m_new[mt][hh];
-                st.l[mt][hh] *= alpha;
-#pragma unroll
-                for (int dt = 0; dt < NDT; ++dt) {
-                    st.o[mt][dt][2 * hh] *= alpha;
-                    st.o[mt][dt][2 * hh + 1] *= alpha;
-                }
-            }
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const float m_use = (MASKED && st.m[mt][hh] == FJ_NEG_INF) ? 0.f : st.m[mt][hh];
-            float sum = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float pv = fj_exp2(fmaf(s[mt][nt][2 * hh + e], c.scale, -m_use));
-                    s[mt][nt][2 * hh + e] = pv;
-                    sum += pv;
-                }
-            st.l[mt][hh] += sum;
-        }
-}
-
-/* O += P V for the KSUB keys at byte offset v_off of V stage 0, P = s. The C fragments of n
- * tiles 2kk and 2kk+1 of S are exactly the A fragment of k step kk of P V
- * (same rows g, g+8; columns 2t..2t+1 and 2t+8..2t+9 of the 16 keys), so P is
- * only rounded and packed, never moved between lanes. Packing step by step
- * lets each float score die as soon as it is packed. */
+/* O += P V for the KSUB keys at byte offset v_off of V stage 0, P = s (the
+ * exp2 of the scores, packed into A fragments by pack_p_step, softmax.cuh).
+ * Packing step by step lets each float score die as soon as it is packed. */
 template <int NT>
 __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (&s)[MT][NT][4])
 {
@@ -582,12 +513,7 @@ __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (
     for (int kk = 0; kk < KV; ++kk) {
         unsigned a[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            a[mt][0] = fj_pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-            a[mt][1] = fj_pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-            a[mt][2] = fj_pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-            a[mt][3] = fj_pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-        }
+        for (int mt = 0; mt < MT; ++mt) pack_p_step(s[mt], kk, a[mt]);
 #pragma unroll
         for (int dp = 0; dp < (NDT + 1) / 2; ++dp) {
             /* keys 16kk..16kk+15, columns 16dp..16dp+15 (transposed: V is [key][d]) */
@@ -690,7 +616,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
         if constexpr (MASKED) mask_tile(p, n * BN + key0, s);
-        softmax_tile<MASKED>(c, st, s);
+        online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         fj_cp_async_wait<0>();
         __syncthreads(); /* V_n has landed; every warp is done with K_n */
         if (n - 1 >= c.n_begin) load_kv<LOAD_K>(p, n - 1, 0);
@@ -721,7 +647,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
         if constexpr (MASKED) mask_tile(p, n * BN + k_sub, s);
-        softmax_tile<MASKED>(c, st, s);
+        online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         pv_tile(st, off, s);
     }
 }
@@ -840,15 +766,7 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const State
     const unsigned s_q = smem_base() + SMEM_Q;
 #endif
     float inv[MT][2], lse[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const float l = fj_quad_sum(st.l[mt][hh]);
-            const bool any = l > 0.f;
-            inv[mt][hh] = any ? fj_rcp(l) : 0.f; /* l >= 1: its largest term is 2^(max - m) */
-            lse[mt][hh] = any ? (st.m[mt][hh] + fj_log2(l)) * FJ_LN2 : FJ_NEG_INF;
-        }
+    finish_rows(st.m, st.l, inv, lse);
 
 #if FJ_SPLIT_KV
     /* float partials straight from the fragments: each quad writes 32

@@ -55,6 +55,10 @@ using fja::clamp_unmasked;
 using fja::KeyTiles;
 using fja::lse_index;
 using fja::store_empty;
+using fja::online_softmax_deferred; /* softmax.cuh */
+using fja::rescale_o;
+using fja::finish_rows;
+using fja::pack_p_step;
 
 constexpr int D = FJ_HEAD_DIM;
 constexpr int BM = FJ_BLOCK_M;
@@ -359,69 +363,6 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
     }
 }
 
-/* Online softmax of one tile, P = exp2(S * scale - m) left in s; lazy
- * rescaling by a warp vote as in flash_fwd (FJ_RESCALE_LOG2; the same
- * function, see there), -inf rows subtracting 0 when MASKED. The running
- * max and sum are updated here; O is not: when the vote moved the max, the
- * caller multiplies O by alpha (rescale_o) once no wgmma writes it. */
-#ifndef FJ_RESCALE_LOG2
-#define FJ_RESCALE_LOG2 8.0f
-#endif
-template <bool MASKED>
-__device__ __forceinline__ bool softmax_tile(const Ctx &c, State &st, float (&s)[MT][NT][4],
-                                             float (&alpha)[2])
-{
-    float m_new[2];
-    bool grow = false;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        float mx = s[0][0][2 * hh];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[0][nt][2 * hh + e]);
-        mx = fj_quad_max(mx) * c.scale;
-        m_new[hh] = fmaxf(st.m[0][hh], mx);
-        grow |= mx > st.m[0][hh] + FJ_RESCALE_LOG2;
-    }
-    const bool rescale = __any_sync(0xffffffffu, grow);
-    if (rescale) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const float m_use = (MASKED && m_new[hh] == FJ_NEG_INF) ? 0.f : m_new[hh];
-            alpha[hh] = fj_exp2(st.m[0][hh] - m_use);
-            st.m[0][hh] = m_new[hh];
-            st.l[0][hh] *= alpha[hh];
-        }
-    }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const float m_use = (MASKED && st.m[0][hh] == FJ_NEG_INF) ? 0.f : st.m[0][hh];
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float pv = fj_exp2(fmaf(s[0][nt][2 * hh + e], c.scale, -m_use));
-                s[0][nt][2 * hh + e] = pv;
-                sum += pv;
-            }
-        st.l[0][hh] += sum;
-    }
-    return rescale;
-}
-
-__device__ __forceinline__ void rescale_o(State &st, const float (&alpha)[2])
-{
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-        for (int dt = 0; dt < NDT; ++dt) {
-            st.o[0][dt][2 * hh] *= alpha[hh];
-            st.o[0][dt][2 * hh + 1] *= alpha[hh];
-        }
-}
-
 /* Issues S = Q K^T of the key tile in buffer `stage` (not committed): A is
    the warpgroup's 64 rows of Q, B the BN keys; a k16 step is 32 bytes into a
    128-byte swizzled row, every 4 steps the next column block. */
@@ -467,12 +408,7 @@ __device__ __forceinline__ void pv_and_wait(int stage, State &st, const unsigned
 __device__ __forceinline__ void pack_p(const float (&s)[MT][NT][4], unsigned (&pa)[KV][4])
 {
 #pragma unroll
-    for (int kk = 0; kk < KV; ++kk) {
-        pa[kk][0] = fj_pack2(s[0][2 * kk][0], s[0][2 * kk][1]);
-        pa[kk][1] = fj_pack2(s[0][2 * kk][2], s[0][2 * kk][3]);
-        pa[kk][2] = fj_pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-        pa[kk][3] = fj_pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-    }
+    for (int kk = 0; kk < KV; ++kk) pack_p_step(s[0], kk, pa[kk]);
 }
 
 /* Scores, mask and softmax of key tile n in buffer `stage`, waited for. */
@@ -487,8 +423,9 @@ __device__ __forceinline__ void scores_softmax(const fj_fwd_params &p, const Ctx
     wgmma_wait<0>();
     fence_regs(s[0]);
     if constexpr (MASKED) mask_tile(p, n * BN, s);
-    float alpha[2];
-    if (softmax_tile<MASKED>(c, st, s, alpha)) rescale_o(st, alpha);
+    /* the max moves, and O is rescaled, while no wgmma writes O */
+    float alpha[MT][2];
+    if (online_softmax_deferred<MASKED>(s, st.m, st.l, alpha, c.scale)) rescale_o(st.o, alpha);
     pack_p(s, pa);
 }
 
@@ -548,11 +485,11 @@ __device__ __forceinline__ void pipelined_step(const fj_fwd_params &p, const Ctx
     wgmma_wait<1>();
     fence_regs(s[0]);
     if constexpr (MASKED) mask_tile(p, n * BN, s);
-    float alpha[2];
-    const bool rescale = softmax_tile<MASKED>(c, st, s, alpha);
+    float alpha[MT][2];
+    const bool rescale = online_softmax_deferred<MASKED>(s, st.m, st.l, alpha, c.scale);
     wgmma_wait<0>();
     fence_regs(st.o[0]);
-    if (rescale) rescale_o(st, alpha);
+    if (rescale) rescale_o(st.o, alpha);
     pack_p(s, pa);
 }
 #endif
@@ -566,14 +503,8 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const State
     const int q_rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
     const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
     const int g = lane >> 2, tq = lane & 3;
-    float inv[2], lse[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const float l = fj_quad_sum(st.l[0][hh]);
-        const bool any = l > 0.f;
-        inv[hh] = any ? fj_rcp(l) : 0.f; /* l >= 1: its largest term is 2^(max - m) */
-        lse[hh] = any ? (st.m[0][hh] + fj_log2(l)) * FJ_LN2 : FJ_NEG_INF;
-    }
+    float inv[MT][2], lse[MT][2];
+    finish_rows(st.m, st.l, inv, lse);
 #if FJ_SPLIT_KV
     const int split = block_split(p);
 #pragma unroll
@@ -584,9 +515,9 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const State
             float *dst = p.o_partial + row * D + 2 * tq;
 #pragma unroll
             for (int dt = 0; dt < NDT; ++dt)
-                fj_st_global_f2(dst + dt * 8, st.o[0][dt][2 * hh] * inv[hh],
-                                st.o[0][dt][2 * hh + 1] * inv[hh]);
-            if (tq == 0) p.lse_partial[row] = lse[hh];
+                fj_st_global_f2(dst + dt * 8, st.o[0][dt][2 * hh] * inv[0][hh],
+                                st.o[0][dt][2 * hh + 1] * inv[0][hh]);
+            if (tq == 0) p.lse_partial[row] = lse[0][hh];
         }
     }
 #else
@@ -602,8 +533,8 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const State
 #pragma unroll
         for (int dt = 0; dt < NDT; ++dt)
             fj_st_shared_b32(chunk_addr<BM>(s_q, r, dt) + (unsigned)(tq * 4),
-                             fj_pack2(st.o[0][dt][2 * hh] * inv[hh],
-                                      st.o[0][dt][2 * hh + 1] * inv[hh]));
+                             fj_pack2(st.o[0][dt][2 * hh] * inv[0][hh],
+                                      st.o[0][dt][2 * hh + 1] * inv[0][hh]));
     }
     __syncwarp();
     {
@@ -624,7 +555,7 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const State
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const int r = warp * 16 + hh * 8 + g;
-            if (r < q_rows) p.lse[lse_index(p, b, h, (long long)m0 + r)] = lse[hh];
+            if (r < q_rows) p.lse[lse_index(p, b, h, (long long)m0 + r)] = lse[0][hh];
         }
     }
 #endif
