@@ -54,6 +54,7 @@ using fja::store_empty;
 using fja::online_softmax; /* softmax.cuh */
 using fja::finish_rows;
 using fja::pack_p_step;
+using fja::mask_scores; /* mask.cuh */
 
 constexpr int D = FJ_HEAD_DIM;
 constexpr int DPAD = (D + 15) / 16 * 16;      /* head dim rounded up to the mma k of 16 */
@@ -449,10 +450,7 @@ __device__ __forceinline__ void qk_tile(const State &st, unsigned k_off, float (
 }
 
 /* Hides the scores of keys outside each row's band (and past seqlen_k) in
- * the KSUB keys from n0. The band moves by exactly one key per row, so it is
- * worked out once in 64 bits for this thread's first row, relative to its
- * first column, then clamped to +-2^24 (far beyond the +-(256 + KSUB) that
- * can change a comparison) and shifted per row in 32 bits. */
+ * the KSUB keys from n0 (mask.cuh). */
 template <int NT>
 __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[MT][NT][4])
 {
@@ -460,38 +458,7 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
     const int col0 = n0 + 2 * (tid & 3); /* key of element (nt 0, e 0) */
     const long long row0 =
         (long long)block_m0() + (int)warp_q((unsigned)tid) * WARP_ROWS + ((tid & 31) >> 2);
-    const long long d = row0 + p.diag_offset - col0; /* diagonal key of row0, relative */
-    constexpr long long BIG = 1ll << 24;
-    long long lo = -BIG, hi = BIG; /* visible: lo <= j < hi, j relative to col0 */
-#if FJ_CAUSAL
-    hi = d + 1;
-#endif
-#if FJ_HAS_WINDOW
-    if (p.window_right >= 0 && d + p.window_right + 1 < hi) hi = d + p.window_right + 1;
-    if (p.window_left >= 0) lo = d - p.window_left;
-#endif
-    (void)d;
-    lo = lo < -BIG ? -BIG : (lo > BIG ? BIG : lo);
-    hi = hi < -BIG ? -BIG : (hi > BIG ? BIG : hi);
-    const int lo0 = (int)lo, hi0 = (int)hi, end = p.seqlen_k - col0;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = mt * 16 + hh * 8;
-            const int lo_r = lo0 + r, hi_r = hi0 + r < end ? hi0 + r : end;
-            /* lo_r <= j < hi_r as one unsigned compare: (j - lo_r) wraps to a
-               huge value below the band. Two compares per score cost ptxas
-               enough predicate temporaries to spill at D = 96..128. */
-            const unsigned width = hi_r > lo_r ? (unsigned)(hi_r - lo_r) : 0u;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int j = nt * 8 + e;
-                    if ((unsigned)(j - lo_r) >= width) s[mt][nt][2 * hh + e] = FJ_NEG_INF;
-                }
-        }
+    mask_scores(p, row0, col0, s);
 }
 
 /* O += P V for the KSUB keys at byte offset v_off of V stage 0, P = s (the

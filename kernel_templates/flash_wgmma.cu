@@ -59,6 +59,7 @@ using fja::online_softmax_deferred; /* softmax.cuh */
 using fja::rescale_o;
 using fja::finish_rows;
 using fja::pack_p_step;
+using fja::mask_scores; /* mask.cuh */
 
 constexpr int D = FJ_HEAD_DIM;
 constexpr int BM = FJ_BLOCK_M;
@@ -329,38 +330,13 @@ struct Ctx {
 };
 
 /* Hides the scores of keys outside each row's band (and past seqlen_k) in
- * the BN keys from n0; as flash_fwd's mask_tile, with one 16-row tile per
- * warp: the band is worked out once in 64 bits for the thread's first row,
- * clamped to +-2^24, then shifted per row in 32 bits. */
+ * the BN keys from n0 (mask.cuh): warp w holds rows 16w..16w+15. */
 __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[MT][NT][4])
 {
     const int tid = threadIdx.x;
     const int col0 = n0 + 2 * (tid & 3);
     const long long row0 = (long long)block_m0() + (tid >> 5) * 16 + ((tid & 31) >> 2);
-    const long long d = row0 + p.diag_offset - col0;
-    constexpr long long BIG = 1ll << 24;
-    long long lo = -BIG, hi = BIG;
-#if FJ_CAUSAL
-    hi = d + 1;
-#endif
-#if FJ_HAS_WINDOW
-    if (p.window_right >= 0 && d + p.window_right + 1 < hi) hi = d + p.window_right + 1;
-    if (p.window_left >= 0) lo = d - p.window_left;
-#endif
-    (void)d;
-    lo = lo < -BIG ? -BIG : (lo > BIG ? BIG : lo);
-    hi = hi < -BIG ? -BIG : (hi > BIG ? BIG : hi);
-    const int lo0 = (int)lo, hi0 = (int)hi, end = p.seqlen_k - col0;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const int lo_r = lo0 + hh * 8, hi_r = hi0 + hh * 8 < end ? hi0 + hh * 8 : end;
-        const unsigned width = hi_r > lo_r ? (unsigned)(hi_r - lo_r) : 0u;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-                if ((unsigned)(nt * 8 + e - lo_r) >= width) s[0][nt][2 * hh + e] = FJ_NEG_INF;
-    }
+    mask_scores(p, row0, col0, s);
 }
 
 /* Issues S = Q K^T of the key tile in buffer `stage` (not committed): A is
