@@ -1,13 +1,65 @@
-/* attention_rows.cuh: what the two attention templates (flash_fwd.cu and
- * flash_wgmma.cu) share about a block's query rows: the band of keys a row
- * sees and the key tiles the block works on, the row index of lse and of
- * the split-KV partials, and the store of a block whose rows see no key. Pasted after common.cuh for those two only
- * (src/codegen.c); it reads the descriptor macros directly, so it means the
- * same in either template. */
+/* attention_rows.cuh: what the attention templates (flash_fwd.cu and
+ * flash_wgmma.cu) share about a block's query rows: which batch, head, split
+ * and query rows the block computes, the band of keys a row sees and the key
+ * tiles the block works on, the row index of lse and of the split-KV
+ * partials, and the store of a block whose rows see no key. Pasted after
+ * common.cuh for those templates only (src/cuda/jit/codegen.c); it reads the
+ * descriptor macros directly, so it means the same in either template. */
 #ifndef FJ_ATTENTION_ROWS_CUH
 #define FJ_ATTENTION_ROWS_CUH
 
+#define FJ_THREADS (32 * FJ_WARPS)
+
 namespace fja {
+
+/* The block's first query row: blockIdx.x's tile of FJ_BLOCK_M rows. */
+__device__ __forceinline__ int block_m0()
+{
+#if FJ_CAUSAL
+    /* the tiles with the most keys first, so the short ones fill the tail */
+    return (int)(gridDim.x - 1 - blockIdx.x) * FJ_BLOCK_M;
+#else
+    return (int)blockIdx.x * FJ_BLOCK_M;
+#endif
+}
+/* The batch of grid z index z (batch * num_splits + split with split-KV). */
+__device__ __forceinline__ int block_batch(const fj_fwd_params &p, int z)
+{
+#if FJ_SPLIT_KV
+    return z / p.num_splits;
+#else
+    (void)p;
+    return z;
+#endif
+}
+
+/* Where this block works: batch, head, split and first query row, and how
+ * many of its FJ_BLOCK_M rows are below seqlen_q. opaque: derived from
+ * blockIdx through an empty volatile asm, so that an epilogue's copies share
+ * nothing with the prologue's: no value (or 64-bit widening of one) computed
+ * before the key loop stays live across it, where ptxas would rather spill
+ * such a value than keep it. */
+struct Where {
+    int b, h, split, m0, q_rows;
+};
+__device__ __forceinline__ Where where(const fj_fwd_params &p, bool opaque)
+{
+    int y = blockIdx.y, z = blockIdx.z;
+    if (opaque) asm volatile("" : "+r"(y), "+r"(z));
+    Where w;
+    w.h = y;
+    w.b = block_batch(p, z);
+#if FJ_SPLIT_KV
+    w.split = z - w.b * p.num_splits;
+#else
+    w.split = 0;
+#endif
+    int m0 = block_m0();
+    if (opaque) asm volatile("" : "+r"(m0));
+    w.m0 = m0;
+    w.q_rows = p.seqlen_q - m0 < FJ_BLOCK_M ? p.seqlen_q - m0 : FJ_BLOCK_M; /* >= 1 */
+    return w;
+}
 
 /* The band of keys [lo, hi) that query row i sees (the same rule as
  * fj_visible_keys in src/problem.h), clamped so 0 <= lo <= hi <= seqlen_k. */

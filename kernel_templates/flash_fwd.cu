@@ -42,11 +42,13 @@
  * "GPU decode, fourth pass" and "fifth pass").
  */
 
-#define FJ_THREADS (32 * FJ_WARPS)
-
 namespace fj {
 
-using fja::key_tiles; /* attention_rows.cuh */
+using fja::block_m0; /* attention_rows.cuh */
+using fja::block_batch;
+using fja::Where;
+using fja::where;
+using fja::key_tiles;
 using fja::clamp_unmasked;
 using fja::KeyTiles;
 using fja::lse_index;
@@ -382,26 +384,6 @@ __device__ __forceinline__ unsigned q_lane_addr(unsigned t)
     return lane_addr_a(smem_base() + SMEM_Q, (int)warp_q(t) * WARP_ROWS, t);
 }
 
-/* Which query tile, batch and head this block computes. */
-__device__ __forceinline__ int block_m0()
-{
-#if FJ_CAUSAL
-    /* the tiles with the most keys first, so the short ones fill the tail */
-    return (int)(gridDim.x - 1 - blockIdx.x) * BM;
-#else
-    return (int)blockIdx.x * BM;
-#endif
-}
-__device__ __forceinline__ int block_batch(const fj_fwd_params &p, int z)
-{
-#if FJ_SPLIT_KV
-    return z / p.num_splits;
-#else
-    (void)p;
-    return z;
-#endif
-}
-
 /* S[mt] = Q[mt] K^T for the KSUB keys at byte offset k_off of K stage 0. */
 template <int NT>
 __device__ __forceinline__ void qk_tile(const State &st, unsigned k_off, float (&s)[MT][NT][4])
@@ -617,32 +599,6 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         pv_tile(st, off, s);
     }
-}
-
-/* Where this block works: batch, head, split and first query row. The
- * epilogue re-derives them from blockIdx through an empty volatile asm, so no
- * value (or 64-bit widening of one) computed before the key loop stays live
- * across it; ptxas would rather spill such a value than keep it. */
-struct Where {
-    int b, h, split, m0, q_rows;
-};
-__device__ __forceinline__ Where where(const fj_fwd_params &p, bool opaque)
-{
-    int y = blockIdx.y, z = blockIdx.z;
-    if (opaque) asm volatile("" : "+r"(y), "+r"(z));
-    Where w;
-    w.h = y;
-    w.b = block_batch(p, z);
-#if FJ_SPLIT_KV
-    w.split = z - w.b * p.num_splits;
-#else
-    w.split = 0;
-#endif
-    int m0 = block_m0();
-    if (opaque) asm volatile("" : "+r"(m0));
-    w.m0 = m0;
-    w.q_rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM; /* >= 1 */
-    return w;
 }
 
 /* Key warps (KW > 1): the warps of a query-row group saw disjoint keys of

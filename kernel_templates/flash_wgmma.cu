@@ -41,7 +41,6 @@
  * of the one runs while the tensor cores multiply the other.
  */
 
-#define FJ_THREADS (32 * FJ_WARPS)
 #if FJ_DTYPE_BF16
 #define FJ_WGMMA_AB "bf16.bf16"
 #else
@@ -50,7 +49,11 @@
 
 namespace fjw {
 
-using fja::key_tiles; /* attention_rows.cuh */
+using fja::block_m0; /* attention_rows.cuh */
+using fja::block_batch;
+using fja::Where;
+using fja::where;
+using fja::key_tiles;
 using fja::clamp_unmasked;
 using fja::KeyTiles;
 using fja::lse_index;
@@ -226,36 +229,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const unsigned (&
     else wgmma_rs_n256(d, a, b);
 }
 
-/* ---- where the block works --------------------------------------------------- */
-
-__device__ __forceinline__ int block_m0()
-{
-#if FJ_CAUSAL
-    /* the tiles with the most keys first, so the short ones fill the tail */
-    return (int)(gridDim.x - 1 - blockIdx.x) * BM;
-#else
-    return (int)blockIdx.x * BM;
-#endif
-}
-__device__ __forceinline__ int block_batch(const fj_fwd_params &p)
-{
-#if FJ_SPLIT_KV
-    return (int)blockIdx.z / p.num_splits;
-#else
-    (void)p;
-    return (int)blockIdx.z;
-#endif
-}
-__device__ __forceinline__ int block_split(const fj_fwd_params &p)
-{
-#if FJ_SPLIT_KV
-    return (int)blockIdx.z - block_batch(p) * p.num_splits;
-#else
-    (void)p;
-    return 0;
-#endif
-}
-
 /* ---- loads ------------------------------------------------------------------- */
 
 /* cp.async copies of a tile of ROWS rows: row r from g_row0 + r * row_stride
@@ -305,7 +278,7 @@ __device__ __forceinline__ void negate_q_chunks(unsigned s_q, int tid)
 __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
 {
     const int tid = threadIdx.x;
-    const int b = block_batch(p), hk = (int)blockIdx.y / p.group;
+    const int b = block_batch(p, (int)blockIdx.z), hk = (int)blockIdx.y / p.group;
     const long long n_row = (long long)n * BN;
     const fj_elem *k_rows = (const fj_elem *)p.k +
                             (b * p.k_stride[0] + hk * p.k_stride[2] + n_row * p.k_stride[1]);
@@ -475,14 +448,14 @@ __device__ __forceinline__ void pipelined_step(const fj_fwd_params &p, const Ctx
 /* Full row sums, O / l and lse, written for rows < seqlen_q. */
 __device__ __forceinline__ void store_output(const fj_fwd_params &p, const State &st)
 {
-    const int b = block_batch(p), h = (int)blockIdx.y, m0 = block_m0();
-    const int q_rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
+    const Where wh = where(p, false);
+    const int b = wh.b, h = wh.h, m0 = wh.m0, q_rows = wh.q_rows;
     const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
     const int g = lane >> 2, tq = lane & 3;
     float inv[MT][2], lse[MT][2];
     finish_rows(st.m, st.l, inv, lse);
 #if FJ_SPLIT_KV
-    const int split = block_split(p);
+    const int split = wh.split;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const int r = warp * 16 + hh * 8 + g;
@@ -544,8 +517,8 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     using namespace fjw;
 
     const int tid = threadIdx.x;
-    const int b = block_batch(p), h = (int)blockIdx.y, split = block_split(p), m0 = block_m0();
-    const int q_rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
+    const Where wh = where(p, false);
+    const int b = wh.b, h = wh.h, split = wh.split, m0 = wh.m0, q_rows = wh.q_rows;
 
     /* Key tiles [n_begin, n_end); [u0, u1) skip masking (attention_rows.cuh). */
     const KeyTiles kt = key_tiles(p, m0, q_rows, split);
