@@ -1,8 +1,8 @@
 /* attention_rows.cuh: what the attention templates (flash_fwd.cu and
  * flash_wgmma.cu) share about a block's query rows: which batch, head, split
  * and query rows the block computes, the band of keys a row sees and the key
- * tiles the block works on, the row index of lse and of the split-KV
- * partials, and the store of a block whose rows see no key. Pasted after
+ * tiles the block works on, and the row index of lse and of the split-KV
+ * partials. Pasted after
  * common.cuh for those templates only (src/cuda/jit/codegen.c); it reads the
  * descriptor macros directly, so it means the same in either template. */
 #ifndef FJ_ATTENTION_ROWS_CUH
@@ -85,40 +85,6 @@ __device__ __forceinline__ void row_band(const fj_fwd_params &p, long long i, in
 __device__ __forceinline__ long long lse_index(const fj_fwd_params &p, int b, int h, long long i)
 {
     return ((long long)b * p.heads_q + h) * p.seqlen_q + i;
-}
-
-/* A block whose rows see no key at all (or an empty split): O = 0, lse =
- * -inf, for its rows below seqlen_q, in 16-byte chunks over the block's
- * threads. */
-__device__ __forceinline__ void store_empty(const fj_fwd_params &p, int b, int h, int split,
-                                            int m0, int tid)
-{
-    constexpr int BM = FJ_BLOCK_M, D = FJ_HEAD_DIM, DCH = FJ_HEAD_DIM / 8;
-    constexpr int THREADS = 32 * FJ_WARPS;
-    const int rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
-    for (int idx = tid; idx < rows * DCH; idx += THREADS) {
-        const int r = idx / DCH, ch = idx % DCH;
-        const long long i = m0 + r;
-        const unsigned z[4] = {0u, 0u, 0u, 0u};
-#if FJ_SPLIT_KV
-        float *dst = p.o_partial + (lse_index(p, split * p.batch + b, h, i) * D + ch * 8);
-        fj_st_global_v4(dst, z);
-        fj_st_global_v4(dst + 4, z);
-#else
-        (void)split;
-        (void)D;
-        fj_elem *dst = (fj_elem *)p.o + (b * p.o_stride[0] + i * p.o_stride[1] +
-                                         h * p.o_stride[2] + ch * 8);
-        fj_st_global_v4(dst, z);
-#endif
-    }
-    for (int r = tid; r < rows; r += THREADS) {
-#if FJ_SPLIT_KV
-        p.lse_partial[lse_index(p, split * p.batch + b, h, m0 + r)] = FJ_NEG_INF;
-#else
-        if (p.lse) p.lse[lse_index(p, b, h, m0 + r)] = FJ_NEG_INF;
-#endif
-    }
 }
 
 /* The key tiles (FJ_BLOCK_N keys each) of the block whose q_rows rows start

@@ -52,7 +52,8 @@ using fja::key_tiles;
 using fja::clamp_unmasked;
 using fja::KeyTiles;
 using fja::lse_index;
-using fja::store_empty;
+using fja::store_empty; /* tile_io.cuh */
+using fja::store_output;
 using fja::online_softmax; /* softmax.cuh */
 using fja::finish_rows;
 using fja::pack_p_step;
@@ -608,7 +609,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
  * warp), so the merge is lane by lane: warps 1.. of the group store their m,
  * l and O in the K/V buffers (free once every warp is past the key loop;
  * word r of lane i at [r][i], conflict-free), and warp 0 folds them into its
- * own state, which store_output then writes. Returns whether this warp stores.
+ * own state, which epilogue then writes. Returns whether this warp stores.
  * A state that saw no visible key (m = -inf, l = 0, O = 0) weighs 0. */
 constexpr int XCHG_WORDS = MT * 4 + MT * NDT * 4; /* m, l, O per lane */
 constexpr int XCHG_BYTES = QW * (KW - 1) * XCHG_WORDS * 32 * 4;
@@ -676,79 +677,27 @@ __device__ __forceinline__ bool merge_key_warps(State &st)
     }
 }
 
+/* The rows of the Q tile where the epilogue stages O (tile_io.cuh): the
+ * warp's own rows, which no other warp reads, in Q's padded layout. */
+struct QStaging {
+    unsigned base;
+    __device__ __forceinline__ unsigned pair(int r, int dt, int tq) const
+    {
+        return base + (unsigned)(r * ROW_BYTES + (dt * 8 + 2 * tq) * 2);
+    }
+    __device__ __forceinline__ unsigned chunk(int r, int ch) const
+    {
+        return base + (unsigned)(r * ROW_BYTES + ch * 16);
+    }
+    __device__ __forceinline__ void claim() const { __syncwarp(); }
+};
+
 /* Epilogue: full row sums, O / l and lse, written for rows < seqlen_q. */
-__device__ __forceinline__ void store_output(const fj_fwd_params &p, const State &st)
+__device__ __forceinline__ void epilogue(const fj_fwd_params &p, const State &st)
 {
     const Where wh = where(p, true);
-    const int b = wh.b, h = wh.h, m0 = wh.m0, q_rows = wh.q_rows;
     const int lane = (int)(lane_id_opaque() & 31u), warp = (int)warp_q(lane_id_opaque());
-    const int g = lane >> 2, tq = lane & 3;
-#if FJ_SPLIT_KV
-    const int split = wh.split;
-#else
-    const unsigned s_q = smem_base() + SMEM_Q;
-#endif
-    float inv[MT][2], lse[MT][2];
-    finish_rows(st.m, st.l, inv, lse);
-
-#if FJ_SPLIT_KV
-    /* float partials straight from the fragments: each quad writes 32
-       contiguous bytes of a row per n8 tile */
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = warp * WARP_ROWS + mt * 16 + hh * 8 + g;
-            if (r < q_rows) {
-                const long long row = lse_index(p, split * p.batch + b, h, (long long)m0 + r);
-                float *dst = p.o_partial + row * D + 2 * tq;
-#pragma unroll
-                for (int dt = 0; dt < NDT; ++dt)
-                    fj_st_global_f2(dst + dt * 8, st.o[mt][dt][2 * hh] * inv[mt][hh],
-                                    st.o[mt][dt][2 * hh + 1] * inv[mt][hh]);
-                if (tq == 0) p.lse_partial[row] = lse[mt][hh];
-            }
-        }
-#else
-    /* Stage this warp's rows of O in its own rows of the Q tile (no other
-       warp reads them), then write whole 16-byte chunks. */
-    __syncwarp();
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = warp * WARP_ROWS + mt * 16 + hh * 8 + g;
-#pragma unroll
-            for (int dt = 0; dt < NDT; ++dt)
-                fj_st_shared_b32(s_q + (unsigned)(r * ROW_BYTES + (dt * 8 + 2 * tq) * 2),
-                                 fj_pack2(st.o[mt][dt][2 * hh] * inv[mt][hh],
-                                          st.o[mt][dt][2 * hh + 1] * inv[mt][hh]));
-        }
-    __syncwarp();
-    {
-        constexpr int CHUNKS = WARP_ROWS * DCH;
-        fj_elem *o_head = (fj_elem *)p.o + (b * p.o_stride[0] + h * p.o_stride[2]);
-#pragma unroll
-        for (int it = 0; it < (CHUNKS + 31) / 32; ++it) {
-            const int idx = it * 32 + lane;
-            const int r = warp * WARP_ROWS + idx / DCH, ch = idx % DCH;
-            if ((CHUNKS % 32 == 0 || idx < CHUNKS) && r < q_rows) {
-                unsigned v[4];
-                fj_ld_shared_v4(s_q + (unsigned)(r * ROW_BYTES + ch * 16), v);
-                fj_st_global_v4(o_head + ((long long)(m0 + r) * p.o_stride[1] + ch * 8), v);
-            }
-        }
-    }
-    if (p.lse && tq == 0) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int r = warp * WARP_ROWS + mt * 16 + hh * 8 + g;
-                if (r < q_rows) p.lse[lse_index(p, b, h, (long long)m0 + r)] = lse[mt][hh];
-            }
-    }
-#endif
+    store_output(p, wh, warp, lane, st.m, st.l, st.o, QStaging{smem_base() + SMEM_Q});
 }
 
 } /* namespace fj */
@@ -861,5 +810,5 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
        (it waits for this grid to finish before reading them) */
     fj_allow_dependent_launch();
 #endif
-    if (merge_key_warps(st)) store_output(p, st);
+    if (merge_key_warps(st)) epilogue(p, st);
 }

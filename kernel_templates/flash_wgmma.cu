@@ -57,7 +57,8 @@ using fja::key_tiles;
 using fja::clamp_unmasked;
 using fja::KeyTiles;
 using fja::lse_index;
-using fja::store_empty;
+using fja::store_empty; /* tile_io.cuh */
+using fja::store_output;
 using fja::online_softmax_deferred; /* softmax.cuh */
 using fja::rescale_o;
 using fja::finish_rows;
@@ -445,69 +446,29 @@ __device__ __forceinline__ void pipelined_step(const fj_fwd_params &p, const Ctx
 
 /* ---- epilogue ------------------------------------------------------------------ */
 
+/* The rows of the Q tile where the epilogue stages O (tile_io.cuh): the
+ * warp's own 16 rows, in Q's swizzled layout. Every warpgroup's last wgmma
+ * read Q: the barrier keeps a fast warp from overwriting rows a slower warp
+ * of its warpgroup still multiplies with. */
+struct QStaging {
+    unsigned base;
+    __device__ __forceinline__ unsigned pair(int r, int dt, int tq) const
+    {
+        return chunk_addr<BM>(base, r, dt) + (unsigned)(tq * 4);
+    }
+    __device__ __forceinline__ unsigned chunk(int r, int ch) const
+    {
+        return chunk_addr<BM>(base, r, ch);
+    }
+    __device__ __forceinline__ void claim() const { __syncthreads(); }
+};
+
 /* Full row sums, O / l and lse, written for rows < seqlen_q. */
-__device__ __forceinline__ void store_output(const fj_fwd_params &p, const State &st)
+__device__ __forceinline__ void epilogue(const fj_fwd_params &p, const State &st)
 {
     const Where wh = where(p, false);
-    const int b = wh.b, h = wh.h, m0 = wh.m0, q_rows = wh.q_rows;
     const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
-    const int g = lane >> 2, tq = lane & 3;
-    float inv[MT][2], lse[MT][2];
-    finish_rows(st.m, st.l, inv, lse);
-#if FJ_SPLIT_KV
-    const int split = wh.split;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const int r = warp * 16 + hh * 8 + g;
-        if (r < q_rows) {
-            const long long row = lse_index(p, split * p.batch + b, h, (long long)m0 + r);
-            float *dst = p.o_partial + row * D + 2 * tq;
-#pragma unroll
-            for (int dt = 0; dt < NDT; ++dt)
-                fj_st_global_f2(dst + dt * 8, st.o[0][dt][2 * hh] * inv[0][hh],
-                                st.o[0][dt][2 * hh + 1] * inv[0][hh]);
-            if (tq == 0) p.lse_partial[row] = lse[0][hh];
-        }
-    }
-#else
-    /* Stage the warp's 16 rows of O in its own rows of the Q tile (same
-       swizzled layout), then write whole 16-byte chunks. Every warpgroup's
-       last wgmma read Q: the barrier keeps a fast warp from overwriting rows
-       a slower warp of its warpgroup still multiplies with. */
-    const unsigned s_q = smem_base() + SMEM_Q;
-    __syncthreads();
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const int r = warp * 16 + hh * 8 + g;
-#pragma unroll
-        for (int dt = 0; dt < NDT; ++dt)
-            fj_st_shared_b32(chunk_addr<BM>(s_q, r, dt) + (unsigned)(tq * 4),
-                             fj_pack2(st.o[0][dt][2 * hh] * inv[0][hh],
-                                      st.o[0][dt][2 * hh + 1] * inv[0][hh]));
-    }
-    __syncwarp();
-    {
-        constexpr int CHUNKS = 16 * DCH;
-        fj_elem *o_head = (fj_elem *)p.o + (b * p.o_stride[0] + h * p.o_stride[2]);
-#pragma unroll
-        for (int it = 0; it < CHUNKS / 32; ++it) {
-            const int idx = it * 32 + lane;
-            const int r = warp * 16 + idx / DCH, ch = idx % DCH;
-            if (r < q_rows) {
-                unsigned v[4];
-                fj_ld_shared_v4(chunk_addr<BM>(s_q, r, ch), v);
-                fj_st_global_v4(o_head + ((long long)(m0 + r) * p.o_stride[1] + ch * 8), v);
-            }
-        }
-    }
-    if (p.lse && tq == 0) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = warp * 16 + hh * 8 + g;
-            if (r < q_rows) p.lse[lse_index(p, b, h, (long long)m0 + r)] = lse[0][hh];
-        }
-    }
-#endif
+    store_output(p, wh, warp, lane, st.m, st.l, st.o, QStaging{smem_base() + SMEM_Q});
 }
 
 } /* namespace fjw */
@@ -607,5 +568,5 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
 #if FJ_SPLIT_KV
     fj_allow_dependent_launch();
 #endif
-    store_output(p, st);
+    epilogue(p, st);
 }

@@ -197,7 +197,7 @@ render() {
         local def
         for def in "${extra_defs[@]+"${extra_defs[@]}"}"; do echo "#define ${def%%=*} ${def#*=}"; done
         local f
-        local shared="attention_rows.cuh softmax.cuh mask.cuh"
+        local shared="attention_rows.cuh softmax.cuh mask.cuh tile_io.cuh"
         [ $template = combine.cu ] && shared=""
         for f in fwd_params.h common.cuh $shared "$template"; do
             echo "#line 1 \"$f\""

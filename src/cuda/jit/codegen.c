@@ -22,7 +22,7 @@ const char *fj_codegen_entry(const fj_kernel_desc *k)
 /* The device code the attention templates share, in the order it is pasted
  * (each header uses the ones before it). */
 static const char *const attention_headers[] = {"attention_rows.cuh", "softmax.cuh",
-                                                "mask.cuh"};
+                                                "mask.cuh", "tile_io.cuh"};
 #define N_ATTENTION_HEADERS (sizeof attention_headers / sizeof attention_headers[0])
 
 bool fj_codegen_arch_specific(const fj_kernel_desc *k)
