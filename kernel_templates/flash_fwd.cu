@@ -54,6 +54,9 @@ using fja::KeyTiles;
 using fja::lse_index;
 using fja::store_empty; /* tile_io.cuh */
 using fja::store_output;
+using fja::q_tile_src;
+using fja::kv_tile_src;
+using fja::KvTileSrc;
 using fja::online_softmax; /* softmax.cuh */
 using fja::finish_rows;
 using fja::pack_p_step;
@@ -514,12 +517,9 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
     int tid = threadIdx.x, y = blockIdx.y, z = blockIdx.z;
     asm volatile("" : "+r"(tid), "+r"(y), "+r"(z));
     const int b = block_batch(p, z), hk = y / p.group;
-    const long long n_row = (long long)n * BN;
-    const fj_elem *k_rows = (const fj_elem *)p.k +
-                            (b * p.k_stride[0] + hk * p.k_stride[2] + n_row * p.k_stride[1]);
-    const fj_elem *v_rows = (const fj_elem *)p.v +
-                            (b * p.v_stride[0] + hk * p.v_stride[2] + n_row * p.v_stride[1]);
-    const int rows = p.seqlen_k - n * BN;
+    const KvTileSrc src = kv_tile_src(p, b, hk, n);
+    const fj_elem *k_rows = src.k, *v_rows = src.v;
+    const int rows = src.rows;
     const unsigned k_tile = smem_base() + (unsigned)(SMEM_K + buf * TILE_BYTES);
     const unsigned v_tile = smem_base() + (unsigned)(SMEM_V + buf * TILE_BYTES);
     if (KV_L2_POLICY && p.kv_read_once) {
@@ -734,10 +734,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
 
     /* Prologue: Q, then T_0 .. T_STAGES-2, one group each. */
     {
-        const fj_elem *q_rows0 = (const fj_elem *)p.q +
-                                 (b * p.q_stride[0] + (long long)m0 * p.q_stride[1] +
-                                  h * p.q_stride[2]);
-        load_tile<BM>(s_q, q_rows0, p.q_stride[1], q_rows, tid);
+        load_tile<BM>(s_q, q_tile_src(p, wh), p.q_stride[1], q_rows, tid);
         fj_cp_async_commit();
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {

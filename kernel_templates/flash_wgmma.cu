@@ -59,6 +59,9 @@ using fja::KeyTiles;
 using fja::lse_index;
 using fja::store_empty; /* tile_io.cuh */
 using fja::store_output;
+using fja::q_tile_src;
+using fja::kv_tile_src;
+using fja::KvTileSrc;
 using fja::online_softmax_deferred; /* softmax.cuh */
 using fja::rescale_o;
 using fja::finish_rows;
@@ -280,12 +283,9 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
 {
     const int tid = threadIdx.x;
     const int b = block_batch(p, (int)blockIdx.z), hk = (int)blockIdx.y / p.group;
-    const long long n_row = (long long)n * BN;
-    const fj_elem *k_rows = (const fj_elem *)p.k +
-                            (b * p.k_stride[0] + hk * p.k_stride[2] + n_row * p.k_stride[1]);
-    const fj_elem *v_rows = (const fj_elem *)p.v +
-                            (b * p.v_stride[0] + hk * p.v_stride[2] + n_row * p.v_stride[1]);
-    const int rows = p.seqlen_k - n * BN;
+    const KvTileSrc src = kv_tile_src(p, b, hk, n);
+    const fj_elem *k_rows = src.k, *v_rows = src.v;
+    const int rows = src.rows;
     load_tile<BN>(smem_base() + (unsigned)(SMEM_K + buf * TILE_KV), k_rows, p.k_stride[1], rows, tid);
     load_tile<BN>(smem_base() + (unsigned)(SMEM_V + buf * TILE_KV), v_rows, p.v_stride[1], rows, tid);
 }
@@ -496,10 +496,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
 
     /* Prologue: Q, then T_0 .. T_STAGES-2, one group each. */
     {
-        const fj_elem *q_rows0 = (const fj_elem *)p.q +
-                                 (b * p.q_stride[0] + (long long)m0 * p.q_stride[1] +
-                                  h * p.q_stride[2]);
-        load_tile<BM>(s_q, q_rows0, p.q_stride[1], q_rows, tid);
+        load_tile<BM>(s_q, q_tile_src(p, wh), p.q_stride[1], q_rows, tid);
         fj_cp_async_commit();
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {

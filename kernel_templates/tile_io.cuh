@@ -1,7 +1,8 @@
 /* tile_io.cuh: what the attention templates share about moving a block's
- * tiles between global and shared memory and registers: the epilogue that
- * writes O (and lse, or the split-KV partials) from a warp's C fragments
- * (softmax.cuh describes them), and the store of a block that sees no key. How a tile sits
+ * tiles between global and shared memory and registers: where a tile of Q, K
+ * or V starts in global memory, the epilogue that writes O (and lse, or the
+ * split-KV partials) from a warp's C fragments (softmax.cuh describes them),
+ * and the store of a block that sees no key. How a tile sits
  * in shared memory is each template's own (padded or swizzled rows), so the
  * staging of O goes through the template's Staging type. Pasted after
  * mask.cuh for the attention templates. */
@@ -9,6 +10,29 @@
 #define FJ_TILE_IO_CUH
 
 namespace fja {
+
+/* Row 0 of the block's Q tile (row m0 of head h of batch b). */
+__device__ __forceinline__ const fj_elem *q_tile_src(const fj_fwd_params &p, const Where &wh)
+{
+    return (const fj_elem *)p.q +
+           (wh.b * p.q_stride[0] + (long long)wh.m0 * p.q_stride[1] + wh.h * p.q_stride[2]);
+}
+
+/* Key tile n (FJ_BLOCK_N keys) of kv head hk of batch b: its first K and V
+ * rows, and how many of its rows are below seqlen_k (may exceed the tile). */
+struct KvTileSrc {
+    const fj_elem *k, *v;
+    int rows;
+};
+__device__ __forceinline__ KvTileSrc kv_tile_src(const fj_fwd_params &p, int b, int hk, int n)
+{
+    const long long n_row = (long long)n * FJ_BLOCK_N;
+    KvTileSrc t;
+    t.k = (const fj_elem *)p.k + (b * p.k_stride[0] + hk * p.k_stride[2] + n_row * p.k_stride[1]);
+    t.v = (const fj_elem *)p.v + (b * p.v_stride[0] + hk * p.v_stride[2] + n_row * p.v_stride[1]);
+    t.rows = p.seqlen_k - n * FJ_BLOCK_N;
+    return t;
+}
 
 /* A block whose rows see no key at all (or an empty split): O = 0, lse =
  * -inf, for its rows below seqlen_q, in 16-byte chunks over the block's
