@@ -121,6 +121,16 @@ __device__ __forceinline__ KeyTiles key_tiles(const fj_fwd_params &p, int m0, in
     return t;
 }
 
+/* What every key tile's iteration needs that does not change across tiles.
+ * Few registers are spare (the O and S accumulators take most), so Ctx keeps
+ * only what is used in every tile; whatever the loads and masks need besides
+ * is recomputed from threadIdx, blockIdx and the parameters (constant
+ * memory) where it is used. */
+struct Ctx {
+    float scale; /* |scale_log2| */
+    int n_begin; /* the lowest key tile this block handles (tiles run downwards) */
+};
+
 /* The unmasked tiles [u0, u1): [un_lo, un_hi) clamped into [n_begin,
    n_end). Kept out of key_tiles so that each kernel clamps next to the loop
    that uses it: done in key_tiles, ptxas schedules both kernels

@@ -51,13 +51,15 @@ using fja::where;
 using fja::key_tiles;
 using fja::clamp_unmasked;
 using fja::KeyTiles;
+using fja::Ctx;
 using fja::lse_index;
 using fja::store_empty; /* tile_io.cuh */
 using fja::store_output;
 using fja::q_tile_src;
 using fja::kv_tile_src;
 using fja::KvTileSrc;
-using fja::online_softmax; /* softmax.cuh */
+using fja::softmax_init; /* softmax.cuh */
+using fja::online_softmax;
 using fja::finish_rows;
 using fja::pack_p_step;
 using fja::mask_scores; /* mask.cuh */
@@ -312,16 +314,6 @@ struct State {
     float l[MT][2];       /* running row sum of exp2, this thread's columns only */
     unsigned q[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KQ : 1][4]; /* Q A fragments when kept */
 };
-
-/* Everything a tile iteration needs that does not change across tiles. */
-struct Ctx {
-    float scale;           /* |scale_log2| */
-    int n_begin;           /* the lowest key tile this block handles (tiles run downwards) */
-};
-/* Few registers are spare (the O and S accumulators take most), so Ctx keeps
-   only what is used in every tile; whatever the loads and masks need besides
-   is recomputed from threadIdx, blockIdx and the parameters (constant
-   memory) where it is used. */
 
 /* The dynamic shared memory, and its shared-window address (a constant the
    assembler folds into immediate offsets). */
@@ -755,18 +747,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     __syncthreads();
 
     State st;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            st.m[mt][hh] = FJ_NEG_INF;
-            st.l[mt][hh] = 0.f;
-        }
-#pragma unroll
-        for (int dt = 0; dt < NDT; ++dt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) st.o[mt][dt][e] = 0.f;
-    }
+    softmax_init(st.m, st.l, st.o);
     if constexpr (Q_IN_REGS) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)

@@ -56,13 +56,15 @@ using fja::where;
 using fja::key_tiles;
 using fja::clamp_unmasked;
 using fja::KeyTiles;
+using fja::Ctx;
 using fja::lse_index;
 using fja::store_empty; /* tile_io.cuh */
 using fja::store_output;
 using fja::q_tile_src;
 using fja::kv_tile_src;
 using fja::KvTileSrc;
-using fja::online_softmax_deferred; /* softmax.cuh */
+using fja::softmax_init; /* softmax.cuh */
+using fja::online_softmax_deferred;
 using fja::rescale_o;
 using fja::finish_rows;
 using fja::pack_p_step;
@@ -298,11 +300,6 @@ struct State {
     float l[MT][2];      /* running row sum of exp2, this thread's columns only */
 };
 
-struct Ctx {
-    float scale;  /* |scale_log2| */
-    int n_begin;  /* the lowest key tile of the block (tiles run downwards) */
-};
-
 /* Hides the scores of keys outside each row's band (and past seqlen_k) in
  * the BN keys from n0 (mask.cuh): warp w holds rows 16w..16w+15. */
 __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[MT][NT][4])
@@ -510,15 +507,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     /* (the first tile's fence and barrier publish Q to every warpgroup) */
 
     State st;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        st.m[0][hh] = FJ_NEG_INF;
-        st.l[0][hh] = 0.f;
-    }
-#pragma unroll
-    for (int dt = 0; dt < NDT; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) st.o[0][dt][e] = 0.f;
+    softmax_init(st.m, st.l, st.o);
 
     int u0, u1;
     clamp_unmasked(kt, u0, u1);

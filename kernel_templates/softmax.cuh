@@ -39,6 +39,25 @@
 
 namespace fja {
 
+/* The state before the first key: m = -inf, l = 0, O = 0. */
+template <int MT, int NDT>
+__device__ __forceinline__ void softmax_init(float (&m)[MT][2], float (&l)[MT][2],
+                                             float (&o)[MT][NDT][4])
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            m[mt][hh] = FJ_NEG_INF;
+            l[mt][hh] = 0.f;
+        }
+#pragma unroll
+        for (int dt = 0; dt < NDT; ++dt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
+    }
+}
+
 /* The new row maxima m_new = max(m, scale * row max of s) (rows g, g+8 of
  * each m tile); returns, the same in every lane, whether some row of the warp
  * exceeds its m by more than FJ_RESCALE_LOG2. */
