@@ -141,6 +141,40 @@ __device__ __forceinline__ void clamp_unmasked(const KeyTiles &t, int &u0, int &
     u1 = t.un_hi < u0 ? u0 : (t.un_hi > t.n_end ? t.n_end : t.un_hi);
 }
 
+/* A compile-time flag as a value (std::bool_constant without the header;
+   an enum, so no global is emitted for it). */
+template <bool B>
+struct Flag {
+    enum : bool { value = B };
+};
+
+/* Runs tile(Flag<MASKED>(), n, stage) for the key tiles n = n_end - 1 down
+ * to n_begin, stage cycling through [0, STAGES) from 0: first the masked
+ * tiles above u1 (the causal diagonal, the seqlen_k tail, a right window
+ * edge), then the unmasked tiles [u0, u1), then (windows only) the masked
+ * tiles below u0 (a left window edge). Three loops rather than one with a
+ * branch: the unmasked one carries no masking state, which leaves registers
+ * to the accumulators. */
+template <int STAGES, class Tile>
+__device__ __forceinline__ void for_each_key_tile(const KeyTiles &t, int u0, int u1, Tile &&tile)
+{
+    int stage = 0, n = t.n_end - 1;
+    for (; n >= u1; --n) {
+        tile(Flag<true>(), n, stage);
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+    }
+    for (; n >= u0; --n) {
+        tile(Flag<false>(), n, stage);
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+    }
+#if FJ_HAS_WINDOW
+    for (; n >= t.n_begin; --n) {
+        tile(Flag<true>(), n, stage);
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+    }
+#endif
+}
+
 } /* namespace fja */
 
 #endif

@@ -52,6 +52,7 @@ using fja::key_tiles;
 using fja::clamp_unmasked;
 using fja::KeyTiles;
 using fja::Ctx;
+using fja::for_each_key_tile;
 using fja::lse_index;
 using fja::store_empty; /* tile_io.cuh */
 using fja::store_output;
@@ -760,27 +761,12 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
                            st.q[Q_IN_REGS ? mt : 0][Q_IN_REGS ? kk : 0][3]);
     }
 
-    /* Three loops rather than one with a branch: the unmasked one carries no
-       masking state, which leaves registers to the accumulators. */
     {
         int u0, u1;
         clamp_unmasked(kt, u0, u1);
-        int stage = 0, n = n_end - 1;
-        for (; n >= u1; --n) {
-            tile_iteration<true>(p, c, st, n, stage);
-            stage = stage + 1 == STAGES ? 0 : stage + 1;
-        }
-        for (; n >= u0; --n) {
-            tile_iteration<false>(p, c, st, n, stage);
-            stage = stage + 1 == STAGES ? 0 : stage + 1;
-        }
-#if FJ_HAS_WINDOW
-        /* only a left window edge leaves masked tiles below the unmasked ones */
-        for (; n >= n_begin; --n) {
-            tile_iteration<true>(p, c, st, n, stage);
-            stage = stage + 1 == STAGES ? 0 : stage + 1;
-        }
-#endif
+        for_each_key_tile<STAGES>(kt, u0, u1, [&](auto masked, int n, int stage) {
+            tile_iteration<decltype(masked)::value>(p, c, st, n, stage);
+        });
     }
     fj_cp_async_wait<0>(); /* only empty groups can remain; drained for hygiene */
 #if FJ_SPLIT_KV
