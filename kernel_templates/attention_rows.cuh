@@ -1,10 +1,10 @@
 /* attention_rows.cuh: what the attention templates (flash_fwd.cu and
  * flash_wgmma.cu) share about a block's query rows: which batch, head, split
- * and query rows the block computes, the band of keys a row sees and the key
- * tiles the block works on, and the row index of lse and of the split-KV
- * partials. Pasted after
- * common.cuh for those templates only (src/cuda/jit/codegen.c); it reads the
- * descriptor macros directly, so it means the same in either template. */
+ * and query rows the block computes, the band of keys a row sees, the key
+ * tiles the block works on and their order, and the row index of lse and of
+ * the split-KV partials. Pasted after common.cuh for those templates only
+ * (src/cuda/jit/codegen.c); it reads the descriptor macros directly, so it
+ * means the same in either template. */
 #ifndef FJ_ATTENTION_ROWS_CUH
 #define FJ_ATTENTION_ROWS_CUH
 

@@ -53,17 +53,15 @@ using fja::clamp_unmasked;
 using fja::KeyTiles;
 using fja::Ctx;
 using fja::for_each_key_tile;
-using fja::lse_index;
+using fja::softmax_init; /* softmax.cuh */
+using fja::online_softmax;
+using fja::pack_p_step;
+using fja::mask_scores; /* mask.cuh */
 using fja::store_empty; /* tile_io.cuh */
 using fja::store_output;
 using fja::q_tile_src;
 using fja::kv_tile_src;
 using fja::KvTileSrc;
-using fja::softmax_init; /* softmax.cuh */
-using fja::online_softmax;
-using fja::finish_rows;
-using fja::pack_p_step;
-using fja::mask_scores; /* mask.cuh */
 
 constexpr int D = FJ_HEAD_DIM;
 constexpr int DPAD = (D + 15) / 16 * 16;      /* head dim rounded up to the mma k of 16 */

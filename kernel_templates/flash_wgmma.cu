@@ -58,18 +58,16 @@ using fja::clamp_unmasked;
 using fja::KeyTiles;
 using fja::Ctx;
 using fja::for_each_key_tile;
-using fja::lse_index;
+using fja::softmax_init; /* softmax.cuh */
+using fja::online_softmax_deferred;
+using fja::rescale_o;
+using fja::pack_p_step;
+using fja::mask_scores; /* mask.cuh */
 using fja::store_empty; /* tile_io.cuh */
 using fja::store_output;
 using fja::q_tile_src;
 using fja::kv_tile_src;
 using fja::KvTileSrc;
-using fja::softmax_init; /* softmax.cuh */
-using fja::online_softmax_deferred;
-using fja::rescale_o;
-using fja::finish_rows;
-using fja::pack_p_step;
-using fja::mask_scores; /* mask.cuh */
 
 constexpr int D = FJ_HEAD_DIM;
 constexpr int BM = FJ_BLOCK_M;
@@ -371,7 +369,8 @@ __device__ __forceinline__ void scores_softmax(const fj_fwd_params &p, const Ctx
     wgmma_wait<0>();
     fence_regs(s[0]);
     if constexpr (MASKED) mask_tile(p, n * BN, s);
-    /* the max moves, and O is rescaled, while no wgmma writes O */
+    /* no wgmma writes O here; the deferred form keeps this path's order
+       (O rescaled after P is computed) */
     float alpha[MT][2];
     if (online_softmax_deferred<MASKED>(s, st.m, st.l, alpha, c.scale)) rescale_o(st.o, alpha);
     pack_p(s, pa);
