@@ -2,10 +2,10 @@
  * tiles between global and shared memory and registers: where a tile of Q, K
  * or V starts in global memory, the epilogue that writes O (and lse, or the
  * split-KV partials) from a warp's C fragments (softmax.cuh describes them),
- * and the store of a block that sees no key. How a tile sits
- * in shared memory is each template's own (padded or swizzled rows), so the
- * staging of O goes through the template's Staging type. Pasted after
- * mask.cuh for the attention templates. */
+ * and the store of a block that sees no key. How a tile sits in shared
+ * memory is each template's own (padded or swizzled rows), so the staging of
+ * O goes through the template's Staging type, and the loads stay in the
+ * templates. Pasted after mask.cuh for the attention templates. */
 #ifndef FJ_TILE_IO_CUH
 #define FJ_TILE_IO_CUH
 
@@ -19,7 +19,8 @@ __device__ __forceinline__ const fj_elem *q_tile_src(const fj_fwd_params &p, con
 }
 
 /* Key tile n (FJ_BLOCK_N keys) of kv head hk of batch b: its first K and V
- * rows, and how many of its rows are below seqlen_k (may exceed the tile). */
+ * rows, and how many rows from its first are below seqlen_k (more than
+ * FJ_BLOCK_N except near the end). */
 struct KvTileSrc {
     const fj_elem *k, *v;
     int rows;
