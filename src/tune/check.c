@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan.h"
 #include "problem.h"
 #include "status.h"
 #include "tune/check.h"
@@ -107,15 +108,12 @@ static void device_free(device_set *s)
 static fj_status run_on(fj_context *ctx, const fj_tune_reference *r, const char *tiles,
                         void *o_host, bool *planned)
 {
-    fj_plan_options o;
-    fj_plan_options_init(&o);
-    o.tiles = tiles;
     size_t es = (size_t)fj_dtype_size(r->dtype);
     device_set s = {ctx, NULL, NULL, NULL, NULL};
     fj_plan *plan = NULL;
     fj_status st;
     *planned = false;
-    if ((st = fj_plan_create_ex(ctx, &r->d, &o, &plan))) return st;
+    if ((st = fj_plan_create_config(ctx, &r->d, tiles, &plan))) return st;
     *planned = true;
     memset(o_host, 0xff, r->no * es);
     if (!(st = fj_malloc(ctx, r->nq * es, &s.q)) && !(st = fj_malloc(ctx, r->nkv * es, &s.k)) &&

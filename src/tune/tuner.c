@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "plan.h"
 #include "problem.h"
 #include "status.h"
 #include "tune/check.h"
@@ -218,10 +219,7 @@ static fj_status verdict_of(point *pt, const char *tiles, fj_tune_verdict *v)
 
 static fj_status plan_with(point *pt, const char *tiles, fj_plan **plan)
 {
-    fj_plan_options o;
-    fj_plan_options_init(&o);
-    o.tiles = tiles;
-    return fj_plan_create_ex(pt->t->ctx, pt->d, &o, plan);
+    return fj_plan_create_config(pt->t->ctx, pt->d, tiles, plan);
 }
 
 /* The plan the context makes for the problem without tiles, kept for the
@@ -232,7 +230,7 @@ static fj_status default_plan(point *pt, fj_plan **out)
     fj_tune_result *r = pt->r;
     fj_plan *plan = NULL;
     fj_plan_info info;
-    fj_status s = fj_plan_create_ex(pt->t->ctx, pt->d, NULL, &plan);
+    fj_status s = fj_plan_create_config(pt->t->ctx, pt->d, NULL, &plan);
     if (!s) s = fj_plan_get_info(plan, &info);
     if (s) {
         char reason[600];
