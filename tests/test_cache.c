@@ -1005,6 +1005,194 @@ static void test_store_under_a_file_size_limit(void **state)
     assert_int_equal(count_dir_entries(dir), 1); /* the small entry */
 }
 
+/* ---- the damage table ------------------------------------------------------ */
+
+/* Every kind of damage an entry can take, each checked the same way: the
+ * load is a miss that logs the reason, the scan (`flashjit cache verify`)
+ * calls the file damaged with that reason, and a store puts back the exact
+ * original bytes. The table is printed as it runs. */
+typedef struct damage {
+    const char *kind;
+    const char *reason; /* in the miss's log line and the scan's problem */
+    void (*apply)(const char *dir, stored_entry *e);
+} damage;
+
+static void rewrite(stored_entry *e, size_t len) { write_file(e->path, e->file, len); }
+
+static void d_empty(const char *dir, stored_entry *e) { (void)dir; rewrite(e, 0); }
+static void d_cut_header(const char *dir, stored_entry *e) { (void)dir; rewrite(e, 30); }
+static void d_cut_name(const char *dir, stored_entry *e) { (void)dir; rewrite(e, 60); }
+static void d_cut_payload(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    rewrite(e, e->file_size - 1);
+}
+static void d_extended(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    uint8_t *longer = malloc(e->file_size + 1);
+    assert_non_null(longer);
+    memcpy(longer, e->file, e->file_size);
+    longer[e->file_size] = '\n';
+    write_file(e->path, longer, e->file_size + 1);
+    free(longer);
+}
+static void patch(stored_entry *e, size_t at, const void *bytes, size_t n)
+{
+    uint8_t *copy = malloc(e->file_size);
+    assert_non_null(copy);
+    memcpy(copy, e->file, e->file_size);
+    memcpy(copy + at, bytes, n);
+    write_file(e->path, copy, e->file_size);
+    free(copy);
+}
+static void d_magic(const char *dir, stored_entry *e) { (void)dir; patch(e, 0, "\177ELF", 4); }
+static void d_version(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    patch(e, 4, "\x02\0\0\0", 4);
+}
+static void d_name_length(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    patch(e, 40, "\0\0\0\0", 4);
+}
+static void d_key_bit(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    uint8_t b = e->file[12] ^ 0x20;
+    patch(e, 12, &b, 1);
+}
+static void d_payload_bit(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    uint8_t b = e->file[e->file_size - 3] ^ 0x01;
+    patch(e, e->file_size - 3, &b, 1);
+}
+static void d_other_key(const char *dir, stored_entry *e)
+{
+    fj_cache_key other = key_of("damage table: another entry");
+    assert_int_equal(fj_cache_store(dir, NAME, &other, e->payload, e->payload_size), FJ_OK);
+    char *other_path = entry_path(dir, NAME, &other);
+    assert_int_equal(rename(other_path, e->path), 0);
+    free(other_path);
+}
+static void d_other_name(const char *dir, stored_entry *e)
+{
+    const char *name = "flash_fwd.d64.f16.nomask.m64n64w4s2.sm_80";
+    assert_int_equal(fj_cache_store(dir, name, &e->key, e->payload, e->payload_size), FJ_OK);
+    char *other_path = entry_path(dir, name, &e->key);
+    assert_int_equal(rename(other_path, e->path), 0);
+    free(other_path);
+}
+static void d_noise(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    fjt_rng rng;
+    fjt_rng_init(&rng, fjt_seed() + 23);
+    uint8_t *noise = random_bytes(&rng, e->file_size);
+    write_file(e->path, noise, e->file_size);
+    free(noise);
+}
+static void d_text(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    write_file(e->path, "a note someone saved under this name\n", 37);
+}
+static void d_directory(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    assert_int_equal(unlink(e->path), 0);
+    assert_int_equal(mkdir(e->path, 0700), 0);
+}
+static void d_fifo(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    assert_int_equal(unlink(e->path), 0);
+    assert_int_equal(mkfifo(e->path, 0600), 0);
+}
+static void d_dangling_link(const char *dir, stored_entry *e)
+{
+    char target[4200];
+    snprintf(target, sizeof target, "%s/no-such-target", dir);
+    assert_int_equal(unlink(e->path), 0);
+    assert_int_equal(symlink(target, e->path), 0);
+}
+
+static const damage damages[] = {
+    {"zero-length file", "shorter than the 56-byte header", d_empty},
+    {"truncated in the fixed header", "shorter than the 56-byte header", d_cut_header},
+    {"truncated in the kernel name", "shorter than its", d_cut_name},
+    {"truncated in the payload", "payload bytes", d_cut_payload},
+    {"one byte appended", "payload bytes", d_extended},
+    {"wrong magic", "wrong magic", d_magic},
+    {"another format version", "format version", d_version},
+    {"name length out of range", "kernel name length", d_name_length},
+    {"a bit of the key flipped", "header checksum mismatch", d_key_bit},
+    {"a bit of the payload flipped", "payload checksum mismatch", d_payload_bit},
+    {"another entry's file (key)", "the key in the header is not the one", d_other_key},
+    {"another kernel's file (name)", "the kernel name in the header is", d_other_name},
+    {"random bytes of the same size", "wrong magic", d_noise},
+    {"a text file", "shorter than the 56-byte header", d_text},
+    {"a directory", "not a regular file", d_directory},
+    {"a FIFO", "not a regular file", d_fifo},
+    {"a dangling symbolic link", "no entry", d_dangling_link},
+};
+
+static int find_visit(const fj_cache_entry_info *e, void *user)
+{
+    fj_cache_entry_info *want = user;
+    if (!strcmp(e->file, want->file)) *want = *e;
+    return 0;
+}
+
+static void test_damage_table(void **state)
+{
+    const char *dir = *state;
+    printf("# %-32s %-8s %s\n", "damage", "load", "reason (load log; scan)");
+    for (size_t i = 0; i < sizeof damages / sizeof damages[0]; i++) {
+        const damage *d = &damages[i];
+        char text[64];
+        snprintf(text, sizeof text, "damage table %zu", i);
+        stored_entry e = store_entry(dir, text, 700 + 13 * i);
+        d->apply(dir, &e);
+        expect_miss(dir, NAME, &e.key, d->reason);
+        char logged[2048];
+        snprintf(logged, sizeof logged, "%s", last_log);
+        /* the scan agrees, except for a name with nothing behind it (the
+           dangling link: no file to describe, so not listed) */
+        fj_cache_entry_info info = {0};
+        snprintf(info.file, sizeof info.file, "%s", strrchr(e.path, '/') + 1);
+        info.valid = -1;
+        assert_int_equal(fj_cache_scan(dir, find_visit, &info), FJ_OK);
+        if (info.valid != -1) {
+            if (info.valid || !strstr(info.problem, d->reason))
+                fail_msg("%s: the scan says valid=%d '%s'", d->kind, info.valid, info.problem);
+        } else if (d->apply != d_dangling_link) {
+            fail_msg("%s: the scan did not list %s", d->kind, info.file);
+        }
+        printf("# %-32s %-8s %s\n", d->kind, "miss",
+               strstr(logged, "(") ? strstr(logged, "(") : logged);
+        expect_repaired(dir, &e);
+        stored_entry_free(&e);
+        int removed;
+        assert_int_equal(fj_cache_clear(dir, &removed), FJ_OK);
+    }
+    /* a file the library may not read (not root: root reads it anyway) */
+    stored_entry e = store_entry(dir, "damage table: unreadable", 500);
+    assert_int_equal(chmod(e.path, 0), 0);
+    int fd = open(e.path, O_RDONLY);
+    if (fd >= 0) {
+        close(fd);
+        printf("# %-32s skipped: uid %d reads a file of mode 000\n", "unreadable file", (int)geteuid());
+    } else {
+        expect_miss(dir, NAME, &e.key, "cannot open");
+        printf("# %-32s %-8s %s\n", "unreadable file", "miss", "cannot open: Permission denied");
+        expect_repaired(dir, &e);
+    }
+    stored_entry_free(&e);
+}
+
 int main(void)
 {
     fjt_seed(); /* prints the seed once */
@@ -1023,6 +1211,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_allocation_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_stores_and_loads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_under_a_file_size_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damage_table, setup, teardown),
     };
     return cmocka_run_group_tests_name("cache", tests, NULL, NULL);
 }
