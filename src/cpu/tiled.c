@@ -39,6 +39,7 @@
 #include "backend.h"
 #include "context.h"
 #include "convert.h"
+#include "decode.h"
 #include "pool.h"
 #include "status.h"
 #include "tensor_access.h"
@@ -52,6 +53,7 @@
 #define EDGE_BLOCK_K 64
 
 typedef struct tiled_plan {
+    fj_cpu_decode_plan *decode; /* the decode path's plan (decode.h), in place of what follows */
     fj_pool *pool;
     int block_k;             /* keys per block where no row of the block is masked */
     int edge_k;              /* keys per block across the band's edges (masked) */
@@ -308,6 +310,17 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
                                    void **state, fj_strbuf *describe)
 {
     *state = NULL;
+    if (!config && fj_cpu_decode_chosen(p)) {
+        tiled_plan *tp = calloc(1, sizeof *tp);
+        if (!tp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu: out of memory for the plan");
+        fj_status st = fj_cpu_decode_plan_create(ctx->pool, p, &tp->decode, describe);
+        if (st) {
+            free(tp);
+            return st;
+        }
+        *state = tp;
+        return FJ_OK;
+    }
     const int threads = fj_pool_threads(ctx->pool);
     fj_cpu_tiled_blocks blocks;
     fj_status st = fj_cpu_tiled_choose_blocks(ctx, p, config, threads, &blocks);
@@ -369,6 +382,10 @@ static fj_status tiled_execute(const void *state, const fj_problem *p, const voi
 {
     (void)stream;
     const tiled_plan *tp = state;
+    if (tp->decode) {
+        fj_cpu_decode_execute(tp->decode, p, q, k, v, o, lse);
+        return FJ_OK;
+    }
     tiled_job job = {tp, p, q, k, v, o, lse};
     fj_pool_run(tp->pool, tp->tasks, tiled_task, &job);
     return FJ_OK;
@@ -378,6 +395,7 @@ static void tiled_plan_destroy(void *state)
 {
     tiled_plan *tp = state;
     if (!tp) return;
+    fj_cpu_decode_plan_destroy(tp->decode);
     free(tp->workspace);
     free(tp);
 }

@@ -32,6 +32,8 @@ fj_status fj_cpu_tiled_force_blocks(int block_q, int block_k)
     return FJ_OK;
 }
 
+bool fj_cpu_tiled_blocks_forced(void) { return atomic_load(&forced_blocks) != 0; }
+
 /* Measured on the development machine (2 cores of an AMD EPYC, 1 MiB L2 per
  * core, OpenBLAS 0.3.21 with its Haswell sgemm kernels; `bench_cpu_tiled
  * sweep`, f32 and bf16, batch 1, 8 heads, S 2048-4096): GFLOP/s rise with

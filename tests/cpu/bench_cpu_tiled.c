@@ -17,6 +17,14 @@
  *       /usr/bin/time -v: max RSS minus inputs and output is what the backend
  *       (and the process itself) used.
  *
+ *   bench_cpu_tiled [-t T] [-r R] decode [FILTER]
+ *       The decode rows (1 query row, D 128; 32/8 and 32/32 heads; 4k and 32k
+ *       keys; f32, bf16, f16): the decode path, the tiled path (the decode
+ *       path turned off) and a plain read of the same K and V bytes on the
+ *       same number of threads (read_bandwidth.h), in turn; GB/s of K + V.
+ *
+ * -l bhsd: every tensor laid out [batch, heads, seq, head_dim] (PyTorch's
+ * layout) instead of the dense [batch, seq, heads, head_dim].
  * DTYPE is f32, f16 or bf16; CAUSAL is none, bottom-right or top-left; BQS and
  * BKS are comma-separated block sizes (at most 8 each).
  * Medians of REPEATS timed runs (default 5) after one warm-up run. */
@@ -31,13 +39,16 @@
 
 #include "context.h"
 #include "cpu/convert.h"
+#include "cpu/decode.h"
 #include "cpu/tiled.h"
 #include "flashjit.h"
+#include "read_bandwidth.h"
 
 /* Weak, as in src/cpu/blas_threads.c: present with OpenBLAS, NULL otherwise. */
 extern void openblas_set_num_threads(int n) __attribute__((weak));
 
 static int threads = 0; /* 0: one per online core, as the library's default */
+static bool bhsd = false; /* -l bhsd: tensors [batch, heads, seq, head_dim] (PyTorch's) */
 static int repeats = 5;
 
 static double now(void)
@@ -228,6 +239,16 @@ static fj_attention_desc shape_desc(const shape *s)
     d.causal = s->causal;
     d.window_left = s->wl;
     d.window_right = s->wr;
+    if (bhsd) {
+        const int64_t D = s->d;
+        int64_t *st[4] = {d.q_stride, d.k_stride, d.v_stride, d.o_stride};
+        const int heads[4] = {s->hq, s->hkv, s->hkv, s->hq}, seqs[4] = {s->sq, s->sk, s->sk, s->sq};
+        for (int i = 0; i < 4; i++) {
+            st[i][0] = (int64_t)heads[i] * seqs[i] * D;
+            st[i][1] = D;
+            st[i][2] = (int64_t)seqs[i] * D;
+        }
+    }
     return d;
 }
 
@@ -364,6 +385,77 @@ static int run_table(const char *filter)
     return 0;
 }
 
+/* The "kernels:" line of a plan's describe, for the decode table. */
+static const char *kernels_of(const fj_plan *plan)
+{
+    static char buf[64];
+    const char *k = strstr(fj_plan_describe(plan), "kernels: ");
+    if (!k) return "-";
+    k += strlen("kernels: ");
+    snprintf(buf, sizeof buf, "%.*s", (int)strcspn(k, " \n"), k);
+    return buf;
+}
+
+static int run_decode(const char *filter)
+{
+    fj_context *ctx = make_context(FJ_BACKEND_CPU);
+    const int nthreads = context_threads(ctx);
+    printf("threads: %d; medians of %d rounds (decode path, tiled path, read of the same K and V "
+           "bytes, in turn); GB/s of K + V\n\n", nthreads, repeats);
+    printf("| %-34s | %-11s | %8s | %6s | %6s | %7s | %8s | %6s | %7s |\n", "shape", "kernels",
+           "ms", "GB/s", "read", "of read", "tiled ms", "GB/s", "speedup");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    static const fj_dtype dtypes[] = {FJ_F32, FJ_BF16, FJ_F16};
+    static const int heads_q[] = {32, 32}, heads_kv[] = {8, 32}, seqs[] = {4096, 32768};
+    for (int t = 0; t < 3; t++)
+        for (int h = 0; h < 2; h++)
+            for (int sk = 0; sk < 2; sk++) {
+                shape sh = {dtypes[t], 1, heads_q[h], heads_kv[h], 1, seqs[sk], 128,
+                            FJ_CAUSAL_NONE, -1, -1};
+                if (filter && !strstr(shape_str(&sh), filter)) continue;
+                fj_attention_desc d = shape_desc(&sh);
+                fj_plan *dec, *til;
+                fj_status s;
+                if ((s = fj_plan_create(ctx, &d, &dec))) die("fj_plan_create (decode)", s);
+                fj_cpu_decode_force(FJ_CPU_DECODE_OFF);
+                fj_context *tctx = make_context(FJ_BACKEND_CPU); /* plans are cached per context */
+                s = fj_plan_create(tctx, &d, &til);
+                fj_cpu_decode_force(FJ_CPU_DECODE_AUTO);
+                if (s) die("fj_plan_create (tiled)", s);
+                tensors x = make_tensors(ctx, &d);
+                const size_t kv = (size_t)d.batch * d.seqlen_k * d.heads_kv * d.head_dim *
+                                  (d.dtype == FJ_F32 ? 4 : 2);
+                const void *bufs[2] = {x.k, x.v};
+                const size_t bytes[2] = {kv, kv};
+                double dt[64], tt[64], rt[64], warm;
+                time_plan(dec, &x);
+                time_plan(til, &x);
+                if (fjt_read_seconds(bufs, bytes, 2, nthreads, 1, &warm)) {
+                    fprintf(stderr, "bench_cpu_tiled: cannot start %d reader threads\n", nthreads);
+                    return 1;
+                }
+                for (int r = 0; r < repeats; r++) {
+                    dt[r] = time_plan(dec, &x);
+                    tt[r] = time_plan(til, &x);
+                    fjt_read_seconds(bufs, bytes, 2, nthreads, 1, &rt[r]);
+                }
+                double of_read[64];
+                for (int r = 0; r < repeats; r++) of_read[r] = rt[r] / dt[r];
+                double dm = median(dt, repeats), tm = median(tt, repeats), rm = median(rt, repeats);
+                printf("| %-34s | %-11s | %8.3f | %6.1f | %6.1f | %6.0f%% | %8.3f | %6.1f | %6.1fx |\n",
+                       shape_str(&sh), kernels_of(dec), dm * 1e3, 2 * kv / dm * 1e-9,
+                       2 * kv / rm * 1e-9, 100 * median(of_read, repeats), tm * 1e3,
+                       2 * kv / tm * 1e-9, tm / dm);
+                fflush(stdout);
+                free_tensors(ctx, &x);
+                fj_plan_destroy(dec);
+                fj_plan_destroy(til);
+                fj_context_destroy(tctx);
+            }
+    fj_context_destroy(ctx);
+    return 0;
+}
+
 /* "64,128,256" into v (at most cap values in [1, FJ_CPU_TILED_MAX_BLOCK]); 0 on error. */
 static int parse_list(const char *s, int *v, int cap)
 {
@@ -481,6 +573,7 @@ int main(int argc, char **argv)
     for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
         if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) repeats = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-l")) bhsd = !strcmp(argv[i + 1], "bhsd");
         else break;
     }
     if (repeats < 1 || repeats > 64 || threads < 0) {
@@ -489,11 +582,13 @@ int main(int argc, char **argv)
     }
     const char *mode = i < argc ? argv[i] : "table";
     if (!strcmp(mode, "table")) return run_table(i + 1 < argc ? argv[i + 1] : NULL);
+    if (!strcmp(mode, "decode")) return run_decode(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "sweep") && argc - i - 1 >= 8) return run_sweep(argv + i + 1, argc - i - 1);
     if (!strcmp(mode, "memory") && argc - i - 1 >= 3) return run_memory(argv + i + 1, argc - i - 1);
     fprintf(stderr,
             "usage: bench_cpu_tiled [-t THREADS] [-r REPEATS] table [FILTER]\n"
             "       bench_cpu_tiled [-t T] [-r R] sweep DTYPE B HQ HKV SQ SK D CAUSAL [BQS [BKS]]\n"
+            "       bench_cpu_tiled [-t T] [-r R] decode [FILTER]\n"
             "       bench_cpu_tiled [-t T] memory DTYPE SQ D [reference]\n");
     return 2;
 }

@@ -1,0 +1,388 @@
+/* The CPU backend's decode path (decode.h).
+ *
+ * A task is one chunk of keys of one (batch, kv head). Its rows are every
+ * query position p of the call and every query head h of the kv head's
+ * group, row p * group + h. It walks its chunk in blocks of BLOCK_KEYS keys:
+ *     S = log2(e) scale Q K_blk^T          (kernels->scores, the rows that see
+ *                                           part of the block)
+ *     per row: unseen keys -inf, the online softmax step (tiled_softmax.h),
+ *         the accumulator rescaled when the row's max moved
+ *     O_acc += P V_blk                      (kernels->accumulate)
+ * With one chunk per kv head the task writes O = O_acc / sum and lse itself;
+ * with several it stores (max, sum, O_acc) per row as its partial result,
+ * and the last of the kv head's chunks to finish (an atomic count per kv
+ * head) merges them:
+ *     M = max_c max_c,  L = sum_c sum_c 2^(max_c - M),
+ *     O = sum_c O_acc_c 2^(max_c - M) / L,  lse = ln 2 M + ln L.
+ * A row that sees no key gets O = 0 and lse = -inf.
+ *
+ * Chunks: enough per kv head that the tasks number about TASKS_PER_WORKER per
+ * worker (so uneven kv heads, masks and the last task's tail even out), none
+ * shorter than MIN_CHUNK_KEYS (a partial result costs a merge); one when the
+ * (batch, kv head) pairs alone are that many. Memory: per worker, the rows'
+ * queries, scores for one block, accumulators and a scratch block; per plan,
+ * the partial results of at most ~ (TASKS_PER_WORKER + 1) x workers chunks:
+ * nothing grows with seqlen_k. */
+#include "decode.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "decode_kernels.h"
+#include "status.h"
+#include "tensor_access.h"
+#include "tiled.h"
+#include "tiled_softmax.h"
+#include "vmath.h"
+
+/* Keys per block: the scores of a block stay in L1 between the softmax and
+   the values' pass (16 rows x 128 keys = 8 KiB). */
+#define BLOCK_KEYS 128
+#define TASKS_PER_WORKER 4
+#define MIN_CHUNK_KEYS 512
+
+_Static_assert(BLOCK_KEYS <= FJ_DECODE_MAX_BLOCK, "a block must fit the kernels' scratch");
+
+static atomic_int forced_mode;
+
+fj_status fj_cpu_decode_force(fj_cpu_decode_mode mode)
+{
+    if (mode != FJ_CPU_DECODE_AUTO && mode != FJ_CPU_DECODE_OFF && mode != FJ_CPU_DECODE_GENERIC)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "decode mode (%d) must be FJ_CPU_DECODE_AUTO, _OFF or _GENERIC", (int)mode);
+    atomic_store(&forced_mode, (int)mode);
+    return FJ_OK;
+}
+
+static int64_t rows_per_kv_head(const fj_problem *p) { return (int64_t)p->seqlen_q * p->group; }
+
+bool fj_cpu_decode_chosen(const fj_problem *p)
+{
+    return atomic_load(&forced_mode) != FJ_CPU_DECODE_OFF && !fj_cpu_tiled_blocks_forced() &&
+           rows_per_kv_head(p) <= FJ_CPU_DECODE_MAX_ROWS;
+}
+
+struct fj_cpu_decode_plan {
+    fj_pool *pool;
+    const fj_decode_kernels *kernels;
+    int rows;                 /* seqlen_q x group */
+    int dpad;                 /* head_dim rounded up to FJ_DECODE_PAD */
+    int chunks;               /* per (batch, kv head) */
+    int64_t groups;           /* batch x heads_kv */
+    int64_t *chunk_start;     /* chunks + 1 key indices */
+    int64_t lo[FJ_CPU_DECODE_MAX_ROWS], hi[FJ_CPU_DECODE_MAX_ROWS]; /* keys position p sees */
+    /* per worker: byte offsets within a worker's share */
+    size_t ws_bytes, off_q, off_s, off_acc, off_max, off_sum, off_scratch;
+    unsigned char *workspace;
+    /* partial results (chunks > 1): [group][chunk][row] */
+    float *part_acc, *part_max, *part_sum;
+    atomic_int *finished; /* chunks of each group done in the current execute */
+};
+
+typedef struct decode_job {
+    const fj_cpu_decode_plan *dp;
+    const fj_problem *p;
+    const void *q, *k, *v;
+    void *o;
+    float *lse;
+} decode_job;
+
+typedef struct decode_ws {
+    void *q; /* rows x dpad floats, or bf16 for kernels that take bf16 */
+    float *s, *acc, *row_max, *row_sum, *scratch;
+} decode_ws;
+
+static decode_ws worker_ws(const fj_cpu_decode_plan *dp, int worker)
+{
+    unsigned char *base = dp->workspace + (size_t)worker * dp->ws_bytes;
+    decode_ws w = {
+        .q = base + dp->off_q,
+        .s = (float *)(base + dp->off_s),
+        .acc = (float *)(base + dp->off_acc),
+        .row_max = (float *)(base + dp->off_max),
+        .row_sum = (float *)(base + dp->off_sum),
+        .scratch = (float *)(base + dp->off_scratch),
+    };
+    return w;
+}
+
+/* The task's query rows in the kernels' form, zero-padded to dpad. */
+static void load_queries(const decode_job *j, const decode_ws *w, int64_t b, int64_t hk)
+{
+    const fj_problem *p = j->p;
+    const fj_cpu_decode_plan *dp = j->dp;
+    const int D = p->head_dim;
+    for (int t = 0; t < p->seqlen_q; t++)
+        for (int h = 0; h < p->group; h++) {
+            const int r = t * p->group + h;
+            const void *src = fj_row_ptr(j->q, p->dtype, p->q_stride, b, t, hk * p->group + h);
+            if (dp->kernels->q_bf16) {
+                uint16_t *dst = (uint16_t *)w->q + (size_t)r * dp->dpad;
+                memcpy(dst, src, (size_t)D * sizeof(uint16_t));
+                memset(dst + D, 0, (size_t)(dp->dpad - D) * sizeof(uint16_t));
+            } else {
+                float *dst = (float *)w->q + (size_t)r * dp->dpad;
+                fj_load_f32(dst, dp->dpad, src, p->dtype, 0, 1, D);
+                memset(dst + D, 0, (size_t)(dp->dpad - D) * sizeof(float));
+            }
+        }
+}
+
+/* Keys [j0, j0 + nk) for the rows that see part of them. */
+static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_t hk, int64_t j0,
+                      int nk, float alpha)
+{
+    const fj_problem *p = j->p;
+    const fj_cpu_decode_plan *dp = j->dp;
+    const int64_t j1 = j0 + nk;
+    /* The positions that see part of the block are consecutive (every mask
+       is a band moving right with the position). */
+    int ta = p->seqlen_q, tb = 0;
+    for (int t = 0; t < p->seqlen_q; t++)
+        if (dp->lo[t] < dp->hi[t] && dp->lo[t] < j1 && dp->hi[t] > j0) {
+            if (t < ta) ta = t;
+            tb = t + 1;
+        }
+    if (ta >= tb) return;
+    const int ra = ta * p->group, nr = (tb - ta) * p->group;
+    const size_t q_elem = dp->kernels->q_bf16 ? sizeof(uint16_t) : sizeof(float);
+
+    const void *k = fj_row_ptr(j->k, p->dtype, p->k_stride, b, j0, hk);
+    dp->kernels->scores((const char *)w->q + (size_t)ra * dp->dpad * q_elem, dp->dpad, nr, k,
+                        p->k_stride[FJ_AXIS_SEQ], nk, p->head_dim, alpha, w->s, BLOCK_KEYS,
+                        w->scratch);
+    for (int r = ra; r < ra + nr; r++) {
+        const int t = r / p->group;
+        float *srow = w->s + (size_t)(r - ra) * BLOCK_KEYS;
+        int64_t a = dp->lo[t] > j0 ? dp->lo[t] - j0 : 0;
+        int64_t e = dp->hi[t] < j1 ? dp->hi[t] - j0 : nk;
+        if (a >= e) { /* a row of the range that sees none of this block */
+            memset(srow, 0, (size_t)nk * sizeof(float));
+            continue;
+        }
+        for (int64_t c = 0; c < a; c++) srow[c] = -INFINITY;
+        for (int64_t c = e; c < nk; c++) srow[c] = -INFINITY;
+        float factor = fj_tiled_softmax_step(srow, nk, &w->row_max[r], &w->row_sum[r]);
+        if (factor != 1.0f) fj_vscale(w->acc + (size_t)r * dp->dpad, dp->dpad, factor);
+    }
+    const void *v = fj_row_ptr(j->v, p->dtype, p->v_stride, b, j0, hk);
+    dp->kernels->accumulate(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], nk, p->head_dim,
+                            w->acc + (size_t)ra * dp->dpad, dp->dpad, w->scratch);
+}
+
+/* Row r of (b, hk): O = acc / sum (or 0), and its lse. */
+static void store_row(const decode_job *j, int64_t b, int64_t hk, int r, float *acc, float max,
+                      float sum)
+{
+    const fj_problem *p = j->p;
+    const int t = r / p->group;
+    const int64_t h = hk * p->group + r % p->group;
+    void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, b, t, h);
+    float row_lse = -INFINITY;
+    if (sum > 0.0f) {
+        fj_vscale(acc, p->head_dim, 1.0f / sum);
+        fj_store_f32(dst, p->dtype, 0, acc, 0, 1, p->head_dim);
+        row_lse = (float)(M_LN2 * max + log(sum));
+    } else { /* the row sees no key */
+        memset(dst, 0, (size_t)p->head_dim * fj_dtype_size(p->dtype));
+    }
+    if (j->lse) j->lse[(b * p->heads_q + h) * p->seqlen_q + t] = row_lse;
+}
+
+/* The last chunk of group g to finish: every chunk's partial merged into
+ * each row's output (acc: the worker's accumulator rows as scratch). */
+static void merge_chunks(const decode_job *j, int64_t g, int64_t b, int64_t hk, float *acc)
+{
+    const fj_cpu_decode_plan *dp = j->dp;
+    const size_t base = (size_t)g * dp->chunks * dp->rows;
+    for (int r = 0; r < dp->rows; r++) {
+        float m = -INFINITY;
+        for (int c = 0; c < dp->chunks; c++) {
+            float x = dp->part_max[base + (size_t)c * dp->rows + r];
+            if (x > m) m = x;
+        }
+        float *out = acc + (size_t)r * dp->dpad;
+        memset(out, 0, (size_t)dp->dpad * sizeof(float));
+        float sum = 0.0f;
+        if (m > -INFINITY)
+            for (int c = 0; c < dp->chunks; c++) {
+                const size_t at = base + (size_t)c * dp->rows + r;
+                if (!(dp->part_sum[at] > 0.0f)) continue; /* the row saw none of this chunk */
+                const float wgt = fj_tiled_exp2(dp->part_max[at] - m);
+                sum += wgt * dp->part_sum[at];
+                const float *x = dp->part_acc + at * dp->dpad;
+                for (int d = 0; d < dp->dpad; d++) out[d] += wgt * x[d];
+            }
+        store_row(j, b, hk, r, out, m, sum);
+    }
+}
+
+static void decode_task(void *arg, int64_t task, int worker)
+{
+    const decode_job *j = arg;
+    const fj_cpu_decode_plan *dp = j->dp;
+    const fj_problem *p = j->p;
+    const int64_t g = task / dp->chunks;
+    const int c = (int)(task % dp->chunks);
+    const int64_t b = g / p->heads_kv, hk = g % p->heads_kv;
+    const decode_ws w = worker_ws(dp, worker);
+    const float alpha = (float)(M_LOG2E * p->scale);
+
+    for (int r = 0; r < dp->rows; r++) {
+        w.row_max[r] = -INFINITY;
+        w.row_sum[r] = 0.0f;
+    }
+    memset(w.acc, 0, (size_t)dp->rows * dp->dpad * sizeof(float));
+    const int64_t c0 = dp->chunk_start[c], c1 = dp->chunk_start[c + 1];
+    if (c0 < c1) load_queries(j, &w, b, hk);
+    for (int64_t j0 = c0; j0 < c1; j0 += BLOCK_KEYS)
+        key_block(j, &w, b, hk, j0, (int)(c1 - j0 < BLOCK_KEYS ? c1 - j0 : BLOCK_KEYS), alpha);
+
+    if (dp->chunks == 1) {
+        for (int r = 0; r < dp->rows; r++)
+            store_row(j, b, hk, r, w.acc + (size_t)r * dp->dpad, w.row_max[r], w.row_sum[r]);
+        return;
+    }
+    const size_t at = ((size_t)g * dp->chunks + c) * dp->rows;
+    memcpy(dp->part_max + at, w.row_max, (size_t)dp->rows * sizeof(float));
+    memcpy(dp->part_sum + at, w.row_sum, (size_t)dp->rows * sizeof(float));
+    memcpy(dp->part_acc + at * dp->dpad, w.acc, (size_t)dp->rows * dp->dpad * sizeof(float));
+    /* acq_rel: the last one sees every other chunk's partial */
+    if (atomic_fetch_add_explicit(&dp->finished[g], 1, memory_order_acq_rel) == dp->chunks - 1) {
+        merge_chunks(j, g, b, hk, w.acc);
+        /* ready for the next execute (which the pool's lock orders after this one) */
+        atomic_store_explicit(&dp->finished[g], 0, memory_order_relaxed);
+    }
+}
+
+void fj_cpu_decode_execute(const fj_cpu_decode_plan *dp, const fj_problem *p, const void *q,
+                           const void *k, const void *v, void *o, float *lse)
+{
+    decode_job job = {dp, p, q, k, v, o, lse};
+    fj_pool_run(dp->pool, dp->groups * dp->chunks, decode_task, &job);
+}
+
+static size_t ws_part(size_t *cursor, size_t bytes)
+{
+    size_t at = *cursor;
+    *cursor += (bytes + 63) & ~(size_t)63;
+    return at;
+}
+
+/* Chunks per kv head for `threads` workers over `keys` keys. */
+static int chunk_count(int64_t groups, int64_t keys, int threads)
+{
+    if (threads <= 1 || groups >= (int64_t)TASKS_PER_WORKER * threads) return 1;
+    int64_t want = ((int64_t)TASKS_PER_WORKER * threads + groups - 1) / groups;
+    int64_t most = keys / MIN_CHUNK_KEYS;
+    if (want > most) want = most;
+    return want < 1 ? 1 : (int)want;
+}
+
+void fj_cpu_decode_plan_destroy(fj_cpu_decode_plan *dp)
+{
+    if (!dp) return;
+    free(dp->chunk_start);
+    free(dp->workspace);
+    free(dp->part_acc);
+    free(dp->part_max);
+    free(dp->part_sum);
+    free(dp->finished);
+    free(dp);
+}
+
+static fj_status no_memory(fj_cpu_decode_plan *dp, size_t bytes)
+{
+    fj_cpu_decode_plan_destroy(dp);
+    return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu decode: cannot allocate %zu KiB of workspace",
+                   bytes >> 10);
+}
+
+fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_decode_plan **out,
+                                    fj_strbuf *describe)
+{
+    *out = NULL;
+    fj_cpu_decode_plan *dp = calloc(1, sizeof *dp);
+    if (!dp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu decode: out of memory for the plan");
+    const int threads = fj_pool_threads(pool);
+    dp->pool = pool;
+    dp->rows = (int)rows_per_kv_head(p);
+    dp->dpad = (p->head_dim + FJ_DECODE_PAD - 1) / FJ_DECODE_PAD * FJ_DECODE_PAD;
+    dp->groups = (int64_t)p->batch * p->heads_kv;
+    const char *why_kernels = "this CPU has AVX-512";
+    if (atomic_load(&forced_mode) == FJ_CPU_DECODE_GENERIC) {
+        why_kernels = "forced by fj_cpu_decode_force";
+    } else if ((dp->kernels = fj_decode_kernels_avx512(p->dtype))) {
+        if (dp->kernels->q_bf16) why_kernels = "this CPU has AVX-512 BF16: bf16 pairs multiplied as they are";
+    } else {
+        why_kernels = "no AVX-512 on this CPU";
+    }
+    if (!dp->kernels) dp->kernels = fj_decode_kernels_generic(p->dtype);
+
+    /* The keys some row sees: the same for every (batch, kv head). */
+    int64_t jlo = p->seqlen_k, jhi = 0;
+    for (int t = 0; t < p->seqlen_q; t++) {
+        fj_visible_keys(p, t, &dp->lo[t], &dp->hi[t]);
+        if (dp->lo[t] >= dp->hi[t]) continue;
+        if (dp->lo[t] < jlo) jlo = dp->lo[t];
+        if (dp->hi[t] > jhi) jhi = dp->hi[t];
+    }
+    if (jlo > jhi) jlo = jhi = 0; /* no row sees a key */
+    dp->chunks = chunk_count(dp->groups, jhi - jlo, threads);
+    int64_t step = (jhi - jlo + dp->chunks - 1) / dp->chunks;
+    step = (step + 15) / 16 * 16; /* whole groups of 16 keys for the kernels */
+    if (step > 0) dp->chunks = (int)((jhi - jlo + step - 1) / step);
+    if (dp->chunks < 1) dp->chunks = 1;
+    if (!(dp->chunk_start = malloc(sizeof(int64_t) * ((size_t)dp->chunks + 1))))
+        return no_memory(dp, sizeof(int64_t) * ((size_t)dp->chunks + 1));
+    for (int c = 0; c <= dp->chunks; c++) {
+        int64_t at = jlo + (int64_t)c * step;
+        dp->chunk_start[c] = at < jhi ? at : jhi;
+    }
+
+    const size_t R = (size_t)dp->rows, DP = (size_t)dp->dpad, f = sizeof(float);
+    size_t cur = 0;
+    dp->off_q = ws_part(&cur, R * DP * f);
+    dp->off_s = ws_part(&cur, R * BLOCK_KEYS * f);
+    dp->off_acc = ws_part(&cur, R * DP * f);
+    dp->off_max = ws_part(&cur, R * f);
+    dp->off_sum = ws_part(&cur, R * f);
+    dp->off_scratch = ws_part(&cur, (size_t)FJ_DECODE_MAX_BLOCK * DP * f);
+    dp->ws_bytes = cur;
+    if (!(dp->workspace = aligned_alloc(64, dp->ws_bytes * (size_t)threads)))
+        return no_memory(dp, dp->ws_bytes * (size_t)threads);
+    size_t part_bytes = 0;
+    if (dp->chunks > 1) {
+        const size_t parts = (size_t)dp->groups * dp->chunks * R;
+        part_bytes = parts * (DP + 2) * f + (size_t)dp->groups * sizeof(atomic_int);
+        dp->part_acc = malloc(parts * DP * f);
+        dp->part_max = malloc(parts * f);
+        dp->part_sum = malloc(parts * f);
+        dp->finished = malloc((size_t)dp->groups * sizeof(atomic_int));
+        if (!dp->part_acc || !dp->part_max || !dp->part_sum || !dp->finished)
+            return no_memory(dp, part_bytes);
+        for (int64_t g = 0; g < dp->groups; g++) atomic_init(&dp->finished[g], 0);
+    }
+
+    const int64_t tasks = dp->groups * dp->chunks;
+    fj_strbuf_printf(describe,
+                     "backend: cpu\n"
+                     "method: decode: %d query row(s) per kv head (%d position(s) x %d head(s)) "
+                     "share each K/V row, read once at its stored width (no BLAS, no packing); "
+                     "chosen because %d <= %d rows per kv head would leave sgemm packing K and V "
+                     "for a few rows\n"
+                     "split: keys [%lld, %lld) in %d chunk(s) of %lld per kv head, %lld task(s) "
+                     "for %d worker(s)%s; blocks of %d keys\n"
+                     "kernels: %s (%s)\n"
+                     "workspace: %zu bytes per thread, %d threads, %zu bytes of partial results\n",
+                     dp->rows, p->seqlen_q, p->group, dp->rows, FJ_CPU_DECODE_MAX_ROWS,
+                     (long long)jlo, (long long)jhi, dp->chunks, (long long)step, (long long)tasks,
+                     threads, dp->chunks > 1 ? ", merged by lse" : "", BLOCK_KEYS,
+                     dp->kernels->name, why_kernels, dp->ws_bytes, threads, part_bytes);
+    *out = dp;
+    return FJ_OK;
+}
