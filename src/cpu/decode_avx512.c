@@ -1,20 +1,27 @@
-/* The decode path's AVX-512 kernels (decode_kernels.h): K and V rows read
- * where they lie and widened to float in registers as they are loaded (f16
- * by vcvtph2ps, bf16 by a 16-bit shift), or with AVX-512 BF16 multiplied as
- * bf16 pairs by vdpbf16ps (products exact, sums in float).
+/* The decode path's AVX-512 kernels (decode_kernels.h).
  *
- * Scores: one query row against 16 keys at a time, the row's query held in
- * registers, each key's row read front to back (a sequential stream for the
- * prefetchers) into its own accumulator; the 16 accumulators are then summed
- * across their lanes together, by a transpose-and-add tree (45 shuffles and
- * adds for 16 scores, against 16 separate horizontal sums of 4 steps each).
+ * f32 rows are read where they lie. f16 and bf16 rows are widened to float a
+ * group of keys at a time (16 for scores, 32 for values) into the scratch
+ * buffer, which stays in L1, and every query row of the group then reads the
+ * floats from there: one conversion per element however many rows share it.
+ * f16 widens by vcvtph2ps; bf16 by interleaving each vector of 32 with zeros
+ * (vpunpck{l,h}wd: one instruction per 16 floats, half what a zero-extend and
+ * shift take), which leaves the columns of each 32 in the order
+ * bf16_order below; queries and accumulators are kept in that order too.
  *
- * Values: up to 4 rows x 4 vectors (2 rows x 8, 1 x 8) of accumulators stay
- * in registers while every key of the block goes by, so each value element
- * loaded feeds up to 4 FMAs. With BF16 dot products a vector of values holds
- * 16 (key j, key j + 1) pairs of one column each, interleaved from two rows
- * (vpunpck{l,h}wd); the accumulators take that order while the block goes by
- * and are put back in column order at its end. */
+ * Scores: one query row (held in registers, up to 128 columns a pass)
+ * against 4 keys at a time, one accumulator each, folded into one vector of
+ * 4 partial sums per 128-bit lane (6 shuffles, 3 adds); four such vectors
+ * give 16 scores after 2 more steps. Values: up to 4 rows x 4 vectors (2 x 8,
+ * 1 x 8) of accumulators stay in registers while a group of keys goes by, so
+ * each value element loaded feeds up to 4 FMAs.
+ *
+ * The AVX-512 BF16 set multiplies bf16 pairs as they are (vdpbf16ps); it is
+ * not the one plans take: on the development machine one vdpbf16ps (32
+ * products) issues every other cycle and a float FMA (16) twice a cycle, so
+ * widening and FMAs do twice the work per cycle (docs/benchmarks.md). It
+ * stays, selectable by fj_decode_kernels_avx512_bf16, for CPUs where that
+ * differs and for the benchmark that measures it. */
 #include "decode_kernels.h"
 
 #include <stddef.h>
@@ -27,18 +34,15 @@
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 #define AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define INLINE static inline __attribute__((always_inline))
+/* Loops over a compile-time count of registers: unrolled, or GCC keeps the
+   register arrays in memory. */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define UNROLL _Pragma("GCC unroll 16")
+#endif
 
-/* ---- loading 16 elements of a row as floats ------------------------------ */
-
-AVX512 INLINE __m512 load16(const void *p, fj_dtype t, __mmask16 m)
-{
-    if (t == FJ_F32) return _mm512_maskz_loadu_ps(m, p);
-    __m256i h = _mm256_maskz_loadu_epi16(m, p);
-    if (t == FJ_F16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-static inline __mmask16 mask16(int valid) /* the first valid (may be <= 0 or >= 16) lanes */
+static inline __mmask16 mask16(int valid) /* the first valid (any int) lanes */
 {
     return valid >= 16 ? (__mmask16)0xffff : valid <= 0 ? 0 : (__mmask16)((1u << valid) - 1);
 }
@@ -48,153 +52,272 @@ static inline __mmask32 mask32(int valid)
     return valid >= 32 ? (__mmask32)0xffffffffu : valid <= 0 ? 0 : (__mmask32)((1u << valid) - 1);
 }
 
-/* Keys ahead of the one in use whose rows are prefetched (into L2): the
- * hardware prefetchers alone left the block's first loads waiting on memory,
- * the K and V streams taking turns. Past the end of the caller's keys this
- * only touches neighbouring rows (a prefetch never faults). */
-#ifndef FJ_DECODE_PREFETCH_KEYS
-#define FJ_DECODE_PREFETCH_KEYS 64
-#endif
+static inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
-INLINE void prefetch_row(const char *row, int bytes)
+/* Position i of a 32-column chunk widened from bf16 by interleaving: the low
+ * vector takes columns 0-3 of each 8, the high one columns 4-7. */
+static const uint8_t bf16_order[32] = {0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18,
+                                       19, 24, 25, 26, 27, 4,  5,  6,  7,  12, 13,
+                                       14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+
+/* The 32 elements at x (type t) as two float vectors, in the kernels' order;
+ * MASKED: only the elements in m are read, the others are 0. */
+AVX512 INLINE void load32(const char *x, fj_dtype t, const bool MASKED, __mmask32 m, __m512 *lo,
+                          __m512 *hi)
 {
-    for (int b = 0; b < bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
-}
-
-static inline const char *row_at(const void *base, int64_t j, int64_t ld, int elem)
-{
-    return (const char *)base + j * ld * elem;
-}
-
-/* ---- lane sums of 16 accumulators ---------------------------------------- */
-
-/* Lane i of the result: the sum of a[i]'s 16 lanes. */
-AVX512 INLINE __m512 sum16(const __m512 a[16])
-{
-    __m512 t[8], u[4];
-    for (int i = 0; i < 8; i++) /* per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] */
-        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
-                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-    for (int i = 0; i < 4; i++) { /* per 128-bit lane: keys 4i..4i+3, that lane's sum */
-        __m512d x = _mm512_castps_pd(t[2 * i]), y = _mm512_castps_pd(t[2 * i + 1]);
-        u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    if (t == FJ_F32) {
+        const float *f = (const float *)x;
+        *lo = MASKED ? _mm512_maskz_loadu_ps((__mmask16)m, f) : _mm512_loadu_ps(f);
+        *hi = MASKED ? _mm512_maskz_loadu_ps((__mmask16)(m >> 16), f + 16) : _mm512_loadu_ps(f + 16);
+    } else if (t == FJ_F16) {
+        const __m256i *h = (const __m256i *)x;
+        *lo = _mm512_cvtph_ps(MASKED ? _mm256_maskz_loadu_epi16((__mmask16)m, h) : _mm256_loadu_si256(h));
+        *hi = _mm512_cvtph_ps(MASKED ? _mm256_maskz_loadu_epi16((__mmask16)(m >> 16), h + 1)
+                                     : _mm256_loadu_si256(h + 1));
+    } else {
+        const __m512i b = MASKED ? _mm512_maskz_loadu_epi16(m, x) : _mm512_loadu_si512(x);
+        const __m512i zero = _mm512_setzero_si512();
+        *lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, b));
+        *hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, b));
     }
-    /* the four 128-bit lanes added: pairs of lanes, then pairs of pairs */
-    __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88),
-                               _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
-    __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88),
-                               _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
+}
+
+static inline int elem_bytes(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
+
+/* n rows of head_dim elements (ldb bytes apart) widened into dst (rows dpad
+ * floats apart, zeros past head_dim). */
+AVX512 INLINE void widen_rows(const char *src, int64_t ldb, int n, int head_dim, fj_dtype t,
+                              float *dst, int dpad)
+{
+    const int full = head_dim / 32, elem = elem_bytes(t);
+    const __mmask32 tail = mask32(head_dim - 32 * full);
+    for (int j = 0; j < n; j++, src += ldb, dst += dpad) {
+        __m512 lo, hi;
+        int c = 0;
+        for (; c < full; c++) {
+            load32(src + (size_t)32 * c * elem, t, false, 0, &lo, &hi);
+            _mm512_storeu_ps(dst + 32 * c, lo);
+            _mm512_storeu_ps(dst + 32 * c + 16, hi);
+        }
+        if (32 * c < dpad) {
+            load32(src + (size_t)32 * c * elem, t, true, tail, &lo, &hi);
+            _mm512_storeu_ps(dst + 32 * c, lo);
+            _mm512_storeu_ps(dst + 32 * c + 16, hi);
+        }
+    }
+}
+
+/* ---- scores --------------------------------------------------------------- */
+
+/* Per 128-bit lane, the partial sums of 4 accumulators: [a, b, c, d]. */
+AVX512 INLINE __m512 fold4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    __m512d x = _mm512_castps_pd(ab), y = _mm512_castps_pd(cd);
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+}
+
+/* Lane i: key i's dot product, from the fold4 results of keys 0-3, 4-7, ... */
+AVX512 INLINE __m512 fold16(__m512 u0, __m512 u1, __m512 u2, __m512 u3)
+{
+    __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xdd));
+    __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(u2, u3, 0x88), _mm512_shuffle_f32x4(u2, u3, 0xdd));
     return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, 0x88), _mm512_shuffle_f32x4(v01, v23, 0xdd));
 }
 
-/* ---- scores, float products ----------------------------------------------- */
-
-/* Partial dot products of one query row with 16 keys over dims [c0, c0 + 16 NC)
- * (those below head_dim), lane-summed: lane i is key i's. */
-AVX512 INLINE __m512 dots16(const float *q, const char *const key[16], fj_dtype t, int elem,
-                            int c0, int head_dim, const int NC)
+/* Dots of one query row (NC chunks of 32 columns from its column c0, in
+ * registers) with keys row0 + i * ldb, i < 16 (i >= n: key n - 1 again), rows
+ * of type t; the last chunk read masked by `tail` when MASKED. Two
+ * accumulators per key: half the FMA chain. */
+AVX512 INLINE __m512 dots16(const float *q, const char *row0, int64_t ldb, int n, fj_dtype t,
+                            int c0, __mmask32 tail, const int NC, const bool MASKED)
 {
-    __m512 qv[8], acc[16];
-    __mmask16 m[8];
-    for (int c = 0; c < NC; c++) {
-        qv[c] = _mm512_loadu_ps(q + c0 + 16 * c); /* padded with zeros */
-        m[c] = mask16(head_dim - c0 - 16 * c);
+    const int elem = elem_bytes(t);
+    __m512 qv[8];
+    UNROLL
+    for (int c = 0; c < 2 * NC; c++) qv[c] = _mm512_loadu_ps(q + c0 + 16 * c);
+    __m512 u[4];
+    UNROLL
+    for (int g = 0; g < 4; g++) {
+        __m512 a[4];
+        UNROLL
+        for (int i = 0; i < 4; i++) {
+            const int key = 4 * g + i < n ? 4 * g + i : n - 1;
+            const char *x = row0 + key * ldb + (size_t)c0 * elem;
+            __m512 lo, hi, s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+            UNROLL
+            for (int c = 0; c < NC; c++) {
+                load32(x + (size_t)32 * c * elem, t, MASKED && c == NC - 1, tail, &lo, &hi);
+                s0 = _mm512_fmadd_ps(lo, qv[2 * c], s0);
+                s1 = _mm512_fmadd_ps(hi, qv[2 * c + 1], s1);
+            }
+            a[i] = _mm512_add_ps(s0, s1);
+        }
+        u[g] = fold4(a[0], a[1], a[2], a[3]);
     }
-    for (int i = 0; i < 16; i++) {
-        acc[i] = _mm512_mul_ps(load16(key[i] + (size_t)c0 * elem, t, m[0]), qv[0]);
-        for (int c = 1; c < NC; c++)
-            acc[i] = _mm512_fmadd_ps(load16(key[i] + (size_t)(c0 + 16 * c) * elem, t, m[c]), qv[c],
-                                     acc[i]);
-    }
-    return sum16(acc);
+    return fold16(u[0], u[1], u[2], u[3]);
 }
 
-AVX512 INLINE void scores_float(const float *q, int ldq, int nr, const void *k, int64_t k_ld,
-                                int nk, int head_dim, float alpha, float *s, int lds, fj_dtype t)
+/* s[r * lds + i] = alpha q_r . key i for the rows, 16 keys from row0 (type t,
+ * ldb bytes apart, n of them valid), `chunks` chunks of 32 columns, the last
+ * masked when MASKED (rows that end before it). */
+AVX512 INLINE void scores_group(const float *q, int ldq, int nr, const char *row0, int64_t ldb,
+                                int n, fj_dtype t, int chunks, __mmask32 tail, __m512 alpha,
+                                float *s, int lds, const bool MASKED)
 {
-    const int elem = t == FJ_F32 ? 4 : 2;
+    for (int r = 0; r < nr; r++) {
+        const float *qr = q + (size_t)r * ldq;
+        __m512 sum = _mm512_setzero_ps();
+        for (int c = 0; c < chunks; c += 4) { /* up to 8 vectors of query in registers */
+            const int nc = chunks - c < 4 ? chunks - c : 4;
+            const bool last = c + nc == chunks;
+            __m512 d;
+#define DOTS(NC)                                                                               \
+    d = MASKED && last ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true)                  \
+                       : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false)
+            switch (nc) {
+            case 1: DOTS(1); break;
+            case 2: DOTS(2); break;
+            case 3: DOTS(3); break;
+            default: DOTS(4); break;
+            }
+#undef DOTS
+            sum = _mm512_add_ps(sum, d);
+        }
+        _mm512_mask_storeu_ps(s + (size_t)r * lds, mask16(n), _mm512_mul_ps(sum, alpha));
+    }
+}
+
+/* Scores of the block: the rows read where they lie for f32 (and for a
+ * single query row), else each group of 16 widened once into scratch for
+ * all the query rows. */
+AVX512 INLINE void scores_any(const float *q, int ldq, int nr, const void *k, int64_t k_ld, int nk,
+                              int head_dim, float alpha, float *s, int lds, float *scratch,
+                              fj_dtype t)
+{
+    const int elem = elem_bytes(t), dpad = round_up(head_dim, FJ_DECODE_PAD);
+    const int chunks = dpad / 32;
+    const int64_t ldb = k_ld * elem;
+    const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
+    const bool in_place = t == FJ_F32 || nr == 1;
     const __m512 va = _mm512_set1_ps(alpha);
     for (int j0 = 0; j0 < nk; j0 += 16) {
         const int n = nk - j0 < 16 ? nk - j0 : 16;
-        const char *key[16];
-        for (int i = 0; i < 16; i++) key[i] = row_at(k, j0 + (i < n ? i : n - 1), k_ld, elem);
-        for (int i = 0; i < 16; i++)
-            prefetch_row(row_at(k, j0 + i + FJ_DECODE_PREFETCH_KEYS, k_ld, elem), head_dim * elem);
-        for (int r = 0; r < nr; r++) {
-            const float *qr = q + (size_t)r * ldq;
-            __m512 sum = _mm512_setzero_ps();
-            /* dims in passes of up to 128 (8 vectors of query in registers) */
-            for (int c0 = 0; c0 < head_dim; c0 += 128) {
-                int nc = (head_dim - c0 + 15) / 16;
-                __m512 d;
-                switch (nc > 8 ? 8 : nc) {
-                case 1: d = dots16(qr, key, t, elem, c0, head_dim, 1); break;
-                case 2: d = dots16(qr, key, t, elem, c0, head_dim, 2); break;
-                case 3: d = dots16(qr, key, t, elem, c0, head_dim, 3); break;
-                case 4: d = dots16(qr, key, t, elem, c0, head_dim, 4); break;
-                case 5: d = dots16(qr, key, t, elem, c0, head_dim, 5); break;
-                case 6: d = dots16(qr, key, t, elem, c0, head_dim, 6); break;
-                case 7: d = dots16(qr, key, t, elem, c0, head_dim, 7); break;
-                default: d = dots16(qr, key, t, elem, c0, head_dim, 8); break;
-                }
-                sum = _mm512_add_ps(sum, d);
-            }
-            _mm512_mask_storeu_ps(s + (size_t)r * lds + j0, mask16(n), _mm512_mul_ps(sum, va));
+        const char *rows = (const char *)k + j0 * ldb;
+        if (in_place) {
+            if (head_dim % 32)
+                scores_group(q, ldq, nr, rows, ldb, n, t, chunks, tail, va, s + j0, lds, true);
+            else
+                scores_group(q, ldq, nr, rows, ldb, n, t, chunks, tail, va, s + j0, lds, false);
+        } else {
+            widen_rows(rows, ldb, n, head_dim, t, scratch, dpad);
+            scores_group(q, ldq, nr, (const char *)scratch, dpad * (int64_t)sizeof(float), n,
+                         FJ_F32, chunks, 0, va, s + j0, lds, false);
         }
     }
 }
 
-/* ---- values, float products ----------------------------------------------- */
+/* ---- values ----------------------------------------------------------------- */
 
-/* acc rows [0, NR) x columns [c0, c0 + 16 NV) += p V over the block's keys. */
-AVX512 INLINE void accumulate_tile(const float *p, int ldp, const void *v, int64_t v_ld, int nk,
-                                   int head_dim, float *acc, int ldacc, fj_dtype t, int c0,
-                                   int dpad, const int NR, const int NV)
+/* acc rows [0, NR) x chunks [c, c + NC) of 32 columns += p V over n keys
+ * from row0 (type t, ldb bytes apart; the last chunk masked by `tail` when
+ * MASKED). */
+AVX512 INLINE void values_tile(const float *p, int ldp, const char *row0, int64_t ldb, int n,
+                               fj_dtype t, float *acc, int ldacc, int c, __mmask32 tail,
+                               const int NR, const int NC, const bool MASKED)
 {
-    const int elem = t == FJ_F32 ? 4 : 2;
+    const int elem = elem_bytes(t);
     __m512 a[4][8];
-    __mmask16 mv[8], ma[8]; /* columns below head_dim (values), below the pad (acc) */
-    for (int c = 0; c < NV; c++) {
-        mv[c] = mask16(head_dim - c0 - 16 * c);
-        ma[c] = mask16(dpad - c0 - 16 * c);
-    }
+    UNROLL
     for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NV; c++)
-            a[r][c] = _mm512_maskz_loadu_ps(ma[c], acc + (size_t)r * ldacc + c0 + 16 * c);
-    const char *row = (const char *)v + (size_t)c0 * elem;
-    const int64_t ahead = FJ_DECODE_PREFETCH_KEYS * v_ld * elem;
-    for (int j = 0; j < nk; j++, row += v_ld * elem) {
-        if (c0 == 0) prefetch_row(row + ahead, head_dim * elem);
+        UNROLL
+        for (int v = 0; v < 2 * NC; v++) a[r][v] = _mm512_loadu_ps(acc + (size_t)r * ldacc + 32 * c + 16 * v);
+    const char *row = row0 + (size_t)32 * c * elem;
+    for (int j = 0; j < n; j++, row += ldb) {
         __m512 x[8];
-        for (int c = 0; c < NV; c++) x[c] = load16(row + (size_t)16 * c * elem, t, mv[c]);
+        UNROLL
+        for (int v = 0; v < NC; v++)
+            load32(row + (size_t)32 * v * elem, t, MASKED && v == NC - 1, tail, &x[2 * v], &x[2 * v + 1]);
+        UNROLL
         for (int r = 0; r < NR; r++) {
-            __m512 w = _mm512_set1_ps(p[(size_t)r * ldp + j]);
-            for (int c = 0; c < NV; c++) a[r][c] = _mm512_fmadd_ps(w, x[c], a[r][c]);
+            const __m512 w = _mm512_set1_ps(p[(size_t)r * ldp + j]);
+            UNROLL
+            for (int v = 0; v < 2 * NC; v++) a[r][v] = _mm512_fmadd_ps(w, x[v], a[r][v]);
         }
     }
+    UNROLL
     for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NV; c++)
-            _mm512_mask_storeu_ps(acc + (size_t)r * ldacc + c0 + 16 * c, ma[c], a[r][c]);
+        UNROLL
+        for (int v = 0; v < 2 * NC; v++) _mm512_storeu_ps(acc + (size_t)r * ldacc + 32 * c + 16 * v, a[r][v]);
 }
 
-AVX512 INLINE void accumulate_float(const float *p, int ldp, int nr, const void *v, int64_t v_ld,
-                                    int nk, int head_dim, float *acc, int ldacc, fj_dtype t)
+/* All rows and chunks for n keys from row0 (16 accumulators a tile: 1-2
+ * rows x 4 chunks, 3-4 rows x 2). */
+AVX512 INLINE void values_group(const float *p, int ldp, int nr, const char *row0, int64_t ldb,
+                                int n, fj_dtype t, int chunks, __mmask32 tail, float *acc,
+                                int ldacc, const bool MASKED)
 {
-    const int dpad = (head_dim + FJ_DECODE_PAD - 1) / FJ_DECODE_PAD * FJ_DECODE_PAD;
     for (int r0 = 0; r0 < nr; r0 += 4) {
         const int rows = nr - r0 < 4 ? nr - r0 : 4;
         const float *pr = p + (size_t)r0 * ldp;
         float *ar = acc + (size_t)r0 * ldacc;
-        const int width = rows <= 2 ? 128 : 64; /* columns per pass: 16 accumulators */
-        for (int c0 = 0; c0 < dpad; c0 += width) {
-            switch (rows) {
-            case 1: accumulate_tile(pr, ldp, v, v_ld, nk, head_dim, ar, ldacc, t, c0, dpad, 1, 8); break;
-            case 2: accumulate_tile(pr, ldp, v, v_ld, nk, head_dim, ar, ldacc, t, c0, dpad, 2, 8); break;
-            case 3: accumulate_tile(pr, ldp, v, v_ld, nk, head_dim, ar, ldacc, t, c0, dpad, 3, 4); break;
-            default: accumulate_tile(pr, ldp, v, v_ld, nk, head_dim, ar, ldacc, t, c0, dpad, 4, 4); break;
+        for (int c = 0; c < chunks;) {
+            const int left = chunks - c;
+            const int nc = rows <= 2 && left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            const bool m = MASKED && c + nc == chunks;
+#define TILE(R, C)                                                                              \
+    (m ? values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, true)                 \
+       : values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, false))
+#define ROWS(C)                    \
+    switch (rows) {                \
+    case 1: TILE(1, C); break;     \
+    case 2: TILE(2, C); break;     \
+    case 3: TILE(3, C); break;     \
+    default: TILE(4, C); break;    \
+    }
+            if (nc == 4) {
+                if (rows == 1) TILE(1, 4);
+                else TILE(2, 4);
+            } else if (nc == 2) {
+                ROWS(2)
+            } else {
+                ROWS(1)
             }
+#undef ROWS
+#undef TILE
+            c += nc;
         }
+    }
+}
+
+/* Keys per group when the values are widened into scratch first (more than
+   one tile of rows would widen each row again): 32 x dpad floats, 16 KiB at
+   head dim 128, stay in L1 while every tile reads them. */
+#define VALUE_GROUP 32
+
+AVX512 INLINE void values_any(const float *p, int ldp, int nr, const void *v, int64_t v_ld, int nk,
+                              int head_dim, float *acc, int ldacc, float *scratch, fj_dtype t)
+{
+    const int elem = elem_bytes(t), dpad = round_up(head_dim, FJ_DECODE_PAD);
+    const int chunks = dpad / 32;
+    const int64_t ldb = v_ld * elem;
+    const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
+    if (t == FJ_F32 || nr <= 4) {
+        if (head_dim % 32)
+            values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, true);
+        else
+            values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, false);
+        return;
+    }
+    const int64_t lds = dpad * (int64_t)sizeof(float);
+    for (int j0 = 0; j0 < nk; j0 += VALUE_GROUP) {
+        const int n = nk - j0 < VALUE_GROUP ? nk - j0 : VALUE_GROUP;
+        const char *rows = (const char *)v + j0 * ldb;
+        widen_rows(rows, ldb, n, head_dim, t, scratch, dpad);
+        values_group(p + j0, ldp, nr, (const char *)scratch, lds, n, FJ_F32, chunks, 0, acc, ldacc,
+                     false);
     }
 }
 
@@ -203,42 +326,49 @@ AVX512 INLINE void accumulate_float(const float *p, int ldp, int nr, const void 
                                        int64_t k_ld, int nk, int head_dim, float alpha, float *s, \
                                        int lds, float *scratch)                                   \
     {                                                                                             \
-        (void)scratch;                                                                            \
-        scores_float(q, ldq, nr, k, k_ld, nk, head_dim, alpha, s, lds, dtype);                   \
+        scores_any(q, ldq, nr, k, k_ld, nk, head_dim, alpha, s, lds, scratch, dtype);             \
     }                                                                                             \
-    AVX512 static void accumulate_##suffix(const float *p, int ldp, int nr, const void *v,       \
-                                           int64_t v_ld, int nk, int head_dim, float *acc,        \
-                                           int ldacc, float *scratch)                             \
+    AVX512 static void values_##suffix(const float *p, int ldp, int nr, const void *v,           \
+                                       int64_t v_ld, int nk, int head_dim, float *acc, int ldacc, \
+                                       float *scratch)                                            \
     {                                                                                             \
-        (void)scratch;                                                                            \
-        accumulate_float(p, ldp, nr, v, v_ld, nk, head_dim, acc, ldacc, dtype);                  \
+        values_any(p, ldp, nr, v, v_ld, nk, head_dim, acc, ldacc, scratch, dtype);                \
     }
 
 FLOAT_SET(f32, FJ_F32)
 FLOAT_SET(f16, FJ_F16)
 FLOAT_SET(bf16, FJ_BF16)
 
-/* ---- bf16 dot products ------------------------------------------------------ */
+/* ---- bf16 dot products --------------------------------------------------------- */
 
 /* Lane i of the result: the dot product of a bf16 query row with key i over
- * dims [c0, c0 + 32 NC) below head_dim. */
-AVX512_BF16 INLINE __m512 dots16_bf16(const uint16_t *q, const char *const key[16], int c0,
-                                      int head_dim, const int NC)
+ * dims [c0, c0 + 32 NC) below head_dim (16 accumulators, folded). */
+AVX512_BF16 INLINE __m512 dots16_bf16(const uint16_t *q, const char *k, int64_t ldb, int n,
+                                      int c0, int head_dim, const int NC)
 {
     __m512bh qv[8];
-    __m512 acc[16];
     __mmask32 m[8];
+    UNROLL
     for (int c = 0; c < NC; c++) {
         qv[c] = (__m512bh)_mm512_loadu_si512(q + c0 + 32 * c);
         m[c] = mask32(head_dim - c0 - 32 * c);
     }
-    for (int i = 0; i < 16; i++) {
-        acc[i] = _mm512_setzero_ps();
-        for (int c = 0; c < NC; c++)
-            acc[i] = _mm512_dpbf16_ps(
-                acc[i], qv[c], (__m512bh)_mm512_maskz_loadu_epi16(m[c], key[i] + (size_t)(c0 + 32 * c) * 2));
+    __m512 u[4];
+    UNROLL
+    for (int g = 0; g < 4; g++) {
+        __m512 a[4];
+        UNROLL
+        for (int i = 0; i < 4; i++) {
+            const char *row = k + (4 * g + i < n ? 4 * g + i : n - 1) * ldb;
+            a[i] = _mm512_setzero_ps();
+            UNROLL
+            for (int c = 0; c < NC; c++)
+                a[i] = _mm512_dpbf16_ps(
+                    a[i], qv[c], (__m512bh)_mm512_maskz_loadu_epi16(m[c], row + (size_t)(c0 + 32 * c) * 2));
+        }
+        u[g] = fold4(a[0], a[1], a[2], a[3]);
     }
-    return sum16(acc);
+    return fold16(u[0], u[1], u[2], u[3]);
 }
 
 AVX512_BF16 static void scores_bf16dot(const void *q, int ldq, int nr, const void *k, int64_t k_ld,
@@ -247,28 +377,28 @@ AVX512_BF16 static void scores_bf16dot(const void *q, int ldq, int nr, const voi
 {
     (void)scratch;
     const __m512 va = _mm512_set1_ps(alpha);
+    const int64_t ldb = k_ld * 2;
     for (int j0 = 0; j0 < nk; j0 += 16) {
         const int n = nk - j0 < 16 ? nk - j0 : 16;
-        const char *key[16];
-        for (int i = 0; i < 16; i++) key[i] = row_at(k, j0 + (i < n ? i : n - 1), k_ld, 2);
-        for (int i = 0; i < 16; i++)
-            prefetch_row(row_at(k, j0 + i + FJ_DECODE_PREFETCH_KEYS, k_ld, 2), head_dim * 2);
+        const char *rows = (const char *)k + (size_t)j0 * ldb;
         for (int r = 0; r < nr; r++) {
             const uint16_t *qr = (const uint16_t *)q + (size_t)r * ldq;
             __m512 sum = _mm512_setzero_ps();
             for (int c0 = 0; c0 < head_dim; c0 += 256) { /* passes of up to 8 vectors */
-                int nc = (head_dim - c0 + 31) / 32;
+                const int nc = (head_dim - c0 + 31) / 32;
                 __m512 d;
+#define DOTS(NC) d = dots16_bf16(qr, rows, ldb, n, c0, head_dim, NC)
                 switch (nc > 8 ? 8 : nc) {
-                case 1: d = dots16_bf16(qr, key, c0, head_dim, 1); break;
-                case 2: d = dots16_bf16(qr, key, c0, head_dim, 2); break;
-                case 3: d = dots16_bf16(qr, key, c0, head_dim, 3); break;
-                case 4: d = dots16_bf16(qr, key, c0, head_dim, 4); break;
-                case 5: d = dots16_bf16(qr, key, c0, head_dim, 5); break;
-                case 6: d = dots16_bf16(qr, key, c0, head_dim, 6); break;
-                case 7: d = dots16_bf16(qr, key, c0, head_dim, 7); break;
-                default: d = dots16_bf16(qr, key, c0, head_dim, 8); break;
+                case 1: DOTS(1); break;
+                case 2: DOTS(2); break;
+                case 3: DOTS(3); break;
+                case 4: DOTS(4); break;
+                case 5: DOTS(5); break;
+                case 6: DOTS(6); break;
+                case 7: DOTS(7); break;
+                default: DOTS(8); break;
                 }
+#undef DOTS
                 sum = _mm512_add_ps(sum, d);
             }
             _mm512_mask_storeu_ps(s + (size_t)r * lds + j0, mask16(n), _mm512_mul_ps(sum, va));
@@ -276,13 +406,14 @@ AVX512_BF16 static void scores_bf16dot(const void *q, int ldq, int nr, const voi
     }
 }
 
-/* Where the pair layout keeps each column of a 32-column chunk: vpunpcklwd
- * takes columns 0-3 of each 8 (lanes 4g..4g+3 of the low vector hold columns
- * 8g..8g+3), vpunpckhwd columns 4-7. */
+/* Where the pair layout keeps each column of a 32-column chunk: bf16_order
+ * (vpunpcklwd of two rows interleaves columns 0-3 of each 8, vpunpckhwd
+ * columns 4-7). The accumulators' positions in that order, from column
+ * order: */
 static const int32_t pair_lo_cols[16] = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
 static const int32_t pair_hi_cols[16] = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
-/* And back: column c (of 32) from lane (c / 8) * 4 + c % 4 of the low vector
-   (index < 16) or of the high one (index 16 + lane). */
+/* and back: column c of 32 from lane (c / 8) * 4 + c % 4 of the low vector
+   (index < 16) or of the high one (16 + lane). */
 static const int32_t cols_from_pairs[32] = {0,  1,  2,  3,  16, 17, 18, 19, 4,  5,  6,
                                             7,  20, 21, 22, 23, 8,  9,  10, 11, 24, 25,
                                             26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
@@ -290,15 +421,18 @@ static const int32_t cols_from_pairs[32] = {0,  1,  2,  3,  16, 17, 18, 19, 4,  
 /* acc rows [0, NR) x columns [c0, c0 + 32 NV) += p V, keys by pairs; pp: the
  * rows' probabilities as bf16 pairs (ldpp pairs apart, a zero pair past the
  * last key). */
-AVX512_BF16 INLINE void accumulate_tile_bf16(const uint32_t *pp, int ldpp, const void *v,
-                                             int64_t v_ld, int nk, int head_dim, float *acc,
-                                             int ldacc, int c0, const int NR, const int NV)
+AVX512_BF16 INLINE void values_tile_bf16(const uint32_t *pp, int ldpp, const void *v, int64_t v_ld,
+                                         int nk, int head_dim, float *acc, int ldacc, int c0,
+                                         const int NR, const int NV)
 {
     const __m512i lo_cols = _mm512_loadu_si512(pair_lo_cols), hi_cols = _mm512_loadu_si512(pair_hi_cols);
     __m512 lo[4][4], hi[4][4];
     __mmask32 mv[4];
+    UNROLL
     for (int c = 0; c < NV; c++) mv[c] = mask32(head_dim - c0 - 32 * c);
+    UNROLL
     for (int r = 0; r < NR; r++)
+        UNROLL
         for (int c = 0; c < NV; c++) {
             const float *a = acc + (size_t)r * ldacc + c0 + 32 * c;
             __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16);
@@ -308,23 +442,23 @@ AVX512_BF16 INLINE void accumulate_tile_bf16(const uint32_t *pp, int ldpp, const
     const char *row = (const char *)v + (size_t)c0 * 2;
     const int64_t step = v_ld * 2;
     for (int j = 0; j < nk; j += 2, row += 2 * step) {
-        if (c0 == 0) {
-            prefetch_row(row + FJ_DECODE_PREFETCH_KEYS * step, head_dim * 2);
-            prefetch_row(row + (FJ_DECODE_PREFETCH_KEYS + 1) * step, head_dim * 2);
-        }
         __m512i x[4], y[4];
+        UNROLL
         for (int c = 0; c < NV; c++) {
             x[c] = _mm512_maskz_loadu_epi16(mv[c], row + 64 * c);
             y[c] = j + 1 < nk ? _mm512_maskz_loadu_epi16(mv[c], row + step + 64 * c)
                               : _mm512_setzero_si512();
         }
         __m512bh l[4], h[4];
+        UNROLL
         for (int c = 0; c < NV; c++) {
             l[c] = (__m512bh)_mm512_unpacklo_epi16(x[c], y[c]);
             h[c] = (__m512bh)_mm512_unpackhi_epi16(x[c], y[c]);
         }
+        UNROLL
         for (int r = 0; r < NR; r++) {
             __m512bh w = (__m512bh)_mm512_set1_epi32((int)pp[(size_t)r * ldpp + j / 2]);
+            UNROLL
             for (int c = 0; c < NV; c++) {
                 lo[r][c] = _mm512_dpbf16_ps(lo[r][c], w, l[c]);
                 hi[r][c] = _mm512_dpbf16_ps(hi[r][c], w, h[c]);
@@ -332,7 +466,9 @@ AVX512_BF16 INLINE void accumulate_tile_bf16(const uint32_t *pp, int ldpp, const
         }
     }
     const __m512i back0 = _mm512_loadu_si512(cols_from_pairs), back1 = _mm512_loadu_si512(cols_from_pairs + 16);
+    UNROLL
     for (int r = 0; r < NR; r++)
+        UNROLL
         for (int c = 0; c < NV; c++) {
             float *a = acc + (size_t)r * ldacc + c0 + 32 * c;
             _mm512_storeu_ps(a, _mm512_permutex2var_ps(lo[r][c], back0, hi[r][c]));
@@ -340,9 +476,8 @@ AVX512_BF16 INLINE void accumulate_tile_bf16(const uint32_t *pp, int ldpp, const
         }
 }
 
-AVX512_BF16 static void accumulate_bf16dot(const float *p, int ldp, int nr, const void *v,
-                                           int64_t v_ld, int nk, int head_dim, float *acc,
-                                           int ldacc, float *scratch)
+AVX512_BF16 static void values_bf16dot(const float *p, int ldp, int nr, const void *v, int64_t v_ld,
+                                       int nk, int head_dim, float *acc, int ldacc, float *scratch)
 {
     /* The block's probabilities as bf16 pairs, rounded to nearest even. */
     uint32_t *pp = (uint32_t *)scratch;
@@ -354,58 +489,63 @@ AVX512_BF16 static void accumulate_bf16dot(const float *p, int ldp, int nr, cons
             __m512 b = _mm512_maskz_loadu_ps(mask16(nk - j - 16), x + 16);
             _mm512_storeu_si512(pp + (size_t)r * ldpp + j / 2, (__m512i)_mm512_cvtne2ps_pbh(b, a));
         }
-    const int dpad = (head_dim + FJ_DECODE_PAD - 1) / FJ_DECODE_PAD * FJ_DECODE_PAD;
+    const int dpad = round_up(head_dim, FJ_DECODE_PAD);
     for (int r0 = 0; r0 < nr; r0 += 4) {
         const int rows = nr - r0 < 4 ? nr - r0 : 4;
         const uint32_t *pr = pp + (size_t)r0 * ldpp;
         float *ar = acc + (size_t)r0 * ldacc;
         for (int c0 = 0; c0 < dpad;) {
             const int left = (dpad - c0) / 32; /* 32-column chunks still to do */
-            int nv;
-            if (rows <= 2 && left >= 4) {
-                nv = 4;
-                if (rows == 1) accumulate_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, 1, 4);
-                else accumulate_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, 2, 4);
-            } else if (left >= 2) {
-                nv = 2;
+            const int nv = rows <= 2 && left >= 4 ? 4 : left >= 2 ? 2 : 1;
+#define TILE(R, V) values_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, R, V)
+            if (nv == 4) {
+                if (rows == 1) TILE(1, 4);
+                else TILE(2, 4);
+            } else if (nv == 2) {
                 switch (rows) {
-                case 1: accumulate_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, 1, 2); break;
-                case 2: accumulate_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, 2, 2); break;
-                case 3: accumulate_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, 3, 2); break;
-                default: accumulate_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, 4, 2); break;
+                case 1: TILE(1, 2); break;
+                case 2: TILE(2, 2); break;
+                case 3: TILE(3, 2); break;
+                default: TILE(4, 2); break;
                 }
             } else {
-                nv = 1;
                 switch (rows) {
-                case 1: accumulate_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, 1, 1); break;
-                case 2: accumulate_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, 2, 1); break;
-                case 3: accumulate_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, 3, 1); break;
-                default: accumulate_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, 4, 1); break;
+                case 1: TILE(1, 1); break;
+                case 2: TILE(2, 1); break;
+                case 3: TILE(3, 1); break;
+                default: TILE(4, 1); break;
                 }
             }
+#undef TILE
             c0 += 32 * nv;
         }
     }
 }
 
 static const fj_decode_kernels sets[] = {
-    {"avx512", false, scores_f32, accumulate_f32},
-    {"avx512", false, scores_f16, accumulate_f16},
-    {"avx512", false, scores_bf16, accumulate_bf16},
-    {"avx512-bf16", true, scores_bf16dot, accumulate_bf16dot},
+    {"avx512", false, NULL, scores_f32, values_f32},
+    {"avx512", false, NULL, scores_f16, values_f16},
+    {"avx512", false, bf16_order, scores_bf16, values_bf16},
+    {"avx512-bf16", true, NULL, scores_bf16dot, values_bf16dot},
 };
+
+static bool has_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
 
 const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype)
 {
+    if (!has_avx512()) return NULL;
+    return &sets[dtype == FJ_F32 ? 0 : dtype == FJ_F16 ? 1 : 2];
+}
+
+const fj_decode_kernels *fj_decode_kernels_avx512_bf16(void)
+{
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
-        return NULL;
-    switch (dtype) {
-    case FJ_F32: return &sets[0];
-    case FJ_F16: return &sets[1];
-    default: return __builtin_cpu_supports("avx512bf16") ? &sets[3] : &sets[2];
-    }
+    return has_avx512() && __builtin_cpu_supports("avx512bf16") ? &sets[3] : NULL;
 }
 
 #else
@@ -415,5 +555,7 @@ const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype)
     (void)dtype;
     return NULL;
 }
+
+const fj_decode_kernels *fj_decode_kernels_avx512_bf16(void) { return NULL; }
 
 #endif

@@ -2,9 +2,8 @@
  * few hundred keys against the few query rows of one kv head, reading K and
  * V where they lie, at their stored width.
  *
- * Two sets: AVX-512 (decode_avx512.c; f32, f16 and bf16 rows converted in
- * registers as they are loaded, and with AVX-512 BF16 the bf16 products as
- * dot products of bf16 pairs) and generic (decode_generic.c; 8-float vector
+ * Two sets: AVX-512 (decode_avx512.c; f16 and bf16 rows widened to float a
+ * group of keys at a time in L1, f32 rows read in place) and generic (decode_generic.c; 8-float vector
  * extensions compiled for AVX2 and the baseline, rows converted to float in a
  * scratch buffer first). The plan picks one set for the problem's dtype and
  * the CPU it runs on; fj_cpu_decode_force (decode.h) makes it take the
@@ -29,11 +28,16 @@ typedef struct fj_decode_kernels {
     /* The queries the scores kernel takes are bf16 (the problem's own bf16
        values, as they are) rather than float. */
     bool q_bf16;
+    /* NULL, or the order the kernels keep columns in, within each chunk of
+       32: position i of a chunk holds column order[i] of it (the kernels
+       widen bf16 to float by interleaving, which leaves them so). Query rows
+       must be given in that order, and accumulator rows come back in it. */
+    const uint8_t *order;
     /* s[r * lds + j] = alpha * (q_r . key j) for r < nr, j < nk: q_r the
        r-th row of q (ldq elements apart, float or bf16 by q_bf16, zeros past
        head_dim up to a multiple of FJ_DECODE_PAD), key j at k + j * k_ld
        elements of the dtype. scratch: FJ_DECODE_MAX_BLOCK x padded head_dim
-       floats (the generic set converts rows there). */
+       floats. */
     void (*scores)(const void *q, int ldq, int nr, const void *k, int64_t k_ld, int nk,
                    int head_dim, float alpha, float *s, int lds, float *scratch);
     /* acc[r * ldacc + c] += sum over j < nk of p[r * ldp + j] * value j [c]
@@ -45,9 +49,13 @@ typedef struct fj_decode_kernels {
 } fj_decode_kernels;
 
 /* The AVX-512 set for dtype, or NULL where the CPU (or the compiler) has no
- * AVX-512F and AVX-512BW; for bf16 with AVX-512 BF16, its dot-product
- * kernels. */
+ * AVX-512 F, BW, VL and DQ. */
 const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype);
+
+/* The set that multiplies bf16 pairs by AVX-512 BF16 dot products, or NULL
+ * where the CPU has not got them. Not what plans take (decode_avx512.c says
+ * why); for the benchmark that compares it. */
+const fj_decode_kernels *fj_decode_kernels_avx512_bf16(void);
 
 /* The generic set for dtype; never NULL. */
 const fj_decode_kernels *fj_decode_kernels_generic(fj_dtype dtype);
