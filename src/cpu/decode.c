@@ -62,9 +62,11 @@ static atomic_int forced_mode;
 
 fj_status fj_cpu_decode_force(fj_cpu_decode_mode mode)
 {
-    if (mode != FJ_CPU_DECODE_AUTO && mode != FJ_CPU_DECODE_OFF && mode != FJ_CPU_DECODE_GENERIC)
+    if (mode != FJ_CPU_DECODE_AUTO && mode != FJ_CPU_DECODE_OFF && mode != FJ_CPU_DECODE_GENERIC &&
+        mode != FJ_CPU_DECODE_NO_AMX)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "decode mode (%d) must be FJ_CPU_DECODE_AUTO, _OFF or _GENERIC", (int)mode);
+                       "decode mode (%d) must be FJ_CPU_DECODE_AUTO, _OFF, _GENERIC or _NO_AMX",
+                       (int)mode);
     atomic_store(&forced_mode, (int)mode);
     return FJ_OK;
 }
@@ -383,9 +385,18 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     dp->pool = pool;
     dp->rows = (int)rows_per_kv_head(p);
     dp->dpad = (p->head_dim + FJ_DECODE_PAD - 1) / FJ_DECODE_PAD * FJ_DECODE_PAD;
+    const int mode = atomic_load(&forced_mode);
     const char *why_kernels = "this CPU has AVX-512";
-    if (atomic_load(&forced_mode) == FJ_CPU_DECODE_GENERIC) why_kernels = "forced by fj_cpu_decode_force";
-    else if (!(dp->kernels = fj_decode_kernels_avx512(p->dtype))) why_kernels = "no AVX-512 on this CPU";
+    if (mode == FJ_CPU_DECODE_GENERIC) {
+        why_kernels = "forced by fj_cpu_decode_force";
+    } else if (p->dtype == FJ_BF16 && mode != FJ_CPU_DECODE_NO_AMX &&
+               (dp->kernels = fj_decode_kernels_amx())) {
+        why_kernels = "this CPU has AMX-BF16: scores as tile products";
+    } else if (!(dp->kernels = fj_decode_kernels_avx512(p->dtype))) {
+        why_kernels = "no AVX-512 on this CPU";
+    } else if (p->dtype == FJ_BF16 && mode == FJ_CPU_DECODE_NO_AMX) {
+        why_kernels = "AMX turned off by fj_cpu_decode_force";
+    }
     if (!dp->kernels) dp->kernels = fj_decode_kernels_generic(p->dtype);
 
     dp->heads_per_task = 1;

@@ -127,37 +127,118 @@ AVX512 INLINE __m512 fold16(__m512 u0, __m512 u1, __m512 u2, __m512 u3)
     return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, 0x88), _mm512_shuffle_f32x4(v01, v23, 0xdd));
 }
 
-/* Dots of one query row (NC chunks of 32 columns from its column c0, in
- * registers) with keys row0 + i * ldb, i < 16 (i >= n: key n - 1 again), rows
- * of type t; the last chunk read masked by `tail` when MASKED. Two
- * accumulators per key: half the FMA chain. */
-AVX512 INLINE __m512 dots16(const float *q, const char *row0, int64_t ldb, int n, fj_dtype t,
-                            int c0, __mmask32 tail, const int NC, const bool MASKED)
+/* Dots of query vectors qv (NC chunks of 32 columns, from column c0) with
+ * the 4 keys at x[0..3] (type t); the last chunk read masked by `tail` when
+ * MASKED; folded (fold4). Two accumulators per key: half the FMA chain. */
+AVX512 INLINE __m512 quad_dots(const __m512 *qv, const char *x0, const char *x1, const char *x2,
+                               const char *x3, fj_dtype t, __mmask32 tail, const int NC,
+                               const bool MASKED)
 {
     const int elem = elem_bytes(t);
+    const char *x[4] = {x0, x1, x2, x3};
+    __m512 a[4];
+    UNROLL
+    for (int i = 0; i < 4; i++) {
+        __m512 lo, hi, s0, s1;
+        load32(x[i], t, MASKED && NC == 1, tail, &lo, &hi);
+        s0 = _mm512_mul_ps(lo, qv[0]);
+        s1 = _mm512_mul_ps(hi, qv[1]);
+        UNROLL
+        for (int c = 1; c < NC; c++) {
+            load32(x[i] + (size_t)32 * c * elem, t, MASKED && c == NC - 1, tail, &lo, &hi);
+            s0 = _mm512_fmadd_ps(lo, qv[2 * c], s0);
+            s1 = _mm512_fmadd_ps(hi, qv[2 * c + 1], s1);
+        }
+        a[i] = _mm512_add_ps(s0, s1);
+    }
+    return fold4(a[0], a[1], a[2], a[3]);
+}
+
+/* Dots of one query row (NC chunks of 32 columns from its column c0, held in
+ * registers) with keys row0 + i * ldb, i < 16; when not FULL only n < 16 are
+ * keys, and the rest repeat the last. */
+AVX512 INLINE __m512 dots16(const float *q, const char *row0, int64_t ldb, int n, fj_dtype t,
+                            int c0, __mmask32 tail, const int NC, const bool MASKED,
+                            const bool FULL)
+{
     __m512 qv[8];
     UNROLL
     for (int c = 0; c < 2 * NC; c++) qv[c] = _mm512_loadu_ps(q + c0 + 16 * c);
+    const char *x = row0 + (size_t)c0 * elem_bytes(t);
     __m512 u[4];
-    UNROLL
-    for (int g = 0; g < 4; g++) {
-        __m512 a[4];
+    if (FULL) {
+        const int64_t ld3 = 3 * ldb;
         UNROLL
-        for (int i = 0; i < 4; i++) {
-            const int key = 4 * g + i < n ? 4 * g + i : n - 1;
-            const char *x = row0 + key * ldb + (size_t)c0 * elem;
-            __m512 lo, hi, s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+        for (int g = 0; g < 4; g++, x += 4 * ldb)
+            u[g] = quad_dots(qv, x, x + ldb, x + 2 * ldb, x + ld3, t, tail, NC, MASKED);
+    } else {
+        UNROLL
+        for (int g = 0; g < 4; g++) {
+            const char *r[4];
             UNROLL
-            for (int c = 0; c < NC; c++) {
-                load32(x + (size_t)32 * c * elem, t, MASKED && c == NC - 1, tail, &lo, &hi);
-                s0 = _mm512_fmadd_ps(lo, qv[2 * c], s0);
-                s1 = _mm512_fmadd_ps(hi, qv[2 * c + 1], s1);
-            }
-            a[i] = _mm512_add_ps(s0, s1);
+            for (int i = 0; i < 4; i++) r[i] = x + (4 * g + i < n ? 4 * g + i : n - 1) * ldb;
+            u[g] = quad_dots(qv, r[0], r[1], r[2], r[3], t, tail, NC, MASKED);
         }
-        u[g] = fold4(a[0], a[1], a[2], a[3]);
     }
     return fold16(u[0], u[1], u[2], u[3]);
+}
+
+/* One step of fold16: lanes of a and b added across 128-bit lane pairs. */
+AVX512 INLINE __m512 fold_pair(__m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xdd));
+}
+
+/* dots16 for two query rows at once: each key chunk loaded (and widened)
+ * once for both, the FMAs on registers only (the one-row form takes each
+ * key vector as a memory operand, one load per FMA, which is what bounded
+ * it). 16 query vectors + 8 accumulators + the running folds: up to 128
+ * columns (NC 4) per pass. */
+AVX512 INLINE void dots16x2(const float *q0, const float *q1, const char *row0, int64_t ldb, int n,
+                            fj_dtype t, int c0, __mmask32 tail, const int NC, const bool MASKED,
+                            const bool FULL, __m512 *d0, __m512 *d1)
+{
+    const int elem = elem_bytes(t);
+    __m512 qa[8], qb[8];
+    UNROLL
+    for (int c = 0; c < 2 * NC; c++) {
+        qa[c] = _mm512_loadu_ps(q0 + c0 + 16 * c);
+        qb[c] = _mm512_loadu_ps(q1 + c0 + 16 * c);
+    }
+    const char *x0 = row0 + (size_t)c0 * elem;
+    /* Keys four at a time, the chunk loop outside the key loop: 8
+       accumulators (2 rows x 4 keys) of independent FMA chains next to the
+       16 query vectors; the quads' folds wait in memory (in registers they
+       pushed GCC to spill). */
+    __m512 u[2][4];
+    UNROLL
+    for (int g = 0; g < 4; g++) {
+        const char *y[4];
+        UNROLL
+        for (int i = 0; i < 4; i++) y[i] = x0 + (FULL || 4 * g + i < n ? 4 * g + i : n - 1) * ldb;
+        __m512 a[2][4];
+        UNROLL
+        for (int c = 0; c < NC; c++) {
+            const bool m = MASKED && c == NC - 1;
+            UNROLL
+            for (int i = 0; i < 4; i++) {
+                __m512 lo, hi;
+                load32(y[i] + (size_t)32 * c * elem, t, m, tail, &lo, &hi);
+                /* one load for both rows: GCC would otherwise fold the load
+                   into each row's FMA, loading it twice */
+                __asm__("" : "+v"(lo), "+v"(hi));
+                a[0][i] = c ? _mm512_fmadd_ps(lo, qa[2 * c], a[0][i]) : _mm512_mul_ps(lo, qa[0]);
+                a[1][i] = c ? _mm512_fmadd_ps(lo, qb[2 * c], a[1][i]) : _mm512_mul_ps(lo, qb[0]);
+                a[0][i] = _mm512_fmadd_ps(hi, qa[2 * c + 1], a[0][i]);
+                a[1][i] = _mm512_fmadd_ps(hi, qb[2 * c + 1], a[1][i]);
+            }
+        }
+        u[0][g] = fold4(a[0][0], a[0][1], a[0][2], a[0][3]);
+        u[1][g] = fold4(a[1][0], a[1][1], a[1][2], a[1][3]);
+        __asm__("" : "+m"(u)); /* keep them there */
+    }
+    *d0 = fold16(u[0][0], u[0][1], u[0][2], u[0][3]);
+    *d1 = fold16(u[1][0], u[1][1], u[1][2], u[1][3]);
 }
 
 /* s[r * lds + i] = alpha q_r . key i for the rows, 16 keys from row0 (type t,
@@ -167,16 +248,47 @@ AVX512 INLINE void scores_group(const float *q, int ldq, int nr, const char *row
                                 int n, fj_dtype t, int chunks, __mmask32 tail, __m512 alpha,
                                 float *s, int lds, const bool MASKED)
 {
-    for (int r = 0; r < nr; r++) {
+    int r = 0;
+    for (; r + 2 <= nr; r += 2) { /* two rows at a time */
+        const float *q0 = q + (size_t)r * ldq, *q1 = q0 + ldq;
+        __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+        for (int c = 0; c < chunks; c += 4) {
+            const int nc = chunks - c < 4 ? chunks - c : 4;
+            const bool m = MASKED && c + nc == chunks;
+            __m512 d0, d1;
+#define DOTS(NC)                                                                                \
+    if (n == 16) {                                                                              \
+        if (m) dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, true, true, &d0, &d1);       \
+        else dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, false, true, &d0, &d1);        \
+    } else {                                                                                    \
+        if (m) dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, true, false, &d0, &d1);      \
+        else dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, false, false, &d0, &d1);       \
+    }
+            switch (nc) {
+            case 1: DOTS(1) break;
+            case 2: DOTS(2) break;
+            case 3: DOTS(3) break;
+            default: DOTS(4) break;
+            }
+#undef DOTS
+            sum0 = _mm512_add_ps(sum0, d0);
+            sum1 = _mm512_add_ps(sum1, d1);
+        }
+        _mm512_mask_storeu_ps(s + (size_t)r * lds, mask16(n), _mm512_mul_ps(sum0, alpha));
+        _mm512_mask_storeu_ps(s + (size_t)(r + 1) * lds, mask16(n), _mm512_mul_ps(sum1, alpha));
+    }
+    if (r < nr) { /* the odd row */
         const float *qr = q + (size_t)r * ldq;
         __m512 sum = _mm512_setzero_ps();
         for (int c = 0; c < chunks; c += 4) { /* up to 8 vectors of query in registers */
             const int nc = chunks - c < 4 ? chunks - c : 4;
-            const bool last = c + nc == chunks;
+            const bool m = MASKED && c + nc == chunks;
             __m512 d;
 #define DOTS(NC)                                                                               \
-    d = MASKED && last ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true)                  \
-                       : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false)
+    d = n == 16 ? (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, true)               \
+                     : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false, true))             \
+                : (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, false)              \
+                     : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false, false))
             switch (nc) {
             case 1: DOTS(1); break;
             case 2: DOTS(2); break;
@@ -201,7 +313,7 @@ AVX512 INLINE void scores_any(const float *q, int ldq, int nr, const void *k, in
     const int chunks = dpad / 32;
     const int64_t ldb = k_ld * elem;
     const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
-    const bool in_place = t == FJ_F32 || nr == 1;
+    const bool in_place = t == FJ_F32 || nr <= 4;
     const __m512 va = _mm512_set1_ps(alpha);
     for (int j0 = 0; j0 < nk; j0 += 16) {
         const int n = nk - j0 < 16 ? nk - j0 : 16;

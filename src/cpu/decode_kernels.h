@@ -2,8 +2,10 @@
  * few hundred keys against the few query rows of one kv head, reading K and
  * V where they lie, at their stored width.
  *
- * Two sets: AVX-512 (decode_avx512.c; f16 and bf16 rows widened to float a
- * group of keys at a time in L1, f32 rows read in place) and generic (decode_generic.c; 8-float vector
+ * Three sets: AMX (decode_amx.c; bf16 scores as tile products, values as
+ * AVX-512's), AVX-512 (decode_avx512.c; f16 and bf16 rows widened to float
+ * in registers or, for many query rows, a group of keys at a time in L1,
+ * f32 rows read in place) and generic (decode_generic.c; 8-float vector
  * extensions compiled for AVX2 and the baseline, rows converted to float in a
  * scratch buffer first). The plan picks one set for the problem's dtype and
  * the CPU it runs on; fj_cpu_decode_force (decode.h) makes it take the
@@ -51,6 +53,10 @@ typedef struct fj_decode_kernels {
 /* The AVX-512 set for dtype, or NULL where the CPU (or the compiler) has no
  * AVX-512 F, BW, VL and DQ. */
 const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype);
+
+/* The bf16 set with its scores on AMX tiles (decode_amx.c), or NULL where
+ * the CPU has no AMX-BF16 or the OS refuses the tile state. */
+const fj_decode_kernels *fj_decode_kernels_amx(void);
 
 /* The set that multiplies bf16 pairs by AVX-512 BF16 dot products, or NULL
  * where the CPU has not got them. Not what plans take (decode_avx512.c says

@@ -223,6 +223,32 @@ static void test_random_generic(void **state)
     assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_AUTO), FJ_OK);
 }
 
+/* bf16 on the AVX-512 kernels with AMX turned off (what a CPU with AVX-512
+ * but without AMX runs; on this CPU the auto choice may be AMX). */
+static void test_random_no_amx(void **state)
+{
+    (void)state;
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0xd007);
+    __builtin_cpu_init();
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    if (!avx512) print_message("no AVX-512 here: the kernels' name is not checked\n");
+    assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_NO_AMX), FJ_OK);
+    static const int threads[] = {1, 3};
+    for (int t = 0; t < NELEMS(threads); t++) {
+        fj_context *ctx = make_context(threads[t]);
+        for (int i = 0; i < 25; i++) {
+            fj_attention_desc d;
+            random_decode(&rng, &d);
+            d.dtype = FJ_BF16;
+            check_decode(ctx, &d, &rng, avx512 ? "avx512" : NULL);
+        }
+        fj_context_destroy(ctx);
+    }
+    assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_AUTO), FJ_OK);
+}
+
 /* Every dtype, mask kind and GQA shape at sizes around the kernels' edges,
  * each with the auto-chosen kernels and with the generic ones. */
 static void test_edges(void **state)
@@ -236,8 +262,10 @@ static void test_edges(void **state)
         {1, 1, 1, 1, 1},     {4, 1, 1, 17, 33},   {8, 2, 2, 129, 128}, {16, 1, 1, 257, 256},
         {3, 3, 5, 300, 80},  {2, 1, 8, 1100, 64}, {32, 8, 1, 2049, 128}, {6, 6, 16, 40, 17},
     };
-    for (int mode = 0; mode < 2; mode++) {
-        assert_int_equal(fj_cpu_decode_force(mode ? FJ_CPU_DECODE_GENERIC : FJ_CPU_DECODE_AUTO), FJ_OK);
+    static const fj_cpu_decode_mode modes[] = {FJ_CPU_DECODE_AUTO, FJ_CPU_DECODE_GENERIC,
+                                               FJ_CPU_DECODE_NO_AMX};
+    for (int mode = 0; mode < NELEMS(modes); mode++) {
+        assert_int_equal(fj_cpu_decode_force(modes[mode]), FJ_OK);
         fj_context *ctx = make_context(2);
         for (int s = 0; s < NELEMS(shapes); s++)
             for (int t = 0; t < 3; t++)
@@ -249,7 +277,7 @@ static void test_edges(void **state)
                     if (s % 3 == 1) d.window_left = shapes[s].sk / 3;
                     if (s % 4 == 2) d.window_right = 1;
                     set_layouts(&d, (enum layout)((s + t) % LAYOUTS));
-                    check_decode(ctx, &d, &rng, mode ? "generic" : NULL);
+                    check_decode(ctx, &d, &rng, modes[mode] == FJ_CPU_DECODE_GENERIC ? "generic" : NULL);
                 }
         fj_context_destroy(ctx);
     }
@@ -450,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_ramps),
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_random_generic),
+        cmocka_unit_test(test_random_no_amx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

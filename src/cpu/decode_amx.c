@@ -1,0 +1,144 @@
+/* The decode path's bf16 scores on AMX (decode_kernels.h), where the CPU has
+ * AMX-BF16 and the kernel lets the process use its tile registers.
+ *
+ * S^T = K Q^T a tile at a time: tile A holds 16 keys x 32 columns of K,
+ * loaded straight from the tensor (rows as far apart as they lie); tile B
+ * the matching 32 columns of every query row as bf16 pairs (the layout
+ * TDPBF16PS multiplies: B[p][n] = columns 2p, 2p + 1 of query row n), built
+ * once per call from the rows; tile C accumulates 16 keys x 16 query rows in
+ * float over the column chunks. One TDPBF16PS is 16 x 16 x 32 products, as
+ * many as 512 FMAs on 16 floats, for every query row at once: the score
+ * work of a key no longer grows with the rows (measured: one tile product and
+ * its two loads every ~7 ns on the development machine, against ~4 FMAs/ns).
+ * Products are of the problem's own bf16 values, exact in float; sums in
+ * float (TDPBF16PS flushes denormal inputs to zero, which moves a score by
+ * less than 2^-126 per product).
+ *
+ * Keys past the block's end and columns past head_dim are never read from
+ * the tensor (a tile load reads whole rows of 64 bytes): the last, partial
+ * group of keys and the last, partial chunk of columns go through a
+ * zero-padded bounce buffer. The values stay on the AVX-512 kernel
+ * (decode_avx512.c), which takes the probabilities in float. */
+#include "decode_kernels.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(FJ_NO_MULTIVERSION) && defined(__linux__)
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")))
+
+/* Linux: a process must ask for the AMX tile state before using it. */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* Tiles (the intrinsics take literal numbers): 0 C, 1 A, 2 B. */
+
+typedef struct tile_config {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* Scratch layout (floats): B tiles for up to 8 chunks (256 columns), then C
+   (16 x 16), then the bounce tile. */
+#define B_TILE_FLOATS 256
+#define MAX_CHUNKS 8
+
+AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_t k_ld, int nk,
+                           int head_dim, float alpha, float *s, int lds, float *scratch)
+{
+    const int chunks = (head_dim + 31) / 32;
+    uint32_t *b = (uint32_t *)scratch;                 /* chunks x 16 x 16 pairs */
+    float *c = scratch + MAX_CHUNKS * B_TILE_FLOATS;   /* 16 keys x 16 rows */
+    uint16_t *bounce = (uint16_t *)(c + 256);          /* 16 keys x 32 columns */
+    const int64_t ldb = k_ld * 2;
+
+    /* B: query rows as column pairs; rows past nr and columns past head_dim
+       are 0 (the query rows are zero-padded to a multiple of 32 already). */
+    memset(b, 0, (size_t)chunks * B_TILE_FLOATS * sizeof(uint32_t));
+    for (int r = 0; r < nr; r++) {
+        const uint32_t *pairs = (const uint32_t *)((const uint16_t *)q + (size_t)r * ldq);
+        for (int ch = 0; ch < chunks; ch++)
+            for (int p = 0; p < 16; p++) b[ch * B_TILE_FLOATS + p * 16 + r] = pairs[ch * 16 + p];
+    }
+
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 3; t++) {
+        cfg.bytes_per_row[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+
+    const __m512i row_of = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                                               5, 4, 3, 2, 1, 0),
+                                              _mm512_set1_epi32(16));
+    const __m512 va = _mm512_set1_ps(alpha);
+    const int tail_cols = head_dim - 32 * (chunks - 1); /* 1..32 */
+    for (int j0 = 0; j0 < nk; j0 += 16) {
+        const int n = nk - j0 < 16 ? nk - j0 : 16;
+        const char *rows = (const char *)k + j0 * ldb;
+        _tile_zero(0);
+        for (int ch = 0; ch < chunks; ch++) {
+            const int cols = ch == chunks - 1 ? tail_cols : 32;
+            if (n == 16 && cols == 32) {
+                _tile_loadd(1, rows + (size_t)ch * 64, ldb);
+            } else { /* a partial tile: bounce it, zero-padded */
+                const __mmask32 m = cols >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << cols) - 1);
+                for (int i = 0; i < 16; i++)
+                    _mm512_storeu_si512(bounce + 32 * i,
+                                        i < n ? _mm512_maskz_loadu_epi16(m, rows + i * ldb + (size_t)ch * 64)
+                                              : _mm512_setzero_si512());
+                _tile_loadd(1, bounce, 64);
+            }
+            _tile_loadd(2, b + ch * B_TILE_FLOATS, 64);
+            _tile_dpbf16ps(0, 1, 2);
+        }
+        _tile_stored(0, c, 64);
+        /* c[key][row] -> s[row][key] */
+        const __mmask16 keys = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+        for (int r = 0; r < nr; r++) {
+            __m512 col = _mm512_i32gather_ps(_mm512_add_epi32(row_of, _mm512_set1_epi32(r)), c, 4);
+            _mm512_mask_storeu_ps(s + (size_t)r * lds + j0, keys, _mm512_mul_ps(col, va));
+        }
+    }
+    _tile_release();
+}
+
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static bool amx_usable;
+static fj_decode_kernels amx_set;
+
+static void amx_init(void)
+{
+    __builtin_cpu_init();
+    const fj_decode_kernels *widen = fj_decode_kernels_avx512(FJ_BF16);
+    if (!widen || !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
+    amx_set = *widen;
+    amx_set.name = "amx-bf16";
+    amx_set.q_bf16 = true;
+    amx_set.scores = scores_amx;
+    amx_usable = true;
+}
+
+const fj_decode_kernels *fj_decode_kernels_amx(void)
+{
+    pthread_once(&amx_once, amx_init);
+    return amx_usable ? &amx_set : NULL;
+}
+
+#else
+
+const fj_decode_kernels *fj_decode_kernels_amx(void) { return NULL; }
+
+#endif
