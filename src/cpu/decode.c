@@ -22,8 +22,7 @@
  * MAX_TASK_ROWS rows in all) where the heads of a position lie side by side
  * (the dense [batch, seq, heads, dim]), so that a block is one sweep over
  * contiguous memory, which the hardware prefetchers follow, rather than a row
- * every few KiB per task (f32 h32/8 on one thread: 12 GB/s that way, 17 GB/s
- * this way, as fast as the [batch, heads, seq, dim] layout).
+ * every few KiB per task (a third slower where measured, docs/benchmarks.md).
  *
  * Chunks: enough per (batch, head group) that the tasks number about
  * TASKS_PER_WORKER per worker (so uneven kv heads, masks and the last task's

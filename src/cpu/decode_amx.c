@@ -8,8 +8,8 @@
  * once per call from the rows; tile C accumulates 16 keys x 16 query rows in
  * float over the column chunks. One TDPBF16PS is 16 x 16 x 32 products, as
  * many as 512 FMAs on 16 floats, for every query row at once: the score
- * work of a key no longer grows with the rows (measured: one tile product and
- * its two loads every ~7 ns on the development machine, against ~4 FMAs/ns).
+ * work of a key barely grows with the rows (docs/benchmarks.md has the
+ * rates).
  * Products are of the problem's own bf16 values, exact in float; sums in
  * float (TDPBF16PS flushes denormal inputs to zero, which moves a score by
  * less than 2^-126 per product).
@@ -51,6 +51,9 @@ typedef struct tile_config {
    (16 x 16), then the bounce tile. */
 #define B_TILE_FLOATS 256
 #define MAX_CHUNKS 8
+_Static_assert(MAX_CHUNKS * 32 >= FJ_MAX_HEAD_DIM, "B tiles for every column");
+_Static_assert(FJ_DECODE_MAX_BLOCK * FJ_DECODE_PAD >= MAX_CHUNKS * B_TILE_FLOATS + 2 * 256,
+               "the scratch buffer holds the B tiles, C and the bounce tile");
 
 AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_t k_ld, int nk,
                            int head_dim, float alpha, float *s, int lds, float *scratch)

@@ -1,27 +1,25 @@
 /* The decode path's AVX-512 kernels (decode_kernels.h).
  *
- * f32 rows are read where they lie. f16 and bf16 rows are widened to float a
- * group of keys at a time (16 for scores, 32 for values) into the scratch
- * buffer, which stays in L1, and every query row of the group then reads the
- * floats from there: one conversion per element however many rows share it.
- * f16 widens by vcvtph2ps; bf16 by interleaving each vector of 32 with zeros
- * (vpunpck{l,h}wd: one instruction per 16 floats, half what a zero-extend and
- * shift take), which leaves the columns of each 32 in the order
- * bf16_order below; queries and accumulators are kept in that order too.
+ * f32 rows are read where they lie. f16 and bf16 rows are widened to float
+ * as they are loaded: f16 by vcvtph2ps, bf16 by interleaving each vector of
+ * 32 with zeros (vpunpck{l,h}wd: one instruction per 16 floats, half what a
+ * zero-extend and a shift take), which leaves the columns of each 32 in the
+ * order bf16_order below; queries and accumulators are kept in that order
+ * too. When more than four query rows would each widen the same rows again,
+ * a group of keys is widened once into the scratch buffer (L1) instead.
  *
- * Scores: one query row (held in registers, up to 128 columns a pass)
- * against 4 keys at a time, one accumulator each, folded into one vector of
- * 4 partial sums per 128-bit lane (6 shuffles, 3 adds); four such vectors
- * give 16 scores after 2 more steps. Values: up to 4 rows x 4 vectors (2 x 8,
- * 1 x 8) of accumulators stay in registers while a group of keys goes by, so
- * each value element loaded feeds up to 4 FMAs.
+ * Scores: two query rows per pass (their query vectors held in registers,
+ * up to 128 columns a pass), 4 keys at a time, each key vector loaded once
+ * for both rows; a key's products summed across lanes by folding 4 keys'
+ * accumulators into one vector (6 shuffles, 3 adds) and four such vectors
+ * into the 16 scores. Values: up to 4 rows x 4 vectors (2 x 8, 1 x 8) of
+ * accumulators stay in registers while the keys go by, so each value element
+ * loaded feeds up to 4 FMAs.
  *
- * The AVX-512 BF16 set multiplies bf16 pairs as they are (vdpbf16ps); it is
- * not the one plans take: on the development machine one vdpbf16ps (32
- * products) issues every other cycle and a float FMA (16) twice a cycle, so
- * widening and FMAs do twice the work per cycle (docs/benchmarks.md). It
- * stays, selectable by fj_decode_kernels_avx512_bf16, for CPUs where that
- * differs and for the benchmark that measures it. */
+ * No AVX-512 BF16 dot products (vdpbf16ps): where measured, one issued every
+ * other cycle (32 products) against two float FMAs a cycle (16 each), so
+ * widening and FMAs do more work per cycle (docs/benchmarks.md). Where
+ * AMX-BF16 exists, bf16 scores go to decode_amx.c instead. */
 #include "decode_kernels.h"
 
 #include <stddef.h>
@@ -32,7 +30,6 @@
 #include <stdint.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-#define AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define INLINE static inline __attribute__((always_inline))
 /* Loops over a compile-time count of registers: unrolled, or GCC keeps the
    register arrays in memory. */
@@ -451,194 +448,10 @@ FLOAT_SET(f32, FJ_F32)
 FLOAT_SET(f16, FJ_F16)
 FLOAT_SET(bf16, FJ_BF16)
 
-/* ---- bf16 dot products --------------------------------------------------------- */
-
-/* Lane i of the result: the dot product of a bf16 query row with key i over
- * dims [c0, c0 + 32 NC) below head_dim (16 accumulators, folded). */
-AVX512_BF16 INLINE __m512 dots16_bf16(const uint16_t *q, const char *k, int64_t ldb, int n,
-                                      int c0, int head_dim, const int NC)
-{
-    __m512bh qv[8];
-    __mmask32 m[8];
-    UNROLL
-    for (int c = 0; c < NC; c++) {
-        qv[c] = (__m512bh)_mm512_loadu_si512(q + c0 + 32 * c);
-        m[c] = mask32(head_dim - c0 - 32 * c);
-    }
-    __m512 u[4];
-    UNROLL
-    for (int g = 0; g < 4; g++) {
-        __m512 a[4];
-        UNROLL
-        for (int i = 0; i < 4; i++) {
-            const char *row = k + (4 * g + i < n ? 4 * g + i : n - 1) * ldb;
-            a[i] = _mm512_setzero_ps();
-            UNROLL
-            for (int c = 0; c < NC; c++)
-                a[i] = _mm512_dpbf16_ps(
-                    a[i], qv[c], (__m512bh)_mm512_maskz_loadu_epi16(m[c], row + (size_t)(c0 + 32 * c) * 2));
-        }
-        u[g] = fold4(a[0], a[1], a[2], a[3]);
-    }
-    return fold16(u[0], u[1], u[2], u[3]);
-}
-
-AVX512_BF16 static void scores_bf16dot(const void *q, int ldq, int nr, const void *k, int64_t k_ld,
-                                       int nk, int head_dim, float alpha, float *s, int lds,
-                                       float *scratch)
-{
-    (void)scratch;
-    const __m512 va = _mm512_set1_ps(alpha);
-    const int64_t ldb = k_ld * 2;
-    for (int j0 = 0; j0 < nk; j0 += 16) {
-        const int n = nk - j0 < 16 ? nk - j0 : 16;
-        const char *rows = (const char *)k + (size_t)j0 * ldb;
-        for (int r = 0; r < nr; r++) {
-            const uint16_t *qr = (const uint16_t *)q + (size_t)r * ldq;
-            __m512 sum = _mm512_setzero_ps();
-            for (int c0 = 0; c0 < head_dim; c0 += 256) { /* passes of up to 8 vectors */
-                const int nc = (head_dim - c0 + 31) / 32;
-                __m512 d;
-#define DOTS(NC) d = dots16_bf16(qr, rows, ldb, n, c0, head_dim, NC)
-                switch (nc > 8 ? 8 : nc) {
-                case 1: DOTS(1); break;
-                case 2: DOTS(2); break;
-                case 3: DOTS(3); break;
-                case 4: DOTS(4); break;
-                case 5: DOTS(5); break;
-                case 6: DOTS(6); break;
-                case 7: DOTS(7); break;
-                default: DOTS(8); break;
-                }
-#undef DOTS
-                sum = _mm512_add_ps(sum, d);
-            }
-            _mm512_mask_storeu_ps(s + (size_t)r * lds + j0, mask16(n), _mm512_mul_ps(sum, va));
-        }
-    }
-}
-
-/* Where the pair layout keeps each column of a 32-column chunk: bf16_order
- * (vpunpcklwd of two rows interleaves columns 0-3 of each 8, vpunpckhwd
- * columns 4-7). The accumulators' positions in that order, from column
- * order: */
-static const int32_t pair_lo_cols[16] = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
-static const int32_t pair_hi_cols[16] = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
-/* and back: column c of 32 from lane (c / 8) * 4 + c % 4 of the low vector
-   (index < 16) or of the high one (16 + lane). */
-static const int32_t cols_from_pairs[32] = {0,  1,  2,  3,  16, 17, 18, 19, 4,  5,  6,
-                                            7,  20, 21, 22, 23, 8,  9,  10, 11, 24, 25,
-                                            26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
-
-/* acc rows [0, NR) x columns [c0, c0 + 32 NV) += p V, keys by pairs; pp: the
- * rows' probabilities as bf16 pairs (ldpp pairs apart, a zero pair past the
- * last key). */
-AVX512_BF16 INLINE void values_tile_bf16(const uint32_t *pp, int ldpp, const void *v, int64_t v_ld,
-                                         int nk, int head_dim, float *acc, int ldacc, int c0,
-                                         const int NR, const int NV)
-{
-    const __m512i lo_cols = _mm512_loadu_si512(pair_lo_cols), hi_cols = _mm512_loadu_si512(pair_hi_cols);
-    __m512 lo[4][4], hi[4][4];
-    __mmask32 mv[4];
-    UNROLL
-    for (int c = 0; c < NV; c++) mv[c] = mask32(head_dim - c0 - 32 * c);
-    UNROLL
-    for (int r = 0; r < NR; r++)
-        UNROLL
-        for (int c = 0; c < NV; c++) {
-            const float *a = acc + (size_t)r * ldacc + c0 + 32 * c;
-            __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16);
-            lo[r][c] = _mm512_permutex2var_ps(a0, lo_cols, a1);
-            hi[r][c] = _mm512_permutex2var_ps(a0, hi_cols, a1);
-        }
-    const char *row = (const char *)v + (size_t)c0 * 2;
-    const int64_t step = v_ld * 2;
-    for (int j = 0; j < nk; j += 2, row += 2 * step) {
-        __m512i x[4], y[4];
-        UNROLL
-        for (int c = 0; c < NV; c++) {
-            x[c] = _mm512_maskz_loadu_epi16(mv[c], row + 64 * c);
-            y[c] = j + 1 < nk ? _mm512_maskz_loadu_epi16(mv[c], row + step + 64 * c)
-                              : _mm512_setzero_si512();
-        }
-        __m512bh l[4], h[4];
-        UNROLL
-        for (int c = 0; c < NV; c++) {
-            l[c] = (__m512bh)_mm512_unpacklo_epi16(x[c], y[c]);
-            h[c] = (__m512bh)_mm512_unpackhi_epi16(x[c], y[c]);
-        }
-        UNROLL
-        for (int r = 0; r < NR; r++) {
-            __m512bh w = (__m512bh)_mm512_set1_epi32((int)pp[(size_t)r * ldpp + j / 2]);
-            UNROLL
-            for (int c = 0; c < NV; c++) {
-                lo[r][c] = _mm512_dpbf16_ps(lo[r][c], w, l[c]);
-                hi[r][c] = _mm512_dpbf16_ps(hi[r][c], w, h[c]);
-            }
-        }
-    }
-    const __m512i back0 = _mm512_loadu_si512(cols_from_pairs), back1 = _mm512_loadu_si512(cols_from_pairs + 16);
-    UNROLL
-    for (int r = 0; r < NR; r++)
-        UNROLL
-        for (int c = 0; c < NV; c++) {
-            float *a = acc + (size_t)r * ldacc + c0 + 32 * c;
-            _mm512_storeu_ps(a, _mm512_permutex2var_ps(lo[r][c], back0, hi[r][c]));
-            _mm512_storeu_ps(a + 16, _mm512_permutex2var_ps(lo[r][c], back1, hi[r][c]));
-        }
-}
-
-AVX512_BF16 static void values_bf16dot(const float *p, int ldp, int nr, const void *v, int64_t v_ld,
-                                       int nk, int head_dim, float *acc, int ldacc, float *scratch)
-{
-    /* The block's probabilities as bf16 pairs, rounded to nearest even. */
-    uint32_t *pp = (uint32_t *)scratch;
-    const int ldpp = FJ_DECODE_MAX_BLOCK / 2;
-    for (int r = 0; r < nr; r++)
-        for (int j = 0; j < nk; j += 32) {
-            const float *x = p + (size_t)r * ldp + j;
-            __m512 a = _mm512_maskz_loadu_ps(mask16(nk - j), x);
-            __m512 b = _mm512_maskz_loadu_ps(mask16(nk - j - 16), x + 16);
-            _mm512_storeu_si512(pp + (size_t)r * ldpp + j / 2, (__m512i)_mm512_cvtne2ps_pbh(b, a));
-        }
-    const int dpad = round_up(head_dim, FJ_DECODE_PAD);
-    for (int r0 = 0; r0 < nr; r0 += 4) {
-        const int rows = nr - r0 < 4 ? nr - r0 : 4;
-        const uint32_t *pr = pp + (size_t)r0 * ldpp;
-        float *ar = acc + (size_t)r0 * ldacc;
-        for (int c0 = 0; c0 < dpad;) {
-            const int left = (dpad - c0) / 32; /* 32-column chunks still to do */
-            const int nv = rows <= 2 && left >= 4 ? 4 : left >= 2 ? 2 : 1;
-#define TILE(R, V) values_tile_bf16(pr, ldpp, v, v_ld, nk, head_dim, ar, ldacc, c0, R, V)
-            if (nv == 4) {
-                if (rows == 1) TILE(1, 4);
-                else TILE(2, 4);
-            } else if (nv == 2) {
-                switch (rows) {
-                case 1: TILE(1, 2); break;
-                case 2: TILE(2, 2); break;
-                case 3: TILE(3, 2); break;
-                default: TILE(4, 2); break;
-                }
-            } else {
-                switch (rows) {
-                case 1: TILE(1, 1); break;
-                case 2: TILE(2, 1); break;
-                case 3: TILE(3, 1); break;
-                default: TILE(4, 1); break;
-                }
-            }
-#undef TILE
-            c0 += 32 * nv;
-        }
-    }
-}
-
 static const fj_decode_kernels sets[] = {
     {"avx512", false, NULL, scores_f32, values_f32},
     {"avx512", false, NULL, scores_f16, values_f16},
     {"avx512", false, bf16_order, scores_bf16, values_bf16},
-    {"avx512-bf16", true, NULL, scores_bf16dot, values_bf16dot},
 };
 
 static bool has_avx512(void)
@@ -654,12 +467,6 @@ const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype)
     return &sets[dtype == FJ_F32 ? 0 : dtype == FJ_F16 ? 1 : 2];
 }
 
-const fj_decode_kernels *fj_decode_kernels_avx512_bf16(void)
-{
-    __builtin_cpu_init();
-    return has_avx512() && __builtin_cpu_supports("avx512bf16") ? &sets[3] : NULL;
-}
-
 #else
 
 const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype)
@@ -667,7 +474,5 @@ const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype)
     (void)dtype;
     return NULL;
 }
-
-const fj_decode_kernels *fj_decode_kernels_avx512_bf16(void) { return NULL; }
 
 #endif

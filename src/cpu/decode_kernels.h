@@ -58,11 +58,6 @@ const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype);
  * the CPU has no AMX-BF16 or the OS refuses the tile state. */
 const fj_decode_kernels *fj_decode_kernels_amx(void);
 
-/* The set that multiplies bf16 pairs by AVX-512 BF16 dot products, or NULL
- * where the CPU has not got them. Not what plans take (decode_avx512.c says
- * why); for the benchmark that compares it. */
-const fj_decode_kernels *fj_decode_kernels_avx512_bf16(void);
-
 /* The generic set for dtype; never NULL. */
 const fj_decode_kernels *fj_decode_kernels_generic(fj_dtype dtype);
 
