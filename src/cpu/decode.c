@@ -24,6 +24,9 @@
  * contiguous memory, which the hardware prefetchers follow, rather than a row
  * every few KiB per task (a third slower where measured, docs/benchmarks.md).
  *
+ * A call reading less than SERIAL_BYTES of K and V is one task, on the
+ * calling thread: waking the workers would cost more.
+ *
  * Chunks: enough per (batch, head group) that the tasks number about
  * TASKS_PER_WORKER per worker (so uneven kv heads, masks and the last task's
  * tail even out), none shorter than MIN_CHUNK_KEYS (a partial result costs a
@@ -54,10 +57,15 @@
 #define MIN_CHUNK_KEYS 512
 /* Most rows (heads x rows per kv head) one task keeps state for. */
 #define MAX_TASK_ROWS 64
+/* K and V bytes under which a call runs on the calling thread alone. */
+#define SERIAL_BYTES (512 << 10)
 
 _Static_assert(BLOCK_KEYS <= FJ_DECODE_MAX_BLOCK, "a block must fit the kernels' scratch");
 
 static atomic_int forced_mode;
+static atomic_bool forced_split;
+
+void fj_cpu_decode_force_split(bool fine) { atomic_store(&forced_split, fine); }
 
 fj_status fj_cpu_decode_force(fj_cpu_decode_mode mode)
 {
@@ -85,7 +93,9 @@ struct fj_cpu_decode_plan {
     int dpad;                 /* head_dim rounded up to FJ_DECODE_PAD */
     int heads_per_task;       /* kv heads one task takes (consecutive) */
     int head_groups;          /* ceil(heads_kv / heads_per_task) */
-    int chunks;               /* per (batch, head group) */
+    int64_t units;            /* batch x head groups */
+    int chunks;               /* per unit */
+    bool one_task;            /* the whole call one task, on the calling thread */
     int64_t *chunk_start;     /* chunks + 1 key indices */
     int64_t lo[FJ_CPU_DECODE_MAX_ROWS], hi[FJ_CPU_DECODE_MAX_ROWS]; /* keys position p sees */
     /* per worker: byte offsets within a worker's share; q, acc, max and sum
@@ -286,13 +296,11 @@ static void finish_head(const decode_job *j, const decode_ws *w, int64_t b, int6
     }
 }
 
-static void decode_task(void *arg, int64_t task, int worker)
+/* Chunk c of one (batch, head group). */
+static void run_unit(const decode_job *j, int64_t unit, int c, int worker)
 {
-    const decode_job *j = arg;
     const fj_cpu_decode_plan *dp = j->dp;
     const fj_problem *p = j->p;
-    const int64_t unit = task / dp->chunks;
-    const int c = (int)(task % dp->chunks);
     const int64_t b = unit / dp->head_groups;
     const int64_t hk0 = unit % dp->head_groups * dp->heads_per_task;
     const int heads = p->heads_kv - hk0 < dp->heads_per_task ? (int)(p->heads_kv - hk0)
@@ -322,11 +330,22 @@ static void decode_task(void *arg, int64_t task, int worker)
     }
 }
 
+static void decode_task(void *arg, int64_t task, int worker)
+{
+    const decode_job *j = arg;
+    const fj_cpu_decode_plan *dp = j->dp;
+    if (dp->one_task) {
+        for (int64_t unit = 0; unit < dp->units; unit++) run_unit(j, unit, 0, worker);
+        return;
+    }
+    run_unit(j, task / dp->chunks, (int)(task % dp->chunks), worker);
+}
+
 void fj_cpu_decode_execute(const fj_cpu_decode_plan *dp, const fj_problem *p, const void *q,
                            const void *k, const void *v, void *o, float *lse)
 {
     decode_job job = {dp, p, q, k, v, o, lse};
-    fj_pool_run(dp->pool, (int64_t)p->batch * dp->head_groups * dp->chunks, decode_task, &job);
+    fj_pool_run(dp->pool, dp->one_task ? 1 : dp->units * dp->chunks, decode_task, &job);
 }
 
 static size_t ws_part(size_t *cursor, size_t bytes)
@@ -336,12 +355,13 @@ static size_t ws_part(size_t *cursor, size_t bytes)
     return at;
 }
 
-/* Chunks per kv head for `threads` workers over `keys` keys. */
-static int chunk_count(int64_t groups, int64_t keys, int threads)
+/* Chunks per kv head for `threads` workers over `keys` keys (chunks of at
+ * least min_keys). */
+static int chunk_count(int64_t groups, int64_t keys, int threads, int min_keys)
 {
     if (threads <= 1 || groups >= (int64_t)TASKS_PER_WORKER * threads) return 1;
     int64_t want = ((int64_t)TASKS_PER_WORKER * threads + groups - 1) / groups;
-    int64_t most = keys / MIN_CHUNK_KEYS;
+    int64_t most = keys / min_keys;
     if (want > most) want = most;
     return want < 1 ? 1 : (int)want;
 }
@@ -405,7 +425,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
         dp->heads_per_task = p->heads_kv < most ? p->heads_kv : most;
     }
     dp->head_groups = (p->heads_kv + dp->heads_per_task - 1) / dp->heads_per_task;
-    const int64_t units = (int64_t)p->batch * dp->head_groups;
+    const int64_t units = dp->units = (int64_t)p->batch * dp->head_groups;
 
     /* The keys some row sees: the same for every (batch, kv head). */
     int64_t jlo = p->seqlen_k, jhi = 0;
@@ -416,7 +436,13 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
         if (dp->hi[t] > jhi) jhi = dp->hi[t];
     }
     if (jlo > jhi) jlo = jhi = 0; /* no row sees a key */
-    dp->chunks = chunk_count(units, jhi - jlo, threads);
+    /* A call that reads less than SERIAL_BYTES of K and V costs less than
+       waking the workers: the calling thread does it alone. */
+    const double kv_bytes = 2.0 * (double)p->batch * p->heads_kv * (double)(jhi - jlo) *
+                            p->head_dim * fj_dtype_size(p->dtype);
+    const bool fine = atomic_load(&forced_split);
+    dp->one_task = !fine && threads > 1 && units > 1 && kv_bytes < SERIAL_BYTES;
+    dp->chunks = dp->one_task ? 1 : chunk_count(units, jhi - jlo, threads, fine ? 16 : MIN_CHUNK_KEYS);
     int64_t step = (jhi - jlo + dp->chunks - 1) / dp->chunks;
     step = (step + 15) / 16 * 16; /* whole groups of 16 keys for the kernels */
     if (step > 0) dp->chunks = (int)((jhi - jlo + step - 1) / step);
@@ -454,7 +480,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
         for (size_t h = 0; h < heads; h++) atomic_init(&dp->finished[h], 0);
     }
 
-    const int64_t tasks = units * dp->chunks;
+    const int64_t tasks = dp->one_task ? 1 : units * dp->chunks;
     fj_strbuf_printf(describe,
                      "backend: cpu\n"
                      "method: decode: %d query row(s) per kv head (%d position(s) x %d head(s)) "
@@ -462,7 +488,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
                      "chosen because %d <= %d rows per kv head would leave sgemm packing K and V "
                      "for a few rows\n"
                      "split: %d kv head(s) per task (%s); keys [%lld, %lld) in %d chunk(s) of "
-                     "%lld, %lld task(s) for %d worker(s)%s; blocks of %d keys\n"
+                     "%lld, %lld task(s) for %d worker(s)%s%s; blocks of %d keys\n"
                      "kernels: %s (%s)\n"
                      "workspace: %zu bytes per thread, %d threads, %zu bytes of partial results\n",
                      dp->rows, p->seqlen_q, p->group, dp->rows, FJ_CPU_DECODE_MAX_ROWS,
@@ -471,6 +497,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
                                  : "each head's rows lie apart",
                      (long long)jlo, (long long)jhi, dp->chunks, (long long)step,
                      (long long)tasks, threads, dp->chunks > 1 ? ", merged by lse" : "",
+                     tasks == 1 && threads > 1 ? " (one task: on the calling thread alone)" : "",
                      BLOCK_KEYS, dp->kernels->name, why_kernels, dp->ws_bytes, threads,
                      part_bytes);
     *out = dp;

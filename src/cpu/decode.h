@@ -59,4 +59,10 @@ typedef enum {
 } fj_cpu_decode_mode;
 fj_status fj_cpu_decode_force(fj_cpu_decode_mode mode);
 
+/* Test hook for plans created after the call: true splits the keys of every
+ * problem as finely as the workers allow (chunks down to 16 keys, small
+ * calls not kept on the calling thread), so small problems exercise the
+ * merge; false goes back to the plan's own choice. Thread-safe. */
+void fj_cpu_decode_force_split(bool fine);
+
 #endif

@@ -202,6 +202,29 @@ static void test_random(void **state)
     }
 }
 
+/* Random problems with their keys split as finely as the workers allow
+ * (chunks down to 16 keys, small calls too), so that merges of many chunks,
+ * of chunks a row sees nothing of and of single-group chunks are checked on
+ * small problems. */
+static void test_random_fine_split(void **state)
+{
+    (void)state;
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0xd008);
+    fj_cpu_decode_force_split(true);
+    static const int threads[] = {2, 5, 16};
+    for (int t = 0; t < NELEMS(threads); t++) {
+        fj_context *ctx = make_context(threads[t]);
+        for (int i = 0; i < 25; i++) {
+            fj_attention_desc d;
+            random_decode(&rng, &d);
+            check_decode(ctx, &d, &rng, NULL);
+        }
+        fj_context_destroy(ctx);
+    }
+    fj_cpu_decode_force_split(false);
+}
+
 /* The same with the generic kernels forced: the code a CPU without AVX-512
  * runs is checked on this one too. */
 static void test_random_generic(void **state)
@@ -441,6 +464,11 @@ static void test_choice(void **state)
     plan_text(one, &d, text, sizeof text);
     if (!strstr(text, "in 1 chunk(s)")) fail_msg("one worker: split:\n%s", text);
     fj_context_destroy(one);
+    /* a small call stays on the calling thread */
+    fj_attention_desc_init(&d, 1, 8, 8, 1, 64, 64, FJ_BF16);
+    plan_text(ctx, &d, text, sizeof text);
+    if (!strstr(text, "1 task(s)") || !strstr(text, "calling thread alone"))
+        fail_msg("a 128 KiB call: not one task:\n%s", text);
     fj_context_destroy(ctx);
 }
 
@@ -477,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_overlapping_inputs),
         cmocka_unit_test(test_ramps),
         cmocka_unit_test(test_random),
+        cmocka_unit_test(test_random_fine_split),
         cmocka_unit_test(test_random_generic),
         cmocka_unit_test(test_random_no_amx),
     };
