@@ -1,4 +1,4 @@
-/* The decode path's bf16 scores on AMX (decode_kernels.h), where the CPU has
+/* The decode path's bf16 kernels on AMX (decode_kernels.h), where the CPU has
  * AMX-BF16 and the kernel lets the process use its tile registers.
  *
  * S^T = K Q^T a tile at a time: tile A holds 16 keys x 32 columns of K,
@@ -17,8 +17,8 @@
  * Keys past the block's end and columns past head_dim are never read from
  * the tensor (a tile load reads whole rows of 64 bytes): the last, partial
  * group of keys and the last, partial chunk of columns go through a
- * zero-padded bounce buffer. The values stay on the AVX-512 kernel
- * (decode_avx512.c), which takes the probabilities in float. */
+ * zero-padded bounce buffer. Values: acc += P V the same way for many query
+ * rows (values_amx below), on the AVX-512 kernel for a few. */
 #include "decode_kernels.h"
 
 #include <stddef.h>
@@ -32,7 +32,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")))
+#define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 
 /* Linux: a process must ask for the AMX tile state before using it. */
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -54,6 +54,8 @@ typedef struct tile_config {
 _Static_assert(MAX_CHUNKS * 32 >= FJ_MAX_HEAD_DIM, "B tiles for every column");
 _Static_assert(FJ_DECODE_MAX_BLOCK * FJ_DECODE_PAD >= MAX_CHUNKS * B_TILE_FLOATS + 2 * 256,
                "the scratch buffer holds the B tiles, C and the bounce tile");
+/* The values' A and B tiles, bf16: (nk / 32) x 16 x 32 + nk x dpad, within
+   the scratch's FJ_DECODE_MAX_BLOCK x dpad floats for any dpad >= 32. */
 
 AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_t k_ld, int nk,
                            int head_dim, float alpha, float *s, int lds, float *scratch)
@@ -117,6 +119,118 @@ AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_
     _tile_release();
 }
 
+/* ---- values ----------------------------------------------------------------- */
+
+/* acc += P V for the block: C tiles are the accumulator rows themselves, 16
+ * columns each (in bf16_order, the order the interleave below leaves them
+ * in, so a C tile loads from and stores to acc as it lies), A tiles the
+ * probabilities as bf16 (rounded to nearest even, as a GPU kernel's P before
+ * its MMA), B tiles 32 keys x 16 columns of V as pairs of rows interleaved
+ * (TDPBF16PS's B[p][n] = keys 2p, 2p + 1 of column n). Up to 4 C tiles at a
+ * time next to one A and one B. */
+#define VALUE_KEYS 32 /* keys per A tile */
+/* Rows from which the values go to the tiles: building the B tiles costs the
+   same whatever the rows, the AVX-512 kernel's FMAs grow with them, and they
+   cross at 5 to 6 rows (docs/benchmarks.md). */
+#define AMX_VALUE_ROWS 6
+
+static const fj_decode_kernels *widen_set; /* the AVX-512 bf16 set, for fewer rows */
+
+AMX static void values_amx(const float *p, int ldp, int nr, const void *v, int64_t v_ld, int nk,
+                           int head_dim, float *acc, int ldacc, float *scratch)
+{
+    if (nr < AMX_VALUE_ROWS) {
+        widen_set->accumulate(p, ldp, nr, v, v_ld, nk, head_dim, acc, ldacc, scratch);
+        return;
+    }
+    const int chunks = (head_dim + 31) / 32, groups = 2 * chunks;
+    const int kgroups = (nk + VALUE_KEYS - 1) / VALUE_KEYS;
+    uint16_t *a = (uint16_t *)scratch;                 /* kgroups x 16 rows x 32 keys */
+    uint16_t *b = a + (size_t)kgroups * 16 * VALUE_KEYS; /* kgroups x 16 pairs x groups x 32 */
+    const int64_t ldb = v_ld * 2;
+    const int tail_cols = head_dim - 32 * (chunks - 1); /* 1..32 */
+    const __mmask32 tail = tail_cols >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << tail_cols) - 1);
+    const bool full = tail_cols == 32;
+
+    for (int kg = 0; kg < kgroups; kg++) {
+        const int j0 = kg * VALUE_KEYS;
+        for (int r = 0; r < nr; r++) {
+            const float *x = p + (size_t)r * ldp + j0;
+            __m512 lo = _mm512_maskz_loadu_ps(nk - j0 >= 16 ? 0xffff : (__mmask16)((1u << (nk - j0)) - 1), x);
+            const int rest = nk - j0 - 16;
+            __m512 hi = _mm512_maskz_loadu_ps(rest >= 16 ? 0xffff : rest <= 0 ? 0 : (__mmask16)((1u << rest) - 1), x + 16);
+            _mm512_storeu_si512(a + ((size_t)kg * 16 + r) * VALUE_KEYS, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+        /* B rows of a pair for every column group side by side (a tile's
+           16 rows lie groups x 64 bytes apart): the stores of a pair are one
+           run. Tiles 1 KiB apart, one row of each per pair, kept hitting
+           4 KiB aliasing against the loads of V. */
+        uint16_t *row = b + (size_t)kg * groups * 16 * 32;
+        const char *x = (const char *)v + j0 * ldb;
+        for (int pr = 0; pr < VALUE_KEYS / 2; pr++, x += 2 * ldb) {
+            const int j = j0 + 2 * pr;
+            if (j + 1 < nk && full) { /* both keys, whole chunks */
+                for (int c = 0; c < chunks; c++, row += 2 * 32) {
+                    const __m512i xv = _mm512_loadu_si512(x + 64 * c);
+                    const __m512i yv = _mm512_loadu_si512(x + ldb + 64 * c);
+                    _mm512_storeu_si512(row, _mm512_unpacklo_epi16(xv, yv));
+                    _mm512_storeu_si512(row + 32, _mm512_unpackhi_epi16(xv, yv));
+                }
+                continue;
+            }
+            for (int c = 0; c < chunks; c++, row += 2 * 32) {
+                const __mmask32 m = c == chunks - 1 ? tail : (__mmask32)0xffffffffu;
+                const __m512i xv = j < nk ? _mm512_maskz_loadu_epi16(m, x + 64 * c) : _mm512_setzero_si512();
+                const __m512i yv = j + 1 < nk ? _mm512_maskz_loadu_epi16(m, x + ldb + 64 * c) : _mm512_setzero_si512();
+                _mm512_storeu_si512(row, _mm512_unpacklo_epi16(xv, yv));
+                _mm512_storeu_si512(row + 32, _mm512_unpackhi_epi16(xv, yv));
+            }
+        }
+    }
+
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 6; t++) {
+        cfg.bytes_per_row[t] = 64;
+        cfg.rows[t] = t == 5 ? 16 : (uint8_t)nr; /* 0-3 C, 4 A, 5 B */
+    }
+    _tile_loadconfig(&cfg);
+    const int64_t lda = (int64_t)ldacc * sizeof(float);
+    for (int g0 = 0; g0 < groups; g0 += 4) {
+        const int ng = groups - g0 < 4 ? groups - g0 : 4;
+        float *c0 = acc + 16 * g0;
+        _tile_loadd(0, c0, lda);
+        if (ng > 1) _tile_loadd(1, c0 + 16, lda);
+        if (ng > 2) _tile_loadd(2, c0 + 32, lda);
+        if (ng > 3) _tile_loadd(3, c0 + 48, lda);
+        const int64_t bstride = (int64_t)groups * 64;
+        for (int kg = 0; kg < kgroups; kg++) {
+            const uint16_t *bg = b + ((size_t)kg * groups * 16 + g0) * 32;
+            _tile_loadd(4, a + (size_t)kg * 16 * VALUE_KEYS, 64);
+            _tile_loadd(5, bg, bstride);
+            _tile_dpbf16ps(0, 4, 5);
+            if (ng > 1) {
+                _tile_loadd(5, bg + 32, bstride);
+                _tile_dpbf16ps(1, 4, 5);
+            }
+            if (ng > 2) {
+                _tile_loadd(5, bg + 2 * 32, bstride);
+                _tile_dpbf16ps(2, 4, 5);
+            }
+            if (ng > 3) {
+                _tile_loadd(5, bg + 3 * 32, bstride);
+                _tile_dpbf16ps(3, 4, 5);
+            }
+        }
+        _tile_stored(0, c0, lda);
+        if (ng > 1) _tile_stored(1, c0 + 16, lda);
+        if (ng > 2) _tile_stored(2, c0 + 32, lda);
+        if (ng > 3) _tile_stored(3, c0 + 48, lda);
+    }
+    _tile_release();
+}
+
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 static bool amx_usable;
 static fj_decode_kernels amx_set;
@@ -125,12 +239,16 @@ static void amx_init(void)
 {
     __builtin_cpu_init();
     const fj_decode_kernels *widen = fj_decode_kernels_avx512(FJ_BF16);
-    if (!widen || !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return;
+    if (!widen || !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") ||
+        !__builtin_cpu_supports("avx512bf16"))
+        return;
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
+    widen_set = widen;
     amx_set = *widen;
     amx_set.name = "amx-bf16";
     amx_set.q_bf16 = true;
     amx_set.scores = scores_amx;
+    amx_set.accumulate = values_amx;
     amx_usable = true;
 }
 
