@@ -23,6 +23,12 @@
  *       path turned off) and a plain read of the same K and V bytes on the
  *       same number of threads (read_bandwidth.h), in turn; GB/s of K + V.
  *
+ *   bench_cpu_tiled [-r R] kernels
+ *       The decode path's kernels alone (src/cpu/decode_kernels.h), one
+ *       thread, on one block of 128 keys that stays in cache: nanoseconds
+ *       of thread CPU time per key for the scores, the online softmax step
+ *       and the values, by kernel set, dtype and query rows (head dim 128);
+ *       the best of R batches.
  * -l bhsd: every tensor laid out [batch, heads, seq, head_dim] (PyTorch's
  * layout) instead of the dense [batch, seq, heads, head_dim].
  * DTYPE is f32, f16 or bf16; CAUSAL is none, bottom-right or top-left; BQS and
@@ -40,6 +46,8 @@
 #include "context.h"
 #include "cpu/convert.h"
 #include "cpu/decode.h"
+#include "cpu/decode_kernels.h"
+#include "cpu/tiled_softmax.h"
 #include "cpu/tiled.h"
 #include "flashjit.h"
 #include "read_bandwidth.h"
@@ -456,6 +464,83 @@ static int run_decode(const char *filter)
     return 0;
 }
 
+static double thread_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Best of `repeats` batches of `calls` calls of one kernel: ns per key. */
+#define KERNEL_TIME(out, ...)                                                    \
+    do {                                                                         \
+        double best_ = 1e30;                                                     \
+        for (int r_ = 0; r_ < repeats; r_++) {                                   \
+            double t0_ = thread_seconds();                                       \
+            for (int c_ = 0; c_ < calls; c_++) { __VA_ARGS__; }                  \
+            double t_ = thread_seconds() - t0_;                                  \
+            if (t_ < best_) best_ = t_;                                          \
+        }                                                                        \
+        out = best_ / calls / nk * 1e9;                                          \
+    } while (0)
+
+static int run_kernels(void)
+{
+    enum { D = 128, DPAD = 128, NK = 128, MAXR = 16, CALLS = 2000 };
+    const int nk = NK, calls = CALLS;
+    float *q = aligned_alloc(64, sizeof(float) * MAXR * DPAD);
+    float *s = aligned_alloc(64, sizeof(float) * MAXR * NK);
+    float *acc = aligned_alloc(64, sizeof(float) * MAXR * DPAD);
+    float *scratch = aligned_alloc(64, sizeof(float) * FJ_DECODE_MAX_BLOCK * DPAD);
+    void *kv = aligned_alloc(64, sizeof(float) * 2 * NK * D);
+    if (!q || !s || !acc || !scratch || !kv) {
+        fprintf(stderr, "bench_cpu_tiled: out of memory\n");
+        return 1;
+    }
+    printf("one thread, thread CPU time, head dim %d, blocks of %d keys in cache, best of %d "
+           "batches of %d calls: ns per key\n\n", D, NK, repeats, CALLS);
+    printf("| kernels | dtype | rows | scores | softmax | values | sum |\n");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    static const fj_dtype dtypes[] = {FJ_F32, FJ_BF16, FJ_F16};
+    static const int rows[] = {1, 2, 4, 8, 16};
+    for (int set = 0; set < 3; set++)
+        for (int t = 0; t < 3; t++) {
+            const fj_decode_kernels *kern = set == 0   ? fj_decode_kernels_generic(dtypes[t])
+                                            : set == 1 ? fj_decode_kernels_avx512(dtypes[t])
+                                            : dtypes[t] == FJ_BF16 ? fj_decode_kernels_amx()
+                                                                   : NULL;
+            if (!kern) continue;
+            fill(kv, dtypes[t], (size_t)2 * NK * D);
+            const char *k = kv, *v = (const char *)kv + (size_t)NK * D * (dtypes[t] == FJ_F32 ? 4 : 2);
+            for (int i = 0; i < MAXR * DPAD; i++) {
+                float x = next_uniform();
+                if (kern->q_bf16) ((uint16_t *)q)[i] = i % DPAD < D ? fj_f32_to_bf16(x) : 0;
+                else q[i] = i % DPAD < D ? x : 0.0f;
+            }
+            for (int ri = 0; ri < 5; ri++) {
+                const int nr = rows[ri];
+                double ts, tm, tv;
+                KERNEL_TIME(ts, kern->scores(q, DPAD, nr, k, D, nk, D, 0.1f, s, NK, scratch));
+                /* (each step leaves probabilities in s, valid scores for the next) */
+                KERNEL_TIME(tm, for (int r = 0; r < nr; r++) {
+                    float m = -INFINITY, l = 0.0f;
+                    fj_tiled_softmax_step(s + r * NK, nk, &m, &l);
+                });
+                memset(acc, 0, sizeof(float) * MAXR * DPAD);
+                KERNEL_TIME(tv, kern->accumulate(s, NK, nr, v, D, nk, D, acc, DPAD, scratch));
+                printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f |\n", kern->name,
+                       fj_dtype_name(dtypes[t]), nr, ts, tm, tv, ts + tm + tv);
+                fflush(stdout);
+            }
+        }
+    free(q);
+    free(s);
+    free(acc);
+    free(scratch);
+    free(kv);
+    return 0;
+}
+
 /* "64,128,256" into v (at most cap values in [1, FJ_CPU_TILED_MAX_BLOCK]); 0 on error. */
 static int parse_list(const char *s, int *v, int cap)
 {
@@ -583,12 +668,14 @@ int main(int argc, char **argv)
     const char *mode = i < argc ? argv[i] : "table";
     if (!strcmp(mode, "table")) return run_table(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "decode")) return run_decode(i + 1 < argc ? argv[i + 1] : NULL);
+    if (!strcmp(mode, "kernels")) return run_kernels();
     if (!strcmp(mode, "sweep") && argc - i - 1 >= 8) return run_sweep(argv + i + 1, argc - i - 1);
     if (!strcmp(mode, "memory") && argc - i - 1 >= 3) return run_memory(argv + i + 1, argc - i - 1);
     fprintf(stderr,
             "usage: bench_cpu_tiled [-t THREADS] [-r REPEATS] table [FILTER]\n"
             "       bench_cpu_tiled [-t T] [-r R] sweep DTYPE B HQ HKV SQ SK D CAUSAL [BQS [BKS]]\n"
             "       bench_cpu_tiled [-t T] [-r R] decode [FILTER]\n"
+            "       bench_cpu_tiled [-r R] kernels\n"
             "       bench_cpu_tiled [-t T] memory DTYPE SQ D [reference]\n");
     return 2;
 }
