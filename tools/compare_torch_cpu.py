@@ -16,8 +16,13 @@ build/tests/cpu/libfjt_read.so): the machine's read bandwidth for those bytes,
 measured in the same run. GB/s count the K and V bytes; "of read" is the
 median over the rounds of read time / flashjit time.
 
+--stat best prints the best round of each (flashjit, torch, read) instead of
+the medians, and "of read" as best read time / best flashjit time: on a
+machine shared with other jobs, the rounds least disturbed by them.
+
 usage: compare_torch_cpu.py [--lib build/libflashjit.so] [--read-lib LIB] [--threads N]
-                            [--rounds R] [--reference] [--grid cpu|decode|smoke] [--json FILE]
+                            [--rounds R] [--stat median|best] [--reference]
+                            [--grid cpu|decode|smoke] [--json FILE]
 """
 import argparse
 import ctypes
@@ -81,6 +86,7 @@ def main():
                                                         "libfjt_read.so"))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--stat", default="median", choices=["median", "best"])
     ap.add_argument("--reference", action="store_true", help="time FJ_BACKEND_CPU_REFERENCE")
     ap.add_argument("--grid", default="cpu", choices=["cpu", "decode", "smoke"])
     ap.add_argument("--json")
@@ -94,18 +100,18 @@ def main():
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(args.threads)
-    fj = Library(args.lib)
+    fj = Library(args.lib, cpu_threads=args.threads)
     if "%d threads" % args.threads not in fj.describe():
-        sys.exit("flashjit's CPU worker count is not %d (set --threads to the core count):\n%s"
-                 % (args.threads, fj.describe()))
+        sys.exit("flashjit's CPU worker count is not %d:\n%s" % (args.threads, fj.describe()))
     reader = Reader(args.read_lib, args.threads) if args.grid in ("decode", "smoke") else None
     torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
     fj_dtype = {torch.float32: FJ_F32, torch.float16: FJ_F16, torch.bfloat16: FJ_BF16}
     torch.manual_seed(0)
     backend = [line for line in fj.describe().splitlines() if line.startswith("backend:")]
-    print("flashjit %s, torch %s, %d threads, median of %d rounds"
+    stat = statistics.median if args.stat == "median" else min
+    print("flashjit %s, torch %s, %d threads, %s of %d rounds"
           % (backend[0][len("backend:"):].strip() if backend else "?", torch.__version__,
-             args.threads, args.rounds))
+             args.threads, args.stat, args.rounds))
     decode_cols = reader is not None
     if decode_cols:
         print("%-36s %9s %9s %8s %8s %8s %7s %8s %8s" % ("shape", "fj ms", "torch ms", "fj GB/s",
@@ -140,13 +146,14 @@ def main():
         fj.destroy(plan)
         flops = 4.0 * b * hq * sq * sk * d * (0.5 if causal and sq == sk else 1.0)
         kv_bytes = 2 * k.numel() * k.element_size()
-        ms_fj, ms_torch = statistics.median(t_fj), statistics.median(t_torch)
+        ms_fj, ms_torch = stat(t_fj), stat(t_torch)
         shape = "%s b%d h%d/%d s%d/%d d%d%s" % (dt, b, hq, hkv, sq, sk, d, " causal" if causal else "")
         row = {"shape": shape, "method": method, "flashjit_ms": ms_fj, "torch_ms": ms_torch,
                "rel_err": err}
         if decode_cols:
-            ms_read = statistics.median(t_read)
-            of_read = statistics.median([r / f for r, f in zip(t_read, t_fj)])
+            ms_read = stat(t_read)
+            of_read = (statistics.median([r / f for r, f in zip(t_read, t_fj)])
+                       if args.stat == "median" else ms_read / ms_fj)
             print("%-36s %9.3f %9.3f %8.1f %8.1f %8.1f %6.0f%% %8.2f %8.1e" % (
                 shape, ms_fj, ms_torch, kv_bytes / ms_fj / 1e6, kv_bytes / ms_torch / 1e6,
                 kv_bytes / ms_read / 1e6, 100 * of_read, ms_torch / ms_fj, err), flush=True)
@@ -159,8 +166,8 @@ def main():
         del q, k, v, o, ref
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"torch": torch.__version__, "threads": args.threads, "rows": results}, fh,
-                      indent=1)
+            json.dump({"torch": torch.__version__, "threads": args.threads, "stat": args.stat,
+                       "rows": results}, fh, indent=1)
 
 
 if __name__ == "__main__":

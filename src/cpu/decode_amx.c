@@ -48,12 +48,12 @@ typedef struct tile_config {
 } tile_config;
 
 /* Scratch layout (floats): B tiles for up to 8 chunks (256 columns), then C
-   (16 x 16), then the bounce tile. */
+   (16 x 16), then the bounce tile (16 x 32 bf16), then a second C. */
 #define B_TILE_FLOATS 256
 #define MAX_CHUNKS 8
 _Static_assert(MAX_CHUNKS * 32 >= FJ_MAX_HEAD_DIM, "B tiles for every column");
-_Static_assert(FJ_DECODE_MAX_BLOCK * FJ_DECODE_PAD >= MAX_CHUNKS * B_TILE_FLOATS + 2 * 256,
-               "the scratch buffer holds the B tiles, C and the bounce tile");
+_Static_assert(FJ_DECODE_MAX_BLOCK * FJ_DECODE_PAD >= MAX_CHUNKS * B_TILE_FLOATS + 3 * 256,
+               "the scratch buffer holds the B tiles, two C tiles and the bounce tile");
 /* The values' A and B tiles, bf16: (nk / 32) x 16 x 32 + nk x dpad, within
    the scratch's FJ_DECODE_MAX_BLOCK x dpad floats for any dpad >= 32. */
 
@@ -89,7 +89,54 @@ AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_
                                               _mm512_set1_epi32(16));
     const __m512 va = _mm512_set1_ps(alpha);
     const int tail_cols = head_dim - 32 * (chunks - 1); /* 1..32 */
-    for (int j0 = 0; j0 < nk; j0 += 16) {
+    int j0 = 0;
+    if (chunks <= 4 && tail_cols == 32 && nk >= 32) {
+        /* Whole groups, up to 128 columns: the B tiles stay in tiles 2-5,
+           A alternates between tiles 1 and 6 and C between 0 and 7, so a
+           group's loads need not wait for the previous group's products
+           (tile registers are not renamed). */
+        for (int t = 3; t < 8; t++) {
+            cfg.bytes_per_row[t] = 64;
+            cfg.rows[t] = 16;
+        }
+        _tile_loadconfig(&cfg);
+        _tile_loadd(2, b, 64);
+        if (chunks > 1) _tile_loadd(3, b + B_TILE_FLOATS, 64);
+        if (chunks > 2) _tile_loadd(4, b + 2 * B_TILE_FLOATS, 64);
+        if (chunks > 3) _tile_loadd(5, b + 3 * B_TILE_FLOATS, 64);
+        float *cbuf[2] = {c, c + 256 + 512}; /* the second past the bounce tile */
+#define GROUP(CT, G)                                                                   \
+    do {                                                                               \
+        const char *x = (const char *)k + (j0 + 16 * (G)) * ldb;                       \
+        _tile_zero(CT);                                                                \
+        _tile_loadd(1, x, ldb);                                                        \
+        _tile_dpbf16ps(CT, 1, 2);                                                      \
+        if (chunks > 1) {                                                              \
+            _tile_loadd(6, x + 64, ldb);                                               \
+            _tile_dpbf16ps(CT, 6, 3);                                                  \
+        }                                                                              \
+        if (chunks > 2) {                                                              \
+            _tile_loadd(1, x + 128, ldb);                                              \
+            _tile_dpbf16ps(CT, 1, 4);                                                  \
+        }                                                                              \
+        if (chunks > 3) {                                                              \
+            _tile_loadd(6, x + 192, ldb);                                              \
+            _tile_dpbf16ps(CT, 6, 5);                                                  \
+        }                                                                              \
+        _tile_stored(CT, cbuf[G], 64);                                                 \
+    } while (0)
+        for (; j0 + 32 <= nk; j0 += 32) {
+            GROUP(0, 0);
+            GROUP(7, 1);
+            for (int g = 0; g < 2; g++)
+                for (int r = 0; r < nr; r++) {
+                    __m512 col = _mm512_i32gather_ps(_mm512_add_epi32(row_of, _mm512_set1_epi32(r)), cbuf[g], 4);
+                    _mm512_storeu_ps(s + (size_t)r * lds + j0 + 16 * g, _mm512_mul_ps(col, va));
+                }
+        }
+#undef GROUP
+    }
+    for (; j0 < nk; j0 += 16) {
         const int n = nk - j0 < 16 ? nk - j0 : 16;
         const char *rows = (const char *)k + j0 * ldb;
         _tile_zero(0);
