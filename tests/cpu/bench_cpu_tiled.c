@@ -29,6 +29,12 @@
  *       of thread CPU time per key for the scores, the online softmax step
  *       and the values, by kernel set, dtype and query rows (head dim 128);
  *       the best of R batches.
+ *   bench_cpu_tiled rates
+ *       The CPU's own rates behind the kernels' choices, one thread, thread
+ *       CPU time: 512-bit FMAs from registers (12 independent chains), FMAs
+ *       each fed by a load from L1, AVX-512 BF16 dot products (vdpbf16ps, 12
+ *       chains) and AMX bf16 tile products with their two tile loads, where
+ *       the CPU has them.
  * -l bhsd: every tensor laid out [batch, heads, seq, head_dim] (PyTorch's
  * layout) instead of the dense [batch, seq, heads, head_dim].
  * DTYPE is f32, f16 or bf16; CAUSAL is none, bottom-right or top-left; BQS and
@@ -471,6 +477,142 @@ static double thread_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define RATES 1
+#define CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define RATE_LOOPS 20000000L
+
+__attribute__((target("avx512f"), noinline)) static double rate_fma(void)
+{
+#define DECL(i) __m512 a##i = _mm512_set1_ps(1e-3f * i);
+    CHAINS(DECL)
+#undef DECL
+    const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-4f);
+    double t0 = thread_seconds();
+    for (long i = 0; i < RATE_LOOPS; i++) {
+#define STEP(i) a##i = _mm512_fmadd_ps(a##i, b, c);
+        CHAINS(STEP)
+#undef STEP
+        __asm__ volatile("" : "+v"(a0), "+v"(a5), "+v"(a11));
+    }
+    double t = thread_seconds() - t0;
+#define SUM(i) +a##i[0]
+    volatile float sink = 0 CHAINS(SUM);
+#undef SUM
+    (void)sink;
+    return 12.0 * RATE_LOOPS / t * 1e-9;
+}
+
+__attribute__((target("avx512f"), noinline)) static double rate_fma_load(const float *buf)
+{
+#define DECL(i) __m512 a##i = _mm512_setzero_ps();
+    CHAINS(DECL)
+#undef DECL
+    const __m512 b = _mm512_set1_ps(0.5f);
+    double t0 = thread_seconds();
+    for (long i = 0; i < RATE_LOOPS; i++) {
+        const float *p = buf + (i & 15) * 192;
+#define STEP(i) a##i = _mm512_fmadd_ps(_mm512_loadu_ps(p + 16 * i), b, a##i);
+        CHAINS(STEP)
+#undef STEP
+        __asm__ volatile("" : "+r"(p));
+    }
+    double t = thread_seconds() - t0;
+#define SUM(i) +a##i[0]
+    volatile float sink = 0 CHAINS(SUM);
+#undef SUM
+    (void)sink;
+    return 12.0 * RATE_LOOPS / t * 1e-9;
+}
+
+__attribute__((target("avx512f,avx512bf16"), noinline)) static double rate_dpbf16(void)
+{
+#define DECL(i) __m512 a##i = _mm512_set1_ps(1e-3f * i);
+    CHAINS(DECL)
+#undef DECL
+    const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);
+    double t0 = thread_seconds();
+    for (long i = 0; i < RATE_LOOPS; i++) {
+#define STEP(i) a##i = _mm512_dpbf16_ps(a##i, x, x);
+        CHAINS(STEP)
+#undef STEP
+        __asm__ volatile("" : "+v"(a0), "+v"(a5), "+v"(a11));
+    }
+    double t = thread_seconds() - t0;
+#define SUM(i) +a##i[0]
+    volatile float sink = 0 CHAINS(SUM);
+#undef SUM
+    (void)sink;
+    return 12.0 * RATE_LOOPS / t * 1e-9;
+}
+
+/* ns per 16 x 16 x 32 tile product with its A and B loads, 4 C tiles in turn. */
+__attribute__((target("amx-tile,amx-bf16"), noinline)) static double rate_amx(const uint16_t *a,
+                                                                              const uint16_t *b)
+{
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t bytes_per_row[16];
+        uint8_t rows[16];
+    } cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 6; t++) {
+        cfg.bytes_per_row[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    const long n = RATE_LOOPS / 20;
+    double t0 = thread_seconds();
+    for (long i = 0; i < n; i++) {
+        _tile_loadd(4, a, 64);
+        _tile_loadd(5, b, 64);
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_loadd(5, b + 512, 64);
+        _tile_dpbf16ps(1, 4, 5);
+        _tile_loadd(5, b + 1024, 64);
+        _tile_dpbf16ps(2, 4, 5);
+        _tile_loadd(5, b + 1536, 64);
+        _tile_dpbf16ps(3, 4, 5);
+    }
+    double t = thread_seconds() - t0;
+    _tile_release();
+    return t / (4.0 * n) * 1e9;
+}
+
+static int run_rates(void)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) {
+        printf("no AVX-512 on this CPU: nothing to measure\n");
+        return 0;
+    }
+    float *buf = aligned_alloc(64, sizeof(float) * 16 * 192 + 4096);
+    uint16_t *tiles = aligned_alloc(64, sizeof(uint16_t) * 5 * 512);
+    if (!buf || !tiles) return 1;
+    for (int i = 0; i < 16 * 192 + 1024; i++) buf[i] = 1e-3f * (float)(i % 7);
+    for (int i = 0; i < 5 * 512; i++) tiles[i] = 0x3f80;
+    printf("512-bit FMA, registers only (12 chains): %.2f per ns\n", rate_fma());
+    printf("512-bit FMA, each fed by a load from L1 (12 chains): %.2f per ns\n", rate_fma_load(buf));
+    if (__builtin_cpu_supports("avx512bf16"))
+        printf("vdpbf16ps 512-bit (32 products each, 12 chains): %.2f per ns\n", rate_dpbf16());
+    else
+        printf("vdpbf16ps: no AVX-512 BF16 on this CPU\n");
+    if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
+        syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0)
+        printf("AMX tdpbf16ps 16x16x32 with its A and B tile loads (4 C tiles in turn): %.2f ns "
+               "each\n", rate_amx(tiles, tiles + 512));
+    else
+        printf("AMX: not usable here\n");
+    free(buf);
+    free(tiles);
+    return 0;
+}
+#endif
+
 /* Best of `repeats` batches of `calls` calls of one kernel: ns per key. */
 #define KERNEL_TIME(out, ...)                                                    \
     do {                                                                         \
@@ -669,6 +811,9 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "table")) return run_table(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "decode")) return run_decode(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "kernels")) return run_kernels();
+#ifdef RATES
+    if (!strcmp(mode, "rates")) return run_rates();
+#endif
     if (!strcmp(mode, "sweep") && argc - i - 1 >= 8) return run_sweep(argv + i + 1, argc - i - 1);
     if (!strcmp(mode, "memory") && argc - i - 1 >= 3) return run_memory(argv + i + 1, argc - i - 1);
     fprintf(stderr,
@@ -676,6 +821,7 @@ int main(int argc, char **argv)
             "       bench_cpu_tiled [-t T] [-r R] sweep DTYPE B HQ HKV SQ SK D CAUSAL [BQS [BKS]]\n"
             "       bench_cpu_tiled [-t T] [-r R] decode [FILTER]\n"
             "       bench_cpu_tiled [-r R] kernels\n"
+            "       bench_cpu_tiled rates\n"
             "       bench_cpu_tiled [-t T] memory DTYPE SQ D [reference]\n");
     return 2;
 }
