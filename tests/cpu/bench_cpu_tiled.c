@@ -644,7 +644,7 @@ static int run_kernels(void)
     printf("| kernels | dtype | rows | scores | softmax | values | sum |\n");
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
     static const fj_dtype dtypes[] = {FJ_F32, FJ_BF16, FJ_F16};
-    static const int rows[] = {1, 2, 4, 8, 16};
+    static const int rows[] = {1, 2, 4, 6, 8, 16};
     for (int set = 0; set < 3; set++)
         for (int t = 0; t < 3; t++) {
             const fj_decode_kernels *kern = set == 0   ? fj_decode_kernels_generic(dtypes[t])
@@ -659,7 +659,7 @@ static int run_kernels(void)
                 if (kern->q_bf16) ((uint16_t *)q)[i] = i % DPAD < D ? fj_f32_to_bf16(x) : 0;
                 else q[i] = i % DPAD < D ? x : 0.0f;
             }
-            for (int ri = 0; ri < 5; ri++) {
+            for (int ri = 0; ri < 6; ri++) {
                 const int nr = rows[ri];
                 double ts, tm, tv;
                 KERNEL_TIME(ts, kern->scores(q, DPAD, nr, k, D, nk, D, 0.1f, s, NK, scratch));
