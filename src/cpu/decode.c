@@ -80,24 +80,33 @@ fj_status fj_cpu_decode_force(fj_cpu_decode_mode mode)
 
 static int64_t rows_per_kv_head(const fj_problem *p) { return (int64_t)p->seqlen_q * p->group; }
 
+/* bf16 prefill in blocks of positions on the AMX tiles: where the tiles
+   exist, not turned off, and a block can hold a whole GQA group. */
+static bool amx_prefill(const fj_problem *p)
+{
+    return p->dtype == FJ_BF16 && p->group <= FJ_CPU_DECODE_MAX_ROWS &&
+           atomic_load(&forced_mode) == FJ_CPU_DECODE_AUTO && fj_decode_kernels_amx();
+}
+
 bool fj_cpu_decode_chosen(const fj_problem *p)
 {
     return atomic_load(&forced_mode) != FJ_CPU_DECODE_OFF && !fj_cpu_tiled_blocks_forced() &&
-           rows_per_kv_head(p) <= FJ_CPU_DECODE_MAX_ROWS;
+           (rows_per_kv_head(p) <= FJ_CPU_DECODE_MAX_ROWS || amx_prefill(p));
 }
 
 struct fj_cpu_decode_plan {
     fj_pool *pool;
     const fj_decode_kernels *kernels;
-    int rows;                 /* per kv head: seqlen_q x group */
+    int positions;            /* query positions per block (all of them when decoding) */
+    int64_t pos_blocks;       /* ceil(seqlen_q / positions) */
+    int rows;                 /* per kv head and block: positions x group, <= 16 */
     int dpad;                 /* head_dim rounded up to FJ_DECODE_PAD */
     int heads_per_task;       /* kv heads one task takes (consecutive) */
     int head_groups;          /* ceil(heads_kv / heads_per_task) */
-    int64_t units;            /* batch x head groups */
+    int64_t units;            /* batch x head groups x position blocks */
     int chunks;               /* per unit */
     bool one_task;            /* the whole call one task, on the calling thread */
     int64_t *chunk_start;     /* chunks + 1 key indices */
-    int64_t lo[FJ_CPU_DECODE_MAX_ROWS], hi[FJ_CPU_DECODE_MAX_ROWS]; /* keys position p sees */
     /* per worker: byte offsets within a worker's share; q, acc, max and sum
        hold heads_per_task heads' rows, one after the other */
     size_t ws_bytes, off_q, off_s, off_acc, off_max, off_sum, off_scratch;
@@ -114,6 +123,29 @@ typedef struct decode_job {
     void *o;
     float *lse;
 } decode_job;
+
+/* One block of query positions: which, and the keys each sees. */
+typedef struct pos_block {
+    int64_t pos0;           /* its first position */
+    int npos, rows;         /* positions, and rows (positions x group) */
+    int64_t lo[FJ_CPU_DECODE_MAX_ROWS], hi[FJ_CPU_DECODE_MAX_ROWS]; /* keys position t sees */
+    int64_t jlo, jhi;       /* the keys some position sees (jlo >= jhi: none) */
+} pos_block;
+
+static void make_block(const fj_problem *p, const fj_cpu_decode_plan *dp, int64_t pb, pos_block *blk)
+{
+    blk->pos0 = pb * dp->positions;
+    blk->npos = (int)(p->seqlen_q - blk->pos0 < dp->positions ? p->seqlen_q - blk->pos0 : dp->positions);
+    blk->rows = blk->npos * p->group;
+    blk->jlo = p->seqlen_k;
+    blk->jhi = 0;
+    for (int t = 0; t < blk->npos; t++) {
+        fj_visible_keys(p, blk->pos0 + t, &blk->lo[t], &blk->hi[t]);
+        if (blk->lo[t] >= blk->hi[t]) continue;
+        if (blk->lo[t] < blk->jlo) blk->jlo = blk->lo[t];
+        if (blk->hi[t] > blk->jhi) blk->jhi = blk->hi[t];
+    }
+}
 
 /* One kv head's state in a worker's workspace, and the shared buffers. */
 typedef struct decode_ws {
@@ -154,16 +186,19 @@ static void to_column_order(float *x, int n, const uint8_t *order, float *tmp)
         for (int i = 0; i < 32; i++) x[c + order[i]] = tmp[c + i];
 }
 
-/* Head hk's query rows in the kernels' form, zero-padded to dpad. */
-static void load_queries(const decode_job *j, const decode_ws *w, int64_t b, int64_t hk)
+/* Head hk's query rows of the block in the kernels' form, zero-padded to
+ * dpad. */
+static void load_queries(const decode_job *j, const decode_ws *w, int64_t b, int64_t hk,
+                         const pos_block *blk)
 {
     const fj_problem *p = j->p;
     const fj_cpu_decode_plan *dp = j->dp;
     const int D = p->head_dim;
-    for (int t = 0; t < p->seqlen_q; t++)
+    for (int t = 0; t < blk->npos; t++)
         for (int h = 0; h < p->group; h++) {
             const int r = t * p->group + h;
-            const void *src = fj_row_ptr(j->q, p->dtype, p->q_stride, b, t, hk * p->group + h);
+            const void *src =
+                fj_row_ptr(j->q, p->dtype, p->q_stride, b, blk->pos0 + t, hk * p->group + h);
             if (dp->kernels->q_bf16) {
                 uint16_t *dst = (uint16_t *)w->q + (size_t)r * dp->dpad;
                 memcpy(dst, src, (size_t)D * sizeof(uint16_t));
@@ -179,16 +214,16 @@ static void load_queries(const decode_job *j, const decode_ws *w, int64_t b, int
 
 /* Keys [j0, j0 + nk) for the rows that see part of them. */
 static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_t hk, int64_t j0,
-                      int nk, float alpha)
+                      int nk, float alpha, const pos_block *blk)
 {
     const fj_problem *p = j->p;
     const fj_cpu_decode_plan *dp = j->dp;
     const int64_t j1 = j0 + nk;
     /* The positions that see part of the block are consecutive (every mask
        is a band moving right with the position). */
-    int ta = p->seqlen_q, tb = 0;
-    for (int t = 0; t < p->seqlen_q; t++)
-        if (dp->lo[t] < dp->hi[t] && dp->lo[t] < j1 && dp->hi[t] > j0) {
+    int ta = blk->npos, tb = 0;
+    for (int t = 0; t < blk->npos; t++)
+        if (blk->lo[t] < blk->hi[t] && blk->lo[t] < j1 && blk->hi[t] > j0) {
             if (t < ta) ta = t;
             tb = t + 1;
         }
@@ -203,8 +238,8 @@ static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_
     for (int r = ra; r < ra + nr; r++) {
         const int t = r / p->group;
         float *srow = w->s + (size_t)(r - ra) * BLOCK_KEYS;
-        int64_t a = dp->lo[t] > j0 ? dp->lo[t] - j0 : 0;
-        int64_t e = dp->hi[t] < j1 ? dp->hi[t] - j0 : nk;
+        int64_t a = blk->lo[t] > j0 ? blk->lo[t] - j0 : 0;
+        int64_t e = blk->hi[t] < j1 ? blk->hi[t] - j0 : nk;
         if (a >= e) { /* a row of the range that sees none of this block */
             memset(srow, 0, (size_t)nk * sizeof(float));
             continue;
@@ -221,13 +256,13 @@ static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_
 
 /* Row r of (b, hk): O = acc / sum (or 0), and its lse. acc: in the kernels'
  * order (tmp: dpad floats of scratch). */
-static void store_row(const decode_job *j, int64_t b, int64_t hk, int r, float *acc, float max,
-                      float sum, float *tmp)
+static void store_row(const decode_job *j, int64_t b, int64_t hk, int64_t pos0, int r, float *acc,
+                      float max, float sum, float *tmp)
 {
     const fj_problem *p = j->p;
     const fj_cpu_decode_plan *dp = j->dp;
     if (dp->kernels->order) to_column_order(acc, dp->dpad, dp->kernels->order, tmp);
-    const int t = r / p->group;
+    const int64_t t = pos0 + r / p->group;
     const int64_t h = hk * p->group + r % p->group;
     void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, b, t, h);
     float row_lse = -INFINITY;
@@ -267,20 +302,21 @@ static void merge_chunks(const decode_job *j, int64_t bh, int64_t b, int64_t hk,
                 const float *x = dp->part_acc + at * dp->dpad;
                 for (int d = 0; d < dp->dpad; d++) out[d] += wgt * x[d];
             }
-        store_row(j, b, hk, r, out, m, sum, tmp);
+        store_row(j, b, hk, 0, r, out, m, sum, tmp); /* chunks: one block of positions */
     }
 }
 
 /* Head hk's rows at the end of chunk c: the output, or its partial result
  * (and the merge, when it is the last of the head's chunks). */
-static void finish_head(const decode_job *j, const decode_ws *w, int64_t b, int64_t hk, int c)
+static void finish_head(const decode_job *j, const decode_ws *w, int64_t b, int64_t hk, int c,
+                        const pos_block *blk)
 {
     const fj_cpu_decode_plan *dp = j->dp;
     const fj_problem *p = j->p;
     if (dp->chunks == 1) {
-        for (int r = 0; r < dp->rows; r++)
-            store_row(j, b, hk, r, w->acc + (size_t)r * dp->dpad, w->row_max[r], w->row_sum[r],
-                      w->scratch);
+        for (int r = 0; r < blk->rows; r++)
+            store_row(j, b, hk, blk->pos0, r, w->acc + (size_t)r * dp->dpad, w->row_max[r],
+                      w->row_sum[r], w->scratch);
         return;
     }
     const int64_t bh = b * p->heads_kv + hk;
@@ -296,37 +332,48 @@ static void finish_head(const decode_job *j, const decode_ws *w, int64_t b, int6
     }
 }
 
-/* Chunk c of one (batch, head group). */
+/* Chunk c of one (batch, head group, block of positions): units run the
+ * blocks of a head group last to first (under a causal mask the last see
+ * the most keys: heaviest first), so consecutive tasks share the group's K
+ * and V in cache. */
 static void run_unit(const decode_job *j, int64_t unit, int c, int worker)
 {
     const fj_cpu_decode_plan *dp = j->dp;
     const fj_problem *p = j->p;
-    const int64_t b = unit / dp->head_groups;
-    const int64_t hk0 = unit % dp->head_groups * dp->heads_per_task;
+    const int64_t pb = dp->pos_blocks - 1 - unit % dp->pos_blocks;
+    const int64_t group_unit = unit / dp->pos_blocks;
+    const int64_t b = group_unit / dp->head_groups;
+    const int64_t hk0 = group_unit % dp->head_groups * dp->heads_per_task;
     const int heads = p->heads_kv - hk0 < dp->heads_per_task ? (int)(p->heads_kv - hk0)
                                                               : dp->heads_per_task;
     const float alpha = (float)(M_LOG2E * p->scale);
-    const int64_t c0 = dp->chunk_start[c], c1 = dp->chunk_start[c + 1];
+    pos_block blk;
+    make_block(p, dp, pb, &blk);
+    int64_t c0 = blk.jlo, c1 = blk.jhi;
+    if (dp->chunks > 1) { /* one block of positions, its keys split */
+        c0 = dp->chunk_start[c];
+        c1 = dp->chunk_start[c + 1];
+    }
 
     for (int i = 0; i < heads; i++) {
         const decode_ws w = worker_ws(dp, worker, i);
-        for (int r = 0; r < dp->rows; r++) {
+        for (int r = 0; r < blk.rows; r++) {
             w.row_max[r] = -INFINITY;
             w.row_sum[r] = 0.0f;
         }
-        memset(w.acc, 0, (size_t)dp->rows * dp->dpad * sizeof(float));
-        if (c0 < c1) load_queries(j, &w, b, hk0 + i);
+        memset(w.acc, 0, (size_t)blk.rows * dp->dpad * sizeof(float));
+        if (c0 < c1) load_queries(j, &w, b, hk0 + i, &blk);
     }
     for (int64_t j0 = c0; j0 < c1; j0 += BLOCK_KEYS) {
         const int nk = (int)(c1 - j0 < BLOCK_KEYS ? c1 - j0 : BLOCK_KEYS);
         for (int i = 0; i < heads; i++) {
             const decode_ws w = worker_ws(dp, worker, i);
-            key_block(j, &w, b, hk0 + i, j0, nk, alpha);
+            key_block(j, &w, b, hk0 + i, j0, nk, alpha, &blk);
         }
     }
     for (int i = 0; i < heads; i++) {
         const decode_ws w = worker_ws(dp, worker, i);
-        finish_head(j, &w, b, hk0 + i, c);
+        finish_head(j, &w, b, hk0 + i, c, &blk);
     }
 }
 
@@ -402,7 +449,12 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     if (!dp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu decode: out of memory for the plan");
     const int threads = fj_pool_threads(pool);
     dp->pool = pool;
-    dp->rows = (int)rows_per_kv_head(p);
+    /* Decoding: every position in one block. bf16 prefill on AMX: blocks of
+       as many positions as 16 rows hold (a tile's rows). */
+    const bool prefill = rows_per_kv_head(p) > FJ_CPU_DECODE_MAX_ROWS;
+    dp->positions = prefill ? FJ_CPU_DECODE_MAX_ROWS / p->group : p->seqlen_q;
+    dp->pos_blocks = (p->seqlen_q + dp->positions - 1) / dp->positions;
+    dp->rows = dp->positions * p->group;
     dp->dpad = (p->head_dim + FJ_DECODE_PAD - 1) / FJ_DECODE_PAD * FJ_DECODE_PAD;
     const int mode = atomic_load(&forced_mode);
     const char *why_kernels = "this CPU has AVX-512";
@@ -425,23 +477,21 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
         dp->heads_per_task = p->heads_kv < most ? p->heads_kv : most;
     }
     dp->head_groups = (p->heads_kv + dp->heads_per_task - 1) / dp->heads_per_task;
-    const int64_t units = dp->units = (int64_t)p->batch * dp->head_groups;
+    const int64_t units = dp->units = (int64_t)p->batch * dp->head_groups * dp->pos_blocks;
 
-    /* The keys some row sees: the same for every (batch, kv head). */
-    int64_t jlo = p->seqlen_k, jhi = 0;
-    for (int t = 0; t < p->seqlen_q; t++) {
-        fj_visible_keys(p, t, &dp->lo[t], &dp->hi[t]);
-        if (dp->lo[t] >= dp->hi[t]) continue;
-        if (dp->lo[t] < jlo) jlo = dp->lo[t];
-        if (dp->hi[t] > jhi) jhi = dp->hi[t];
-    }
-    if (jlo > jhi) jlo = jhi = 0; /* no row sees a key */
+    /* The keys some row sees, the same for every (batch, kv head): split
+       into chunks when there is one block of positions (decoding); blocks of
+       positions take their own keys whole. */
+    pos_block all;
+    make_block(p, dp, 0, &all);
+    int64_t jlo = all.jlo, jhi = all.jhi;
+    if (prefill || jlo > jhi) jlo = jhi = 0; /* prefill: unused; decode: no row sees a key */
     /* A call that reads less than SERIAL_BYTES of K and V costs less than
        waking the workers: the calling thread does it alone. */
     const double kv_bytes = 2.0 * (double)p->batch * p->heads_kv * (double)(jhi - jlo) *
                             p->head_dim * fj_dtype_size(p->dtype);
     const bool fine = atomic_load(&forced_split);
-    dp->one_task = !fine && threads > 1 && units > 1 && kv_bytes < SERIAL_BYTES;
+    dp->one_task = !prefill && !fine && threads > 1 && units > 1 && kv_bytes < SERIAL_BYTES;
     dp->chunks = dp->one_task ? 1 : chunk_count(units, jhi - jlo, threads, fine ? 16 : MIN_CHUNK_KEYS);
     int64_t step = (jhi - jlo + dp->chunks - 1) / dp->chunks;
     step = (step + 15) / 16 * 16; /* whole groups of 16 keys for the kernels */
@@ -481,6 +531,26 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     }
 
     const int64_t tasks = dp->one_task ? 1 : units * dp->chunks;
+    if (prefill) {
+        fj_strbuf_printf(describe,
+                         "backend: cpu\n"
+                         "method: AMX row blocks: blocks of %d query rows per kv head (%d "
+                         "position(s) x %d head(s)) stream the keys they see, K and V read at "
+                         "bf16 (no BLAS, no conversion); chosen because bf16 tile products on "
+                         "AMX-BF16 outrun sgemm on converted floats\n"
+                         "split: %d kv head(s) per task (%s); %lld blocks of positions per kv "
+                         "head, last first; %lld task(s) for %d worker(s); blocks of %d keys\n"
+                         "kernels: %s (%s)\n"
+                         "workspace: %zu bytes per thread, %d threads, 0 bytes of partial "
+                         "results\n",
+                         dp->rows, dp->positions, p->group, dp->heads_per_task,
+                         interleaved ? "the heads of a position lie side by side"
+                                     : "each head's rows lie apart",
+                         (long long)dp->pos_blocks, (long long)tasks, threads, BLOCK_KEYS,
+                         dp->kernels->name, why_kernels, dp->ws_bytes, threads);
+        *out = dp;
+        return FJ_OK;
+    }
     fj_strbuf_printf(describe,
                      "backend: cpu\n"
                      "method: decode: %d query row(s) per kv head (%d position(s) x %d head(s)) "

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cpu/decode.h"
+#include "cpu/decode_kernels.h"
 #include "harness.h"
 
 #define LSE_TOL 1e-4
@@ -85,12 +86,12 @@ static size_t nonzero_empty_rows(const fjt_problem *p, fj_context *ctx)
 
 /* Every check of the file's header on one problem; `kernels`: the name the
  * describe must give (NULL: any). */
-static void check_decode(fj_context *ctx, const fj_attention_desc *d, fjt_rng *rng,
-                         const char *kernels)
+static void check_method(fj_context *ctx, const fj_attention_desc *d, fjt_rng *rng,
+                         const char *method, const char *kernels)
 {
     char text[2048], want[64];
     plan_text(ctx, d, text, sizeof text);
-    if (!strstr(text, "method: decode")) fail_msg("%s: not the decode path:\n%s", fjt_desc_str(d), text);
+    if (!strstr(text, method)) fail_msg("%s: not '%s':\n%s", fjt_desc_str(d), method, text);
     snprintf(want, sizeof want, "kernels: %s ", kernels ? kernels : "");
     if (kernels && !strstr(text, want)) fail_msg("%s: not the %s kernels:\n%s", fjt_desc_str(d), kernels, text);
 
@@ -111,6 +112,12 @@ static void check_decode(fj_context *ctx, const fj_attention_desc *d, fjt_rng *r
     size_t bad = nonzero_empty_rows(&p, ctx);
     if (bad) fail_msg("%s: %zu rows that see no key are not exactly zero", fjt_desc_str(d), bad);
     fjt_problem_free(&p);
+}
+
+static void check_decode(fj_context *ctx, const fj_attention_desc *d, fjt_rng *rng,
+                         const char *kernels)
+{
+    check_method(ctx, d, rng, "method: decode", kernels);
 }
 
 /* ---- layouts and random problems ----------------------------------------- */
@@ -270,6 +277,48 @@ static void test_random_no_amx(void **state)
         fj_context_destroy(ctx);
     }
     assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_AUTO), FJ_OK);
+}
+
+/* bf16 prefill on the AMX tiles (blocks of up to 16 rows per kv head): more
+ * than 16 rows per kv head, every mask, GQA up to 16, odd sizes, every
+ * layout, 1-3 workers. Where the CPU has no AMX the suite says so and
+ * checks that such problems are not sent there. */
+static void test_amx_prefill(void **state)
+{
+    (void)state;
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0xd009);
+    static const int threads[] = {1, 2, 3};
+    static const int groups[] = {1, 2, 3, 4, 5, 8, 16};
+    static const int lens[] = {17, 33, 100, 129, 300};
+    for (int t = 0; t < NELEMS(threads); t++) {
+        fj_context *ctx = make_context(threads[t]);
+        for (int i = 0; i < 20; i++) {
+            const int group = groups[fjt_range(&rng, 0, NELEMS(groups) - 1)];
+            const int hkv = fjt_range(&rng, 1, 2);
+            int sq = lens[fjt_range(&rng, 0, NELEMS(lens) - 1)];
+            if ((int64_t)sq * group <= FJ_CPU_DECODE_MAX_ROWS) sq = FJ_CPU_DECODE_MAX_ROWS / group + 1;
+            const int sk = lens[fjt_range(&rng, 0, NELEMS(lens) - 1)] + fjt_range(&rng, 0, 200);
+            fj_attention_desc d;
+            fj_attention_desc_init(&d, fjt_range(&rng, 1, 2), hkv * group, hkv, sq, sk,
+                                   dims[fjt_range(&rng, 0, NELEMS(dims) - 1)], FJ_BF16);
+            if ((double)d.batch * d.heads_q * sq * sk * d.head_dim > 3e7) d.batch = 1;
+            d.causal = (fj_causal)fjt_range(&rng, 0, 2);
+            if (fjt_range(&rng, 0, 2) == 0) d.window_left = fjt_range(&rng, 0, sk);
+            if (fjt_range(&rng, 0, 3) == 0) d.window_right = fjt_range(&rng, 0, 20);
+            if (fjt_range(&rng, 0, 2) == 0) d.scale = (float)(0.05 + 2.0 * fjt_uniform(&rng));
+            set_layouts(&d, (enum layout)fjt_range(&rng, 0, LAYOUTS - 1));
+            if (fj_decode_kernels_amx()) {
+                check_method(ctx, &d, &rng, "method: AMX row blocks", "amx-bf16");
+            } else {
+                char text[2048];
+                plan_text(ctx, &d, text, sizeof text);
+                if (strstr(text, "AMX row blocks")) fail_msg("no AMX, yet:\n%s", text);
+            }
+        }
+        fj_context_destroy(ctx);
+    }
+    if (!fj_decode_kernels_amx()) print_message("no AMX on this CPU: bf16 prefill stays tiled\n");
 }
 
 /* Every dtype, mask kind and GQA shape at sizes around the kernels' edges,
@@ -443,7 +492,17 @@ static void test_choice(void **state)
         fail_msg("16 rows per kv head: not decode:\n%s", text);
     fj_attention_desc_init(&d, 1, 32, 8, 5, 1000, 64, FJ_F32); /* 20 */
     plan_text(ctx, &d, text, sizeof text);
-    if (strstr(text, "method: decode")) fail_msg("20 rows per kv head: decode:\n%s", text);
+    if (strstr(text, "method: decode") || strstr(text, "AMX"))
+        fail_msg("20 f32 rows per kv head: not the tiled path:\n%s", text);
+    fj_attention_desc_init(&d, 1, 32, 2, 5, 1000, 64, FJ_BF16); /* 80 bf16 rows: blocks of 16 */
+    plan_text(ctx, &d, text, sizeof text);
+    if (fj_decode_kernels_amx() ? !strstr(text, "AMX row blocks: blocks of 16 query rows")
+                                : strstr(text, "AMX") != NULL)
+        fail_msg("bf16 prefill, GQA 16: %s AMX row blocks:\n%s",
+                 fj_decode_kernels_amx() ? "not" : "yet", text);
+    fj_attention_desc_init(&d, 1, 34, 2, 5, 1000, 64, FJ_BF16); /* a group of 17: tiled */
+    plan_text(ctx, &d, text, sizeof text);
+    if (strstr(text, "AMX row blocks")) fail_msg("a group of 17 in AMX row blocks:\n%s", text);
 
     assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_OFF), FJ_OK);
     fj_context *off = make_context(2);
@@ -508,6 +567,7 @@ int main(void)
         cmocka_unit_test(test_random_fine_split),
         cmocka_unit_test(test_random_generic),
         cmocka_unit_test(test_random_no_amx),
+        cmocka_unit_test(test_amx_prefill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
