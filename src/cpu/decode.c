@@ -37,6 +37,7 @@
 #include "decode.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -111,6 +112,12 @@ struct fj_cpu_decode_plan {
        hold heads_per_task heads' rows, one after the other */
     size_t ws_bytes, off_q, off_s, off_acc, off_max, off_sum, off_scratch;
     unsigned char *workspace;
+    /* bf16 prefill on kernels that pack V: V packed once per call for all
+       the blocks of positions ([batch x kv head][packed_keys][dpad] bf16),
+       and the lock that keeps two calls from packing at once */
+    uint16_t *packed_v;
+    int64_t packed_keys;      /* seqlen_k rounded up to FJ_DECODE_PACK_KEYS */
+    pthread_mutex_t pack_lock;
     /* partial results (chunks > 1): [batch x kv head][chunk][row] */
     float *part_acc, *part_max, *part_sum;
     atomic_int *finished; /* chunks of each (batch, kv head) done in the current execute */
@@ -250,8 +257,16 @@ static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_
         if (factor != 1.0f) fj_vscale(w->acc + (size_t)r * dp->dpad, dp->dpad, factor);
     }
     const void *v = fj_row_ptr(j->v, p->dtype, p->v_stride, b, j0, hk);
-    dp->kernels->accumulate(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], nk, p->head_dim,
-                            w->acc + (size_t)ra * dp->dpad, dp->dpad, w->scratch);
+    if (dp->packed_v) {
+        const uint16_t *packed =
+            dp->packed_v + ((size_t)(b * p->heads_kv + hk) * dp->packed_keys + (size_t)j0) * dp->dpad;
+        dp->kernels->accumulate_packed(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], packed,
+                                       nk, p->head_dim, w->acc + (size_t)ra * dp->dpad, dp->dpad,
+                                       w->scratch);
+    } else {
+        dp->kernels->accumulate(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], nk,
+                                p->head_dim, w->acc + (size_t)ra * dp->dpad, dp->dpad, w->scratch);
+    }
 }
 
 /* Row r of (b, hk): O = acc / sum (or 0), and its lse. acc: in the kernels'
@@ -350,6 +365,9 @@ static void run_unit(const decode_job *j, int64_t unit, int c, int worker)
     pos_block blk;
     make_block(p, dp, pb, &blk);
     int64_t c0 = blk.jlo, c1 = blk.jhi;
+    /* packed V starts at key 0 in groups: blocks start on a group (the keys
+       before jlo that this adds are masked for every row) */
+    if (dp->packed_v && c0 < c1) c0 -= c0 % FJ_DECODE_PACK_KEYS;
     if (dp->chunks > 1) { /* one block of positions, its keys split */
         c0 = dp->chunk_start[c];
         c1 = dp->chunk_start[c + 1];
@@ -388,11 +406,35 @@ static void decode_task(void *arg, int64_t task, int worker)
     run_unit(j, task / dp->chunks, (int)(task % dp->chunks), worker);
 }
 
+/* Packs the values of one (batch, kv head). */
+static void pack_task(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const decode_job *j = arg;
+    const fj_cpu_decode_plan *dp = j->dp;
+    const fj_problem *p = j->p;
+    const int64_t b = task / p->heads_kv, hk = task % p->heads_kv;
+    dp->kernels->pack_values(fj_row_ptr(j->v, p->dtype, p->v_stride, b, 0, hk),
+                             p->v_stride[FJ_AXIS_SEQ], p->seqlen_k, p->head_dim,
+                             dp->packed_v + (size_t)task * dp->packed_keys * dp->dpad);
+}
+
 void fj_cpu_decode_execute(const fj_cpu_decode_plan *dp, const fj_problem *p, const void *q,
                            const void *k, const void *v, void *o, float *lse)
 {
     decode_job job = {dp, p, q, k, v, o, lse};
-    fj_pool_run(dp->pool, dp->one_task ? 1 : dp->units * dp->chunks, decode_task, &job);
+    const int64_t tasks = dp->one_task ? 1 : dp->units * dp->chunks;
+    if (!dp->packed_v) {
+        fj_pool_run(dp->pool, tasks, decode_task, &job);
+        return;
+    }
+    /* two pool jobs: the lock keeps another call on this plan from packing
+       between them */
+    pthread_mutex_t *lock = (pthread_mutex_t *)&dp->pack_lock;
+    pthread_mutex_lock(lock);
+    fj_pool_run(dp->pool, (int64_t)p->batch * p->heads_kv, pack_task, &job);
+    fj_pool_run(dp->pool, tasks, decode_task, &job);
+    pthread_mutex_unlock(lock);
 }
 
 static size_t ws_part(size_t *cursor, size_t bytes)
@@ -416,6 +458,8 @@ static int chunk_count(int64_t groups, int64_t keys, int threads, int min_keys)
 void fj_cpu_decode_plan_destroy(fj_cpu_decode_plan *dp)
 {
     if (!dp) return;
+    if (dp->packed_v) pthread_mutex_destroy(&dp->pack_lock);
+    free(dp->packed_v);
     free(dp->chunk_start);
     free(dp->workspace);
     free(dp->part_acc);
@@ -531,6 +575,14 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     }
 
     const int64_t tasks = dp->one_task ? 1 : units * dp->chunks;
+    size_t packed_bytes = 0;
+    if (prefill && dp->kernels->pack_values) {
+        dp->packed_keys = (p->seqlen_k + FJ_DECODE_PACK_KEYS - 1) / FJ_DECODE_PACK_KEYS *
+                          FJ_DECODE_PACK_KEYS;
+        packed_bytes = (size_t)p->batch * p->heads_kv * dp->packed_keys * DP * sizeof(uint16_t);
+        if (!(dp->packed_v = malloc(packed_bytes))) return no_memory(dp, packed_bytes);
+        pthread_mutex_init(&dp->pack_lock, NULL);
+    }
     if (prefill) {
         fj_strbuf_printf(describe,
                          "backend: cpu\n"
@@ -540,14 +592,16 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
                          "AMX-BF16 outrun sgemm on converted floats\n"
                          "split: %d kv head(s) per task (%s); %lld blocks of positions per kv "
                          "head, last first; %lld task(s) for %d worker(s); blocks of %d keys\n"
-                         "kernels: %s (%s)\n"
+                         "kernels: %s (%s)%s\n"
                          "workspace: %zu bytes per thread, %d threads, 0 bytes of partial "
-                         "results\n",
+                         "results, %zu bytes of packed V\n",
                          dp->rows, dp->positions, p->group, dp->heads_per_task,
                          interleaved ? "the heads of a position lie side by side"
                                      : "each head's rows lie apart",
                          (long long)dp->pos_blocks, (long long)tasks, threads, BLOCK_KEYS,
-                         dp->kernels->name, why_kernels, dp->ws_bytes, threads);
+                         dp->kernels->name, why_kernels,
+                         dp->packed_v ? "; V packed into tiles once per call" : "",
+                         dp->ws_bytes, threads, packed_bytes);
         *out = dp;
         return FJ_OK;
     }

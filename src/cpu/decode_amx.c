@@ -32,6 +32,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#define INLINE static inline __attribute__((always_inline))
 #define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 
 /* Linux: a process must ask for the AMX tile state before using it. */
@@ -175,7 +176,7 @@ AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_
  * its MMA), B tiles 32 keys x 16 columns of V as pairs of rows interleaved
  * (TDPBF16PS's B[p][n] = keys 2p, 2p + 1 of column n). Up to 4 C tiles at a
  * time next to one A and one B. */
-#define VALUE_KEYS 32 /* keys per A tile */
+#define VALUE_KEYS FJ_DECODE_PACK_KEYS /* keys per A tile */
 /* Rows from which the values go to the tiles: building the B tiles costs the
    same whatever the rows, the AVX-512 kernel's FMAs grow with them, and they
    cross at 5 to 6 rows (docs/benchmarks.md). */
@@ -183,22 +184,48 @@ AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_
 
 static const fj_decode_kernels *widen_set; /* the AVX-512 bf16 set, for fewer rows */
 
-AMX static void values_amx(const float *p, int ldp, int nr, const void *v, int64_t v_ld, int nk,
-                           int head_dim, float *acc, int ldacc, float *scratch)
+/* B tiles for n keys of V (ldb bytes apart) from key 0, in groups of 32
+ * keys: group kg's pair pr, column group g at dst + ((kg * 16 + pr) * groups
+ * + g) * 32 (the rows of a pair for every column group side by side, so the
+ * stores of a pair are one run; tiles 1 KiB apart, one row of each per pair,
+ * kept hitting 4 KiB aliasing against the loads of V). Keys past n are 0. */
+AMX INLINE void build_b(const char *v, int64_t ldb, int n, int head_dim, uint16_t *dst)
 {
-    if (nr < AMX_VALUE_ROWS) {
-        widen_set->accumulate(p, ldp, nr, v, v_ld, nk, head_dim, acc, ldacc, scratch);
-        return;
-    }
-    const int chunks = (head_dim + 31) / 32, groups = 2 * chunks;
-    const int kgroups = (nk + VALUE_KEYS - 1) / VALUE_KEYS;
-    uint16_t *a = (uint16_t *)scratch;                 /* kgroups x 16 rows x 32 keys */
-    uint16_t *b = a + (size_t)kgroups * 16 * VALUE_KEYS; /* kgroups x 16 pairs x groups x 32 */
-    const int64_t ldb = v_ld * 2;
+    const int chunks = (head_dim + 31) / 32;
     const int tail_cols = head_dim - 32 * (chunks - 1); /* 1..32 */
     const __mmask32 tail = tail_cols >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << tail_cols) - 1);
     const bool full = tail_cols == 32;
+    const int kgroups = (n + VALUE_KEYS - 1) / VALUE_KEYS;
+    uint16_t *row = dst;
+    const char *x = v;
+    for (int j = 0; j < kgroups * VALUE_KEYS; j += 2, x += 2 * ldb) {
+        if (j + 1 < n && full) { /* both keys, whole chunks */
+            for (int c = 0; c < chunks; c++, row += 2 * 32) {
+                const __m512i xv = _mm512_loadu_si512(x + 64 * c);
+                const __m512i yv = _mm512_loadu_si512(x + ldb + 64 * c);
+                _mm512_storeu_si512(row, _mm512_unpacklo_epi16(xv, yv));
+                _mm512_storeu_si512(row + 32, _mm512_unpackhi_epi16(xv, yv));
+            }
+            continue;
+        }
+        for (int c = 0; c < chunks; c++, row += 2 * 32) {
+            const __mmask32 m = c == chunks - 1 ? tail : (__mmask32)0xffffffffu;
+            const __m512i xv = j < n ? _mm512_maskz_loadu_epi16(m, x + 64 * c) : _mm512_setzero_si512();
+            const __m512i yv = j + 1 < n ? _mm512_maskz_loadu_epi16(m, x + ldb + 64 * c) : _mm512_setzero_si512();
+            _mm512_storeu_si512(row, _mm512_unpacklo_epi16(xv, yv));
+            _mm512_storeu_si512(row + 32, _mm512_unpackhi_epi16(xv, yv));
+        }
+    }
+}
 
+/* acc += P V over nk keys, V as build_b's B tiles at b: A tiles (P as bf16)
+ * built into a (kgroups x 16 rows x 32 keys), then up to 4 C tiles at a
+ * time next to one A and one B. */
+AMX INLINE void tile_values(const float *p, int ldp, int nr, const uint16_t *b, int nk,
+                            int head_dim, float *acc, int ldacc, uint16_t *a)
+{
+    const int chunks = (head_dim + 31) / 32, groups = 2 * chunks;
+    const int kgroups = (nk + VALUE_KEYS - 1) / VALUE_KEYS;
     for (int kg = 0; kg < kgroups; kg++) {
         const int j0 = kg * VALUE_KEYS;
         for (int r = 0; r < nr; r++) {
@@ -208,33 +235,7 @@ AMX static void values_amx(const float *p, int ldp, int nr, const void *v, int64
             __m512 hi = _mm512_maskz_loadu_ps(rest >= 16 ? 0xffff : rest <= 0 ? 0 : (__mmask16)((1u << rest) - 1), x + 16);
             _mm512_storeu_si512(a + ((size_t)kg * 16 + r) * VALUE_KEYS, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         }
-        /* B rows of a pair for every column group side by side (a tile's
-           16 rows lie groups x 64 bytes apart): the stores of a pair are one
-           run. Tiles 1 KiB apart, one row of each per pair, kept hitting
-           4 KiB aliasing against the loads of V. */
-        uint16_t *row = b + (size_t)kg * groups * 16 * 32;
-        const char *x = (const char *)v + j0 * ldb;
-        for (int pr = 0; pr < VALUE_KEYS / 2; pr++, x += 2 * ldb) {
-            const int j = j0 + 2 * pr;
-            if (j + 1 < nk && full) { /* both keys, whole chunks */
-                for (int c = 0; c < chunks; c++, row += 2 * 32) {
-                    const __m512i xv = _mm512_loadu_si512(x + 64 * c);
-                    const __m512i yv = _mm512_loadu_si512(x + ldb + 64 * c);
-                    _mm512_storeu_si512(row, _mm512_unpacklo_epi16(xv, yv));
-                    _mm512_storeu_si512(row + 32, _mm512_unpackhi_epi16(xv, yv));
-                }
-                continue;
-            }
-            for (int c = 0; c < chunks; c++, row += 2 * 32) {
-                const __mmask32 m = c == chunks - 1 ? tail : (__mmask32)0xffffffffu;
-                const __m512i xv = j < nk ? _mm512_maskz_loadu_epi16(m, x + 64 * c) : _mm512_setzero_si512();
-                const __m512i yv = j + 1 < nk ? _mm512_maskz_loadu_epi16(m, x + ldb + 64 * c) : _mm512_setzero_si512();
-                _mm512_storeu_si512(row, _mm512_unpacklo_epi16(xv, yv));
-                _mm512_storeu_si512(row + 32, _mm512_unpackhi_epi16(xv, yv));
-            }
-        }
     }
-
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -244,6 +245,7 @@ AMX static void values_amx(const float *p, int ldp, int nr, const void *v, int64
     }
     _tile_loadconfig(&cfg);
     const int64_t lda = (int64_t)ldacc * sizeof(float);
+    const int64_t bstride = (int64_t)groups * 64;
     for (int g0 = 0; g0 < groups; g0 += 4) {
         const int ng = groups - g0 < 4 ? groups - g0 : 4;
         float *c0 = acc + 16 * g0;
@@ -251,7 +253,6 @@ AMX static void values_amx(const float *p, int ldp, int nr, const void *v, int64
         if (ng > 1) _tile_loadd(1, c0 + 16, lda);
         if (ng > 2) _tile_loadd(2, c0 + 32, lda);
         if (ng > 3) _tile_loadd(3, c0 + 48, lda);
-        const int64_t bstride = (int64_t)groups * 64;
         for (int kg = 0; kg < kgroups; kg++) {
             const uint16_t *bg = b + ((size_t)kg * groups * 16 + g0) * 32;
             _tile_loadd(4, a + (size_t)kg * 16 * VALUE_KEYS, 64);
@@ -278,6 +279,36 @@ AMX static void values_amx(const float *p, int ldp, int nr, const void *v, int64
     _tile_release();
 }
 
+AMX static void values_amx(const float *p, int ldp, int nr, const void *v, int64_t v_ld, int nk,
+                           int head_dim, float *acc, int ldacc, float *scratch)
+{
+    if (nr < AMX_VALUE_ROWS) {
+        widen_set->accumulate(p, ldp, nr, v, v_ld, nk, head_dim, acc, ldacc, scratch);
+        return;
+    }
+    const int kgroups = (nk + VALUE_KEYS - 1) / VALUE_KEYS;
+    uint16_t *a = (uint16_t *)scratch;                     /* kgroups x 16 rows x 32 keys */
+    uint16_t *b = a + (size_t)kgroups * 16 * VALUE_KEYS;   /* build_b's layout */
+    build_b(v, v_ld * 2, nk, head_dim, b);
+    tile_values(p, ldp, nr, b, nk, head_dim, acc, ldacc, a);
+}
+
+AMX static void pack_values_amx(const void *v, int64_t v_ld, int nk, int head_dim, uint16_t *dst)
+{
+    build_b(v, v_ld * 2, nk, head_dim, dst);
+}
+
+AMX static void values_packed_amx(const float *p, int ldp, int nr, const void *v, int64_t v_ld,
+                                  const uint16_t *packed, int nk, int head_dim, float *acc,
+                                  int ldacc, float *scratch)
+{
+    if (nr < AMX_VALUE_ROWS) {
+        widen_set->accumulate(p, ldp, nr, v, v_ld, nk, head_dim, acc, ldacc, scratch);
+        return;
+    }
+    tile_values(p, ldp, nr, packed, nk, head_dim, acc, ldacc, (uint16_t *)scratch);
+}
+
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 static bool amx_usable;
 static fj_decode_kernels amx_set;
@@ -296,6 +327,8 @@ static void amx_init(void)
     amx_set.q_bf16 = true;
     amx_set.scores = scores_amx;
     amx_set.accumulate = values_amx;
+    amx_set.pack_values = pack_values_amx;
+    amx_set.accumulate_packed = values_packed_amx;
     amx_usable = true;
 }
 

@@ -449,9 +449,9 @@ FLOAT_SET(f16, FJ_F16)
 FLOAT_SET(bf16, FJ_BF16)
 
 static const fj_decode_kernels sets[] = {
-    {"avx512", false, NULL, scores_f32, values_f32},
-    {"avx512", false, NULL, scores_f16, values_f16},
-    {"avx512", false, bf16_order, scores_bf16, values_bf16},
+    {.name = "avx512", .scores = scores_f32, .accumulate = values_f32},
+    {.name = "avx512", .scores = scores_f16, .accumulate = values_f16},
+    {.name = "avx512", .order = bf16_order, .scores = scores_bf16, .accumulate = values_bf16},
 };
 
 static bool has_avx512(void)

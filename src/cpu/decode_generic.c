@@ -156,9 +156,9 @@ GENERIC_SET(f16, FJ_F16)
 GENERIC_SET(bf16, FJ_BF16)
 
 static const fj_decode_kernels sets[] = {
-    {"generic", false, NULL, scores_f32, accumulate_f32},
-    {"generic", false, NULL, scores_f16, accumulate_f16},
-    {"generic", false, NULL, scores_bf16, accumulate_bf16},
+    {.name = "generic", .scores = scores_f32, .accumulate = accumulate_f32},
+    {.name = "generic", .scores = scores_f16, .accumulate = accumulate_f16},
+    {.name = "generic", .scores = scores_bf16, .accumulate = accumulate_bf16},
 };
 
 const fj_decode_kernels *fj_decode_kernels_generic(fj_dtype dtype)

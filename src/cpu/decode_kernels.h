@@ -25,6 +25,9 @@
 /* Most keys one kernel call takes: the scratch buffers are sized by it. */
 #define FJ_DECODE_MAX_BLOCK 256
 
+/* Keys per group of packed values (pack_values below). */
+#define FJ_DECODE_PACK_KEYS 32
+
 typedef struct fj_decode_kernels {
     const char *name; /* "avx512-bf16", "avx512", "generic" for describe */
     /* The queries the scores kernel takes are bf16 (the problem's own bf16
@@ -48,6 +51,18 @@ typedef struct fj_decode_kernels {
        must stay 0 (0 is added to it). p and scratch as above. */
     void (*accumulate)(const float *p, int ldp, int nr, const void *v, int64_t v_ld, int nk,
                        int head_dim, float *acc, int ldacc, float *scratch);
+    /* Optional (NULL in sets without it): values packed once for many
+       calls. pack_values writes nk keys of V (from key 0, v_ld elements
+       apart) into dst, FJ_DECODE_PACK_KEYS keys at a time, padded with zero
+       keys to a multiple of it: round_up(nk, FJ_DECODE_PACK_KEYS) x padded
+       head_dim bf16, key j's group at dst + j x padded head_dim.
+       accumulate_packed is accumulate with V also as packed from the
+       block's first key (a multiple of FJ_DECODE_PACK_KEYS past the packed
+       start); v is still given for the kernels that read it in place. */
+    void (*pack_values)(const void *v, int64_t v_ld, int nk, int head_dim, uint16_t *dst);
+    void (*accumulate_packed)(const float *p, int ldp, int nr, const void *v, int64_t v_ld,
+                              const uint16_t *packed, int nk, int head_dim, float *acc, int ldacc,
+                              float *scratch);
 } fj_decode_kernels;
 
 /* The AVX-512 set for dtype, or NULL where the CPU (or the compiler) has no
