@@ -23,6 +23,11 @@
  *       path turned off) and a plain read of the same K and V bytes on the
  *       same number of threads (read_bandwidth.h), in turn; GB/s of K + V.
  *
+ *   bench_cpu_tiled [-t T] [-r R] prefill [FILTER]
+ *       bf16 prefill (batch 1, 8 heads, S 512 / 2048 / 4096, D 64 / 128,
+ *       causal or not): the plan's path (AMX row blocks where the CPU has
+ *       AMX) and the tiled path (decode.h's paths turned off), in turn;
+ *       GFLOP/s as in `table`.
  *   bench_cpu_tiled [-r R] kernels
  *       The decode path's kernels alone (src/cpu/decode_kernels.h), one
  *       thread, on one block of 128 keys that stays in cache: nanoseconds
@@ -683,6 +688,58 @@ static int run_kernels(void)
     return 0;
 }
 
+static int run_prefill(const char *filter)
+{
+    fj_context *ctx = make_context(FJ_BACKEND_CPU);
+    const int nthreads = context_threads(ctx);
+    printf("threads: %d; medians of %d rounds (the plan's path, then the tiled path)\n\n",
+           nthreads, repeats);
+    printf("| %-40s | %-34s | %8s | %6s | %8s | %6s | %7s |\n", "shape", "method", "ms", "GF/s",
+           "tiled ms", "GF/s", "speedup");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    static const int seqs[] = {512, 2048, 4096}, dims[] = {64, 128};
+    for (int a = 0; a < 3; a++)
+        for (int bd = 0; bd < 2; bd++)
+            for (int c = 0; c < 2; c++) {
+                shape sh = {FJ_BF16, 1, 8, 8, seqs[a], seqs[a], dims[bd],
+                            c ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1};
+                if (filter && !strstr(shape_str(&sh), filter)) continue;
+                fj_attention_desc d = shape_desc(&sh);
+                fj_plan *plan, *til;
+                fj_status s;
+                if ((s = fj_plan_create(ctx, &d, &plan))) die("fj_plan_create", s);
+                fj_cpu_decode_force(FJ_CPU_DECODE_OFF);
+                fj_context *tctx = make_context(FJ_BACKEND_CPU);
+                s = fj_plan_create(tctx, &d, &til);
+                fj_cpu_decode_force(FJ_CPU_DECODE_AUTO);
+                if (s) die("fj_plan_create (tiled)", s);
+                tensors x = make_tensors(ctx, &d);
+                const double flops = fj_attention_flops(&d);
+                double pt[64], tt[64];
+                time_plan(plan, &x);
+                time_plan(til, &x);
+                for (int r = 0; r < repeats; r++) {
+                    pt[r] = time_plan(plan, &x);
+                    tt[r] = time_plan(til, &x);
+                }
+                const double pm = median(pt, repeats), tm = median(tt, repeats);
+                char method[40];
+                const char *m = strstr(fj_plan_describe(plan), "method: ");
+                snprintf(method, sizeof method, "%.*s", m ? (int)strcspn(m + 8, ":\n") : 1,
+                         m ? m + 8 : "-");
+                printf("| %-40s | %-34s | %8.2f | %6.1f | %8.2f | %6.1f | %6.2fx |\n",
+                       shape_str(&sh), method, pm * 1e3, flops / pm * 1e-9, tm * 1e3,
+                       flops / tm * 1e-9, tm / pm);
+                fflush(stdout);
+                free_tensors(ctx, &x);
+                fj_plan_destroy(plan);
+                fj_plan_destroy(til);
+                fj_context_destroy(tctx);
+            }
+    fj_context_destroy(ctx);
+    return 0;
+}
+
 /* "64,128,256" into v (at most cap values in [1, FJ_CPU_TILED_MAX_BLOCK]); 0 on error. */
 static int parse_list(const char *s, int *v, int cap)
 {
@@ -811,6 +868,7 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "table")) return run_table(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "decode")) return run_decode(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "kernels")) return run_kernels();
+    if (!strcmp(mode, "prefill")) return run_prefill(i + 1 < argc ? argv[i + 1] : NULL);
 #ifdef RATES
     if (!strcmp(mode, "rates")) return run_rates();
 #endif
@@ -820,6 +878,7 @@ int main(int argc, char **argv)
             "usage: bench_cpu_tiled [-t THREADS] [-r REPEATS] table [FILTER]\n"
             "       bench_cpu_tiled [-t T] [-r R] sweep DTYPE B HQ HKV SQ SK D CAUSAL [BQS [BKS]]\n"
             "       bench_cpu_tiled [-t T] [-r R] decode [FILTER]\n"
+            "       bench_cpu_tiled [-t T] [-r R] prefill [FILTER]\n"
             "       bench_cpu_tiled [-r R] kernels\n"
             "       bench_cpu_tiled rates\n"
             "       bench_cpu_tiled [-t T] memory DTYPE SQ D [reference]\n");
