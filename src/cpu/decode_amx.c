@@ -26,6 +26,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(FJ_NO_MULTIVERSION) && defined(__linux__)
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <string.h>
@@ -313,13 +314,26 @@ static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 static bool amx_usable;
 static fj_decode_kernels amx_set;
 
+/* AMX-TILE, AMX-BF16 and AVX512-BF16 by CPUID, and the tile state enabled
+ * in XCR0 (bits 17 and 18): not every compiler's __builtin_cpu_supports
+ * knows the AMX names. */
+static bool cpu_has_amx_bf16(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool amx_tile = d >> 24 & 1, amx_bf16 = d >> 22 & 1;
+    if (!amx_tile || !amx_bf16) return false;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a >> 5 & 1)) return false; /* AVX512-BF16 */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return false;          /* OSXSAVE */
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo >> 17 & 3) == 3;
+}
+
 static void amx_init(void)
 {
-    __builtin_cpu_init();
     const fj_decode_kernels *widen = fj_decode_kernels_avx512(FJ_BF16);
-    if (!widen || !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") ||
-        !__builtin_cpu_supports("avx512bf16"))
-        return;
+    if (!widen || !cpu_has_amx_bf16()) return;
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
     widen_set = widen;
     amx_set = *widen;

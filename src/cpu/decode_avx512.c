@@ -180,12 +180,6 @@ AVX512 INLINE __m512 dots16(const float *q, const char *row0, int64_t ldb, int n
     return fold16(u[0], u[1], u[2], u[3]);
 }
 
-/* One step of fold16: lanes of a and b added across 128-bit lane pairs. */
-AVX512 INLINE __m512 fold_pair(__m512 a, __m512 b)
-{
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xdd));
-}
-
 /* dots16 for two query rows at once: each key chunk loaded (and widened)
  * once for both, the FMAs on registers only (the one-row form takes each
  * key vector as a memory operand, one load per FMA, which is what bounded
