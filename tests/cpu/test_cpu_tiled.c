@@ -348,9 +348,11 @@ static void test_geometry_at_int_max(void **state)
         {1, 1, 1, INT_MAX},       {2, 1, 1, INT_MAX - 1},   {1, 1, 1, INT_MAX - 511},
         {1, 1, 1, INT_MAX - 512}, {3, 1, 1, INT_MAX - 4095}, {1, INT_MAX, 1, 1},
         {1, INT_MAX - 1, 1, 2},   {2, INT_MAX - 511, 1, 1}, {1, 2147483646, 2, 1},
-        {1, 1 << 30, 1 << 29, 3},
+        {1, 1 << 30, 1 << 29, 3}, {1, INT_MAX, INT_MAX, 1}, {2, INT_MAX - 62, INT_MAX - 62, 1},
+        {1, 2147483640, 268435455, 1},
     };
     static const int blocks[] = {1, 2, 3, 7, 64, 100, 511, 512, 4096};
+    int decode_plans = 0;
     for (int s = 0; s < NELEMS(shapes); s++) {
         fj_attention_desc d;
         fj_attention_desc_init(&d, shapes[s].batch, shapes[s].hq, shapes[s].hkv, shapes[s].sq, 4,
@@ -387,8 +389,24 @@ static void test_geometry_at_int_max(void **state)
         fj_plan *plan = NULL;
         if (fj_plan_create(c->tiled, &d, &plan) != FJ_OK)
             fail_msg("shape %d: plan: %s", s, fj_last_error());
+        /* few rows per kv head take the decode path (src/cpu/decode.c): its
+           units of (batch, head group) must cover every kv head too */
+        const char *text = fj_plan_describe(plan), *split = strstr(text, "\nsplit: ");
+        if (strstr(text, "method: decode")) {
+            long long per_task = 0, units = 0;
+            const char *u = split ? strstr(split, "), ") : NULL;
+            if (!u || sscanf(split, "\nsplit: %lld", &per_task) != 1 ||
+                sscanf(u, "), %lld unit(s)", &units) != 1)
+                fail_msg("shape %d: cannot read the decode split:\n%s", s, text);
+            decode_plans++;
+            if (units < 1 || units * per_task < (long long)p.batch * p.heads_kv)
+                fail_msg("b%d hkv%d: %lld unit(s) of %lld kv head(s) do not cover every kv "
+                         "head:\n%s", p.batch, p.heads_kv, units, per_task, text);
+        }
         fj_plan_destroy(plan);
     }
+    printf("# %d of %d plans took the decode path\n", decode_plans, NELEMS(shapes));
+    assert_true(decode_plans > 0);
 }
 
 /* ---- suite ---------------------------------------------------------------- */
