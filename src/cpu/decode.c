@@ -270,8 +270,11 @@ static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_
     }
 }
 
-/* Row r of (b, hk): O = acc / sum (or 0), and its lse. acc: in the kernels'
- * order (tmp: dpad floats of scratch). */
+/* Row r of (b, hk): O = acc / sum, and its lse; O = 0 and lse = -inf when
+ * the row sees no key, which the mask says, not the sum: a NaN or +inf score
+ * (or only -inf ones) leaves the sum NaN, and the row NaN (docs/semantics.md,
+ * "Non-finite values"). acc: in the kernels' order (tmp: dpad floats of
+ * scratch). */
 static void store_row(const decode_job *j, int64_t b, int64_t hk, int64_t pos0, int r, float *acc,
                       float max, float sum, float *tmp)
 {
@@ -281,11 +284,13 @@ static void store_row(const decode_job *j, int64_t b, int64_t hk, int64_t pos0, 
     const int64_t t = pos0 + r / p->group;
     const int64_t h = hk * p->group + r % p->group;
     void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, b, t, h);
+    int64_t lo, hi;
+    fj_visible_keys(p, t, &lo, &hi);
     float row_lse = -INFINITY;
-    if (sum > 0.0f) {
+    if (lo < hi) {
         fj_vscale(acc, p->head_dim, 1.0f / sum);
         fj_store_f32(dst, p->dtype, 0, acc, 0, 1, p->head_dim);
-        row_lse = (float)(M_LN2 * max + log(sum));
+        row_lse = sum > 0.0f ? (float)(M_LN2 * max + log(sum)) : NAN;
     } else { /* the row sees no key */
         memset(dst, 0, (size_t)p->head_dim * fj_dtype_size(p->dtype));
     }
@@ -309,6 +314,8 @@ static void merge_chunks(const decode_job *j, int64_t bh, int64_t b, int64_t hk,
         float *out = acc + (size_t)r * dp->dpad;
         memset(out, 0, (size_t)dp->dpad * sizeof(float));
         float sum = 0.0f;
+        bool nan = false; /* a chunk whose scores were not finite: the row is NaN */
+        for (int c = 0; c < dp->chunks; c++) nan |= isnan(dp->part_sum[base + (size_t)c * dp->rows + r]);
         if (m > -INFINITY)
             for (int c = 0; c < dp->chunks; c++) {
                 const size_t at = base + (size_t)c * dp->rows + r;
@@ -318,6 +325,7 @@ static void merge_chunks(const decode_job *j, int64_t bh, int64_t b, int64_t hk,
                 const float *x = dp->part_acc + at * dp->dpad;
                 for (int d = 0; d < dp->dpad; d++) out[d] += wgt * x[d];
             }
+        if (nan) sum = NAN;
         store_row(j, b, hk, 0, r, out, m, sum, tmp); /* chunks: one block of positions */
     }
 }
