@@ -6,9 +6,9 @@
 #include <string.h>
 
 /* The vector helpers below are static inline, never called across an ABI
- * boundary, so GCC's note that 32-byte vector arguments change the ABI
- * without AVX does not apply. */
-#if defined(__GNUC__) && !defined(__clang__)
+ * boundary, so the compilers' note that 32-byte vector arguments change the
+ * ABI without AVX does not apply (clang honours the GCC pragma too). */
+#if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 

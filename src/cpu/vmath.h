@@ -16,9 +16,12 @@
 
 #include <stdint.h>
 
+#include "cpu/multiversion.h"
+
 /* Hot loops are compiled for AVX-512 and AVX2 as well as the baseline; the
- * loader picks the best the CPU has (GCC/clang function multiversioning). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(FJ_NO_MULTIVERSION) && defined(__ELF__)
+ * loader picks the best the CPU has (GCC's function multiversioning; where
+ * it is off, multiversion.h says why, the baseline alone). */
+#if FJ_MULTIVERSION
 #define FJ_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define FJ_VECTOR_CLONES
