@@ -92,6 +92,7 @@ FJ_INLINE vfloat vexp2_nonpositive(vfloat x)
 
 float fj_tiled_exp2(float x)
 {
+    if (x != x) return x; /* NaN: (int)n below would be undefined */
     if (x < -126.0f) return 0.0f;
     float n = (x + ROUND_MAGIC) - ROUND_MAGIC;
     float r = x - n;

@@ -33,7 +33,10 @@ static inline float fj_expf(float x)
     const float ln2_hi = 0.693145751953125f;     /* exact in 16 bits */
     const float ln2_lo = 1.428606765330187e-06f; /* ln2 - ln2_hi */
     const float round_magic = 12582912.0f;       /* 1.5 * 2^23: float add rounds to integer */
-    float xc = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+    /* NaN takes the lower clamp (its comparisons are false), so that the
+       conversion to int below never sees NaN (undefined behaviour); the NaN
+       is returned at the end */
+    float xc = x > -87.3f ? (x < 88.7f ? x : 88.7f) : -87.3f;
     float t = xc * log2e + round_magic;
     float n = t - round_magic;
     float r = xc - n * ln2_hi;
