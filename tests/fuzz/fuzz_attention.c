@@ -254,6 +254,17 @@ static void check_nonfinite(int c, const fjt_problem *p, bool with_lse)
     free(lse);
 }
 
+/* Whether ctx's plan for d rounds P to bf16 (the cpu backend's AMX path). */
+static bool p_rounds_to_bf16(fj_context *ctx, const fj_attention_desc *d)
+{
+    fj_plan *plan = NULL;
+    fj_plan_info info;
+    bool amx = fj_plan_create(ctx, d, &plan) == FJ_OK && fj_plan_get_info(plan, &info) == FJ_OK &&
+               strstr(info.kernel, "amx") != NULL;
+    fj_plan_destroy(plan);
+    return amx;
+}
+
 static void execution(fuzz_input *in, uint8_t flags)
 {
     static const int groups[] = {1, 2, 3, 4, 5, 8};
@@ -302,9 +313,22 @@ static void execution(fuzz_input *in, uint8_t flags)
         for (int c = 0; c < 2; c++) {
             fjt_error e;
             s = fjt_run(contexts[c], &p, &e, with_lse);
+            if (getenv("FUZZ_VERBOSE"))
+                fprintf(stderr, "  %s: rel %.3g, worst row %.3g, max abs %.3g, lse error %.3g\n",
+                        context_names[c], e.rel_fro, e.row_rel_max, e.max_abs, e.lse_max_abs);
             FUZZ_REQUIRE(s == FJ_OK, "%s: %s: %s", context_names[c], fjt_desc_str(&d),
                          fj_last_error());
-            FUZZ_REQUIRE(e.rel_fro <= fjt_tolerance(d.dtype) && !e.nan_count && !e.lse_mismatch &&
+            /* The cpu backend's AMX path (bf16, on CPUs with AMX-BF16) rounds
+               the weights P to bf16 before P V, as CUDA does: each output
+               then carries up to about 2^-9 x sum_j p_j |v_j| <= 2^-9 of
+               absolute error (|V| < 1 here), which is more than the relative
+               tolerance where a row's output cancels to near 0. Such a plan
+               is held to that absolute bound (twice it) instead. */
+            double rel_ok = fjt_tolerance(d.dtype);
+            if (c == 1 && e.rel_fro > rel_ok && p_rounds_to_bf16(contexts[c], &d) &&
+                e.max_abs <= 0x1p-8)
+                rel_ok = e.rel_fro;
+            FUZZ_REQUIRE(e.rel_fro <= rel_ok && !e.nan_count && !e.lse_mismatch &&
                              !e.gaps_written && !e.empty_not_zero &&
                              e.lse_max_abs <= 2e-3,
                          "%s: %s: rel %.3g (tolerance %.3g), NaN %zu, lse mismatches %zu, lse "
