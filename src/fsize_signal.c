@@ -30,7 +30,8 @@ void fj_fsize_guard_end(fj_fsize_guard *g)
         sigemptyset(&only);
         sigaddset(&only, SIGXFSZ);
         const struct timespec now = {0, 0};
-        while (sigtimedwait(&only, NULL, &now) < 0 && errno == EINTR) {}
+        while (sigtimedwait(&only, NULL, &now) < 0 && errno == EINTR) {
+        }
     }
     pthread_sigmask(SIG_SETMASK, &g->old_mask, NULL);
     g->active = false;

@@ -10,9 +10,9 @@
 #include <stdbool.h>
 
 typedef struct fj_fsize_guard {
-    sigset_t old_mask;   /* the thread's mask before, restored after */
-    bool was_pending;    /* SIGXFSZ already pending before: not ours to take */
-    bool active;         /* the mask was changed */
+    sigset_t old_mask; /* the thread's mask before, restored after */
+    bool was_pending;  /* SIGXFSZ already pending before: not ours to take */
+    bool active;       /* the mask was changed */
 } fj_fsize_guard;
 
 /* Blocks SIGXFSZ in the calling thread. */

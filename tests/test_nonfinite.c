@@ -29,19 +29,24 @@
 #define POISON 1000.0
 
 typedef enum inject {
-    Q_NAN,            /* one element of one query row */
-    K_NAN,            /* one element of one key row */
-    Q_INF,            /* +inf in one query row: its scores are +-inf or NaN */
-    K_INF,            /* +inf in one key row, -inf in another */
+    Q_NAN,              /* one element of one query row */
+    K_NAN,              /* one element of one key row */
+    Q_INF,              /* +inf in one query row: its scores are +-inf or NaN */
+    K_INF,              /* +inf in one key row, -inf in another */
     ALL_SCORES_NEG_INF, /* one query row whose every visible score is -inf */
-    V_NAN,            /* one element of one value row */
-    SCALE_OVERFLOW,   /* a finite scale whose scores overflow float32: +inf */
-    SCALE_HUGE,       /* a huge scale whose scores still fit: computed */
+    V_NAN,              /* one element of one value row */
+    SCALE_OVERFLOW,     /* a finite scale whose scores overflow float32: +inf */
+    SCALE_HUGE,         /* a huge scale whose scores still fit: computed */
     INJECT_COUNT
 } inject;
 
-static const char *const inject_names[] = {"q-nan", "k-nan", "q-inf", "k-inf",
-                                           "all-scores-neg-inf", "v-nan", "scale-overflow",
+static const char *const inject_names[] = {"q-nan",
+                                           "k-nan",
+                                           "q-inf",
+                                           "k-inf",
+                                           "all-scores-neg-inf",
+                                           "v-nan",
+                                           "scale-overflow",
                                            "scale-huge-finite"};
 
 typedef struct shape {
@@ -65,9 +70,9 @@ static const shape shapes[] = {
 typedef struct problem {
     fj_attention_desc d;
     size_t nq, nk, no, nl;
-    void *q, *k, *v;          /* dtype d.dtype, dense */
-    double *ref_o, *ref_lse;  /* the oracle */
-    bool *sees_none;          /* [b, h, i]: the row sees no key */
+    void *q, *k, *v;         /* dtype d.dtype, dense */
+    double *ref_o, *ref_lse; /* the oracle */
+    bool *sees_none;         /* [b, h, i]: the row sees no key */
     /* where the non-finite value went */
     int b0, i0, j0, hk0, c0;
 } problem;
@@ -149,7 +154,8 @@ static void oracle(problem *p)
                 for (int c = 0; c < D; c++) {
                     double acc = 0.0;
                     for (int j = lo; j < hi; j++)
-                        acc += s[j] * get(p->v, d->dtype, at(d, d->heads_kv, d->seqlen_k, b, j, hk, c));
+                        acc += s[j] *
+                               get(p->v, d->dtype, at(d, d->heads_kv, d->seqlen_k, b, j, hk, c));
                     o[c] = acc / l;
                 }
                 *lse = m + log(l);
@@ -241,8 +247,10 @@ static bool problem_make(problem *p, const shape *sh, fj_dtype t, inject kind, f
            scores reach 6e4 and differ by at least 488 between keys, so the
            weights are one-hot (split evenly between tied keys) */
         d->scale = 1e6f;
-        for (size_t x = 0; x < p->nq; x++) put(p->q, t, x, fjt_range(rng, 0, 1) ? 0.015625 : -0.015625);
-        for (size_t x = 0; x < p->nk; x++) put(p->k, t, x, fjt_range(rng, 0, 1) ? 0.015625 : -0.015625);
+        for (size_t x = 0; x < p->nq; x++)
+            put(p->q, t, x, fjt_range(rng, 0, 1) ? 0.015625 : -0.015625);
+        for (size_t x = 0; x < p->nk; x++)
+            put(p->k, t, x, fjt_range(rng, 0, 1) ? 0.015625 : -0.015625);
         break;
     default: break;
     }
@@ -259,8 +267,7 @@ typedef struct verdict {
 
 static void bad(verdict *v, const char *fmt, int b, int i, int h, int c, double got, double want)
 {
-    if (!v->bad++)
-        snprintf(v->first, sizeof v->first, fmt, b, i, h, c, got, want);
+    if (!v->bad++) snprintf(v->first, sizeof v->first, fmt, b, i, h, c, got, want);
 }
 
 /* Judges o (dtype, dense) and lse against the oracle. */
@@ -279,36 +286,39 @@ static void judge(const problem *p, inject kind, const void *o, const float *lse
                 v->rows++;
                 v->empty_rows += empty;
                 v->nan_rows += row_nan;
-                if (empty ? !(got_lse == -INFINITY)
-                          : row_nan ? !isnan(got_lse)
-                                    : !(fabs(got_lse - want_lse) <= 1e-3 * (1.0 + fabs(want_lse))))
+                if (empty     ? !(got_lse == -INFINITY)
+                    : row_nan ? !isnan(got_lse)
+                              : !(fabs(got_lse - want_lse) <= 1e-3 * (1.0 + fabs(want_lse))))
                     bad(v, "b%d i%d h%d (c%d): lse %g, want %g", b, i, h, 0, got_lse, want_lse);
                 for (int c = 0; c < D; c++) {
                     double want = p->ref_o[at(d, d->heads_q, d->seqlen_q, b, i, h, c)];
                     double got = get(o, d->dtype, at(d, d->heads_q, d->seqlen_q, b, i, h, c));
                     if (got == POISON) {
-                        bad(v, "b%d i%d h%d c%d: never written (%g), want %g", b, i, h, c, got, want);
+                        bad(v, "b%d i%d h%d c%d: never written (%g), want %g", b, i, h, c, got,
+                            want);
                     } else if (empty) {
                         if (got != 0.0)
                             bad(v, "b%d i%d h%d c%d: %g in a row that sees no key, want %g", b, i,
                                 h, c, got, want);
                     } else if (isnan(want)) {
-                        if (!isnan(got)) bad(v, "b%d i%d h%d c%d: %g, want %g", b, i, h, c, got, want);
+                        if (!isnan(got))
+                            bad(v, "b%d i%d h%d c%d: %g, want %g", b, i, h, c, got, want);
                     } else if (!(fabs(got - want) <= tol)) {
                         /* 0 x NaN in the P V product: the NaN column of the
                            value's (batch, kv head) may reach rows that do not
                            see its key */
                         bool may_leak = kind == V_NAN && isnan(got) && b == p->b0 &&
                                         h / g == p->hk0 && c == p->c0;
-                        if (!may_leak) bad(v, "b%d i%d h%d c%d: %g, want %g", b, i, h, c, got, want);
+                        if (!may_leak)
+                            bad(v, "b%d i%d h%d c%d: %g, want %g", b, i, h, c, got, want);
                     }
                 }
             }
 }
 
 /* One case on ctx: poisoned outputs, fj_attention, judged. */
-static bool run_case(fj_context *ctx, const char *backend, const shape *sh, fj_dtype t,
-                     inject kind, uint64_t seed)
+static bool run_case(fj_context *ctx, const char *backend, const shape *sh, fj_dtype t, inject kind,
+                     uint64_t seed)
 {
     fjt_rng rng;
     fjt_rng_init(&rng, seed ^ ((uint64_t)kind << 40) ^ ((uint64_t)t << 48) ^
@@ -385,8 +395,8 @@ int main(int argc, char **argv)
     char buf[128];
     snprintf(buf, sizeof buf, "%s", list);
     for (char *save, *name = strtok_r(buf, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
-        fj_backend b = !strcmp(name, "cuda") ? FJ_BACKEND_CUDA
-                       : !strcmp(name, "cpu") ? FJ_BACKEND_CPU
+        fj_backend b = !strcmp(name, "cuda")            ? FJ_BACKEND_CUDA
+                       : !strcmp(name, "cpu")           ? FJ_BACKEND_CPU
                        : !strcmp(name, "cpu-reference") ? FJ_BACKEND_CPU_REFERENCE
                                                         : FJ_BACKEND_AUTO;
         if (b == FJ_BACKEND_AUTO) {

@@ -24,7 +24,7 @@
 #include "harness.h"
 
 #define THREADS 8
-#define SHARED 3   /* plans every thread runs */
+#define SHARED 3    /* plans every thread runs */
 #define PROBLEMS 24 /* distinct problems */
 
 static fjt_problem problems[PROBLEMS];
@@ -121,7 +121,8 @@ static void *plans_worker(void *arg)
         if (!fj_plan_describe(j->shared[round % SHARED]) ||
             fj_plan_get_info(j->shared[(round + 1) % SHARED], &info) != FJ_OK)
             j->failures++;
-        j->failures += run_checked(j->shared[round % SHARED], NULL, NULL, &problems[round % SHARED]);
+        j->failures +=
+            run_checked(j->shared[round % SHARED], NULL, NULL, &problems[round % SHARED]);
         fj_plan_destroy(plan);
     }
     return NULL;
@@ -290,8 +291,8 @@ static void test_log_callback_swapped(void **state)
     if (!env_logging && printed != 0)
         fail_msg("%ld bytes of log went to stderr with FLASHJIT_LOG unset", printed);
     for (int i = 0; i < 4; i++) assert_int_equal(jobs[i].failures, 0);
-    printf("# log lines: %ld to the first callback, %ld to the second\n",
-           atomic_load(&lines_a), atomic_load(&lines_b));
+    printf("# log lines: %ld to the first callback, %ld to the second\n", atomic_load(&lines_a),
+           atomic_load(&lines_b));
     assert_true(atomic_load(&lines_a) > 0);
 }
 

@@ -100,7 +100,8 @@ static int files_in(const char *dir)
     DIR *d = opendir(dir);
     int n = 0;
     if (!d) return -1;
-    for (struct dirent *e; (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     closedir(d);
     return n;
 }
@@ -144,7 +145,8 @@ int main(void)
     }
     report all[PROCESSES];
     int got = 0, compiled = 0;
-    while (got < PROCESSES && read(fds[0], &all[got], sizeof all[0]) == (ssize_t)sizeof all[0]) got++;
+    while (got < PROCESSES && read(fds[0], &all[got], sizeof all[0]) == (ssize_t)sizeof all[0])
+        got++;
     close(fds[0]);
     if (got != PROCESSES) {
         fprintf(stderr, "%d of %d reports\n", got, PROCESSES);
@@ -162,10 +164,11 @@ int main(void)
             compiled += !all[c].from_cache[i];
             if (all[c].status[i] != FJ_OK || all[c].hash[i] != again.hash[i] ||
                 all[c].size[i] != again.size[i]) {
-                fprintf(stderr, "kernel %d: process %d got status %d, %zu bytes, hash %016llx; "
-                        "the cache holds %zu bytes, hash %016llx\n", i, c, all[c].status[i],
-                        all[c].size[i], (unsigned long long)all[c].hash[i], again.size[i],
-                        (unsigned long long)again.hash[i]);
+                fprintf(stderr,
+                        "kernel %d: process %d got status %d, %zu bytes, hash %016llx; "
+                        "the cache holds %zu bytes, hash %016llx\n",
+                        i, c, all[c].status[i], all[c].size[i], (unsigned long long)all[c].hash[i],
+                        again.size[i], (unsigned long long)again.hash[i]);
                 failures++;
             }
         }

@@ -214,8 +214,8 @@ static void sprinkle(fuzz_input *in, fjt_problem *p)
         if (p->d.dtype == FJ_F32) ((float *)buf)[at] = (float)x;
         else if (isnan(x)) ((uint16_t *)buf)[at] = p->d.dtype == FJ_F16 ? 0x7e00 : 0x7fc0;
         else
-            ((uint16_t *)buf)[at] = (uint16_t)((p->d.dtype == FJ_F16 ? 0x7c00 : 0x7f80) |
-                                               (x < 0 ? 0x8000 : 0));
+            ((uint16_t *)buf)[at] =
+                (uint16_t)((p->d.dtype == FJ_F16 ? 0x7c00 : 0x7f80) | (x < 0 ? 0x8000 : 0));
     }
 }
 
@@ -239,9 +239,9 @@ static void check_nonfinite(int c, const fjt_problem *p, bool with_lse)
                 float l = lse[((size_t)b * d->heads_q + h) * d->seqlen_q + i];
                 if (with_lse)
                     FUZZ_REQUIRE(empty == (l == -INFINITY),
-                                 "%s: %s: row b%d h%d i%d %s a key but lse is %g",
-                                 context_names[c], fjt_desc_str(d), b, h, i,
-                                 empty ? "sees no key" : "sees", (double)l);
+                                 "%s: %s: row b%d h%d i%d %s a key but lse is %g", context_names[c],
+                                 fjt_desc_str(d), b, h, i, empty ? "sees no key" : "sees",
+                                 (double)l);
                 if (!empty) continue;
                 size_t row = (size_t)(b * p->os[0] + (int64_t)i * p->os[1] + (int64_t)h * p->os[2]);
                 for (int x = 0; x < d->head_dim; x++)
@@ -329,8 +329,7 @@ static void execution(fuzz_input *in, uint8_t flags)
                 e.max_abs <= 0x1p-8)
                 rel_ok = e.rel_fro;
             FUZZ_REQUIRE(e.rel_fro <= rel_ok && !e.nan_count && !e.lse_mismatch &&
-                             !e.gaps_written && !e.empty_not_zero &&
-                             e.lse_max_abs <= 2e-3,
+                             !e.gaps_written && !e.empty_not_zero && e.lse_max_abs <= 2e-3,
                          "%s: %s: rel %.3g (tolerance %.3g), NaN %zu, lse mismatches %zu, lse "
                          "error %.3g, gaps written %zu, empty rows not zero %zu",
                          context_names[c], fjt_desc_str(&d), e.rel_fro, fjt_tolerance(d.dtype),

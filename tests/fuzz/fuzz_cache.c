@@ -125,7 +125,8 @@ static void edits(fuzz_input *in)
     uint8_t *want = malloc(plen + 1);
     FUZZ_REQUIRE(want, "out of memory");
     for (size_t i = 0; i < plen; i++) want[i] = fuzz_u8(in);
-    FUZZ_REQUIRE(fj_cache_store(dir, NAME, &key, want, plen) == FJ_OK, "store: %s", fj_last_error());
+    FUZZ_REQUIRE(fj_cache_store(dir, NAME, &key, want, plen) == FJ_OK, "store: %s",
+                 fj_last_error());
     size_t n;
     uint8_t *stored = read_file(&n);
     uint8_t *file = malloc(n + 4096);
@@ -136,8 +137,12 @@ static void edits(fuzz_input *in)
         uint8_t op = fuzz_u8(in);
         size_t at = len ? fuzz_u32(in) % len : 0;
         switch (op % 5) {
-        case 0: if (len) file[at] ^= (uint8_t)(1u << (fuzz_u8(in) % 8)); break;
-        case 1: if (len) file[at] = fuzz_u8(in); break;
+        case 0:
+            if (len) file[at] ^= (uint8_t)(1u << (fuzz_u8(in) % 8));
+            break;
+        case 1:
+            if (len) file[at] = fuzz_u8(in);
+            break;
         case 2: len = at; break;
         case 3: {
             size_t more = fuzz_u8(in) % 64;

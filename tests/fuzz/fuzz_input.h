@@ -45,14 +45,14 @@ static inline size_t fuzz_left(const fuzz_input *in) { return in->size - in->at;
 
 /* A property the target must keep failed: report it and stop, so libFuzzer
  * saves the input as a crash. */
-#define FUZZ_REQUIRE(cond, ...)                                                      \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "fuzz: %s:%d: %s: ", __FILE__, __LINE__, #cond);         \
-            fprintf(stderr, __VA_ARGS__);                                            \
-            fprintf(stderr, "\n");                                                   \
-            abort();                                                                 \
-        }                                                                            \
+#define FUZZ_REQUIRE(cond, ...)                                              \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "fuzz: %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fprintf(stderr, "\n");                                           \
+            abort();                                                         \
+        }                                                                    \
     } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

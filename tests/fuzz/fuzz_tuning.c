@@ -24,8 +24,8 @@ static bool same_entry(const fj_tuning_entry *a, const fj_tuning_entry *b)
     return !strcmp(a->device, b->device) && !strcmp(a->arch, b->arch) &&
            !strcmp(a->template_name, b->template_name) && !strcmp(a->point, b->point) &&
            !strcmp(a->config, b->config) && !strcmp(a->date, b->date) &&
-           a->head_dim == b->head_dim && !strcmp(a->dtype, b->dtype) &&
-           !strcmp(a->mask, b->mask) && a->bucket == b->bucket;
+           a->head_dim == b->head_dim && !strcmp(a->dtype, b->dtype) && !strcmp(a->mask, b->mask) &&
+           a->bucket == b->bucket;
 }
 
 /* The bytes through fj_tuning_read_file: a memfd is a regular file, named
@@ -63,8 +63,8 @@ static void check_lines(const fj_tuning *t)
             fj_tuning_format_entry(e, version, text + n, sizeof text - (size_t)n);
             fj_tuning *back = NULL;
             fj_status s = fj_tuning_parse_strict(text, "fuzz-line", &back);
-            FUZZ_REQUIRE(s == FJ_OK, "entry %d written in format %d does not read back: %s\n%s",
-                         i, version, fj_last_error(), text);
+            FUZZ_REQUIRE(s == FJ_OK, "entry %d written in format %d does not read back: %s\n%s", i,
+                         version, fj_last_error(), text);
             FUZZ_REQUIRE(fj_tuning_count(back) == 1 && same_entry(fj_tuning_entry_at(back, 0), e),
                          "entry %d changed through format %d:\n%s", i, version, text);
             fj_tuning_free(back);
