@@ -60,10 +60,32 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 /* Version                                                                   */
 
-#define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 1
+/* Versions and the ABI. MAJOR.MINOR.PATCH, bumped by these rules:
+ *  - MAJOR: a change that can break a program built against an earlier
+ *    header of the same MAJOR: a function removed or its signature changed,
+ *    a struct's size or a field's offset or meaning changed, an enum value
+ *    renumbered. The shared library's soname is libflashjit.so.MAJOR and its
+ *    symbols carry the version node FLASHJIT_MAJOR, so an old program never
+ *    loads an incompatible library.
+ *  - MINOR: compatible additions: a function (exported under a new node
+ *    FLASHJIT_MAJOR.MINOR), an enum value appended, a field given meaning in
+ *    a struct's reserved room (zero keeps the earlier behaviour).
+ *  - PATCH: fixes that change no declaration.
+ * A program built against MAJOR.m runs with any library MAJOR.n, n >= m.
+ *
+ * Structs and ABI room. The structs the caller allocates (fj_context_options,
+ * fj_attention_desc) keep their size for the whole of a MAJOR version: new
+ * fields take slots of their trailing reserved[] array, with zero meaning
+ * "as before". So fill them with their init function (which zeroes them)
+ * and then set fields by name. The library rejects a nonzero reserved slot with FJ_ERR_INVALID_ARGUMENT naming it.
+ * Structs the library fills (fj_plan_info) are zeroed first, reserved slots
+ * included, so a field added later reads as zero from an older library.
+ *
+ * 1.0.0: first release with these rules (0.1 structs had no reserved room). */
+#define FLASHJIT_VERSION_MAJOR 1
+#define FLASHJIT_VERSION_MINOR 0
 #define FLASHJIT_VERSION_PATCH 0
-#define FLASHJIT_VERSION_STRING "0.1.0"
+#define FLASHJIT_VERSION_STRING "1.0.0"
 
 /* MAJOR*10000 + MINOR*100 + PATCH of the library actually linked (compare
  * with the macros to detect a header/library mismatch). Thread-safe. */
@@ -149,9 +171,10 @@ typedef struct fj_context_options {
     const char *tuning_file; /* NULL: FLASHJIT_TUNING_FILE, else tuning.txt in the cache
                                 directory; "": none. Copied. */
     int cpu_threads;         /* 0: one per online core; > 0: exactly that many */
+    int64_t reserved[8];     /* zero: room for options added later (see "Structs and ABI room") */
 } fj_context_options;
 
-/* Fills the defaults: AUTO, device 0, NULL, NULL, 0. */
+/* Fills the defaults: AUTO, device 0, NULL, NULL, 0; reserved zero. */
 FJ_API void fj_context_options_init(fj_context_options *o);
 
 /* Creates a context (o NULL: the defaults). On failure *out is NULL.
@@ -192,9 +215,10 @@ typedef struct fj_attention_desc {
        contiguous; a tensor whose three strides are all zero is dense
        [batch, seq, heads, head_dim]. Strides are >= 0; inputs may overlap
        (stride 0 broadcasts); output rows must not overlap. */
+    int64_t reserved[8];           /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_attention_desc;
 
-/* No mask, no window, default scale, dense strides. */
+/* No mask, no window, default scale, dense strides, reserved zero. */
 FJ_API void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q, int heads_kv,
                                    int seqlen_q, int seqlen_k, int head_dim, fj_dtype dtype);
 
@@ -256,7 +280,7 @@ typedef struct fj_plan_info {
     int threads;                 /* CUDA: threads per block; CPU: worker threads */
     int splits;                  /* CUDA: key splits (1: no split-KV); 1 on the CPU */
     int launches;                /* kernel launches per execute; 0 on the CPU */
-    int reserved[8];             /* zero; room for fields added later without an ABI break */
+    int reserved[8];             /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_plan_info;
 
 /* Fills *info (zeroed first) from the plan. FJ_ERR_INVALID_ARGUMENT for a

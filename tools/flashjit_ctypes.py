@@ -16,7 +16,8 @@ class Desc(ctypes.Structure):
                 ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
                 ("scale", ctypes.c_float),
                 ("q_stride", ctypes.c_int64 * 3), ("k_stride", ctypes.c_int64 * 3),
-                ("v_stride", ctypes.c_int64 * 3), ("o_stride", ctypes.c_int64 * 3)]
+                ("v_stride", ctypes.c_int64 * 3), ("o_stride", ctypes.c_int64 * 3),
+                ("reserved", ctypes.c_int64 * 8)]
 
 
 class Library:
