@@ -155,6 +155,24 @@ FJ_API const char *fj_dtype_name(fj_dtype t);
 FJ_API const char *fj_backend_name(fj_backend b);
 FJ_API const char *fj_causal_name(fj_causal c);
 
+/* Bytes per element: 4 for FJ_F32, 2 for FJ_F16 and FJ_BF16; 0 for a value
+ * out of range. Thread-safe. */
+FJ_API size_t fj_dtype_size(fj_dtype t);
+
+/* Converts count elements of host memory from src (src_dtype) into dst
+ * (dst_dtype), e.g. an application's float32 data into the bf16 tensors a
+ * plan takes, and its results back. Narrowing rounds to nearest, ties to
+ * even; beyond the target's range gives an infinity of the same sign;
+ * f16's subnormals are produced and read (never flushed); NaN stays NaN of
+ * the same sign (quieted when narrowed); f16 <-> bf16 rounds once (through
+ * float32, which holds both exactly); the same dtype is a copy. Uses
+ * AVX-512 or AVX2 where the CPU has them. dst and src must not overlap and
+ * must be aligned to their element size (NULL is allowed with count 0).
+ * FJ_ERR_INVALID_ARGUMENT naming the argument otherwise, with nothing
+ * written. Thread-safe; allocates nothing. */
+FJ_API fj_status fj_convert(fj_dtype dst_dtype, void *dst, fj_dtype src_dtype, const void *src,
+                            size_t count);
+
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */
 

@@ -188,7 +188,7 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
         {"v_stride", d->v_stride, p->v_stride, d->seqlen_k, d->heads_kv},
         {"o_stride", d->o_stride, p->o_stride, d->seqlen_q, d->heads_q},
     };
-    int es = fj_dtype_size(d->dtype);
+    int es = (int)fj_dtype_size(d->dtype); /* dtype checked above */
     for (int i = 0; i < 4; i++) {
         int64_t n[3] = {d->batch, t[i].seq, t[i].heads};
         if (all_zero(t[i].in)) dense_strides(t[i].out, t[i].seq, t[i].heads, d->head_dim);
