@@ -129,6 +129,8 @@ typedef void (*fj_log_fn)(fj_log_level level, const char *message, void *user);
 
 /* Installs a process-wide log callback and level (NULL fn: messages go to
  * stderr at the level of FLASHJIT_LOG, which is read at the first message).
+ * FLASHJIT_LOG is off|info|debug (or 0|1|2; unset or empty: off); any other
+ * value makes fj_context_create fail with FJ_ERR_INVALID_ARGUMENT naming it.
  * Thread-safe; messages in flight may still reach the previous callback. */
 FJ_API void fj_set_log_callback(fj_log_fn fn, fj_log_level level, void *user);
 
@@ -196,6 +198,8 @@ typedef struct fj_context_options {
 FJ_API void fj_context_options_init(fj_context_options *o);
 
 /* Creates a context (o NULL: the defaults). On failure *out is NULL.
+ * FJ_ERR_INVALID_ARGUMENT for an option that breaks its rule, a nonzero
+ * reserved slot, or an unknown FLASHJIT_BACKEND or FLASHJIT_LOG value.
  * FJ_ERR_NO_DEVICE when CUDA was asked for explicitly and is not usable; the
  * message says why (which library, the loader's text, which variable to set). */
 FJ_API fj_status fj_context_create(const fj_context_options *o, fj_context **out);

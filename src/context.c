@@ -124,8 +124,8 @@ static fj_status context_setup(fj_context *ctx, const fj_context_options *o, fj_
     fj_strbuf_init(&why);
     fj_strbuf_init(&rows);
     fj_backend want = o->backend;
-    fj_status s = FJ_OK;
-    if (want == FJ_BACKEND_AUTO) s = backend_from_env(&want, &why);
+    fj_status s = fj_log_check_env();
+    if (!s && want == FJ_BACKEND_AUTO) s = backend_from_env(&want, &why);
     if (s) goto out;
     if (o->backend != FJ_BACKEND_AUTO) fj_strbuf_puts(&why, "asked for in the options");
 

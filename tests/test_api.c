@@ -241,6 +241,17 @@ static void test_context_options(void **state)
     assert_non_null(strstr(desc, "cpu: 3 threads"));
     fj_context_destroy(ctx);
     setenv("FLASHJIT_BACKEND", "auto", 1);
+    /* FLASHJIT_LOG is checked like FLASHJIT_BACKEND, whatever the backend */
+    setenv("FLASHJIT_LOG", "verbose", 1);
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_CPU;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_null(ctx);
+    assert_non_null(strstr(fj_last_error(), "FLASHJIT_LOG (\"verbose\") is not one of off, info, debug"));
+    setenv("FLASHJIT_LOG", "off", 1);
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_OK);
+    fj_context_destroy(ctx);
+    unsetenv("FLASHJIT_LOG");
     fj_context_destroy(NULL);
     assert_int_equal(fj_context_backend(NULL), FJ_BACKEND_AUTO);
     assert_string_equal(fj_context_describe(NULL), "");

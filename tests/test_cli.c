@@ -1,7 +1,7 @@
 /* CLI behaviour through the built binary (its path is argv[1]) that no
  * other suite owns: `flashjit source` from problem flags prints the kernel a
  * plan for that problem takes (the same name fj_kernel_desc_for_problem
- * gives in this process). */
+ * gives in this process); FLASHJIT_LOG is checked, not ignored. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -145,6 +145,34 @@ static void test_source_bad_shape_flags(void **state)
     expect_in(fx->r.err, "give a kernel NAME or problem flags, not both", "stderr");
 }
 
+/* FLASHJIT_LOG: an unknown value stops the program with the accepted ones
+ * named (it was silently off); the known ones work. */
+static void test_log_values(void **state)
+{
+    fixture *fx = *state;
+    const char *const bad[] = {"verbose", "INFO", "3", " info"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run_cli(fx, "FLASHJIT_LOG", bad[i], "info", NULL);
+        fjt_cli_expect_status(&fx->r, 1);
+        char want[128];
+        snprintf(want, sizeof want, "FLASHJIT_LOG (\"%s\") is not one of off, info, debug", bad[i]);
+        expect_in(fx->r.err, want, "stderr");
+        assert_string_equal(fx->r.out, ""); /* stopped before any report */
+    }
+    const char *const quiet[] = {"off", "0", ""};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
+        run_cli(fx, "FLASHJIT_LOG", quiet[i], "info", NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        assert_string_equal(fx->r.err, "");
+    }
+    const char *const loud[] = {"info", "1", "debug", "2"};
+    for (size_t i = 0; i < sizeof loud / sizeof loud[0]; i++) {
+        run_cli(fx, "FLASHJIT_LOG", loud[i], "info", NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        expect_in(fx->r.err, "flashjit info: context: backend", "stderr");
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -156,6 +184,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_source_prefill_keeps_the_mask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_source_decode_from_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_source_bad_shape_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_log_values, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,17 +96,18 @@ int cmd_info(int argc, char **argv)
         }
         return cli_usage_error("info", "unknown option '%s'", argv[i]);
     }
-    printf("flashjit %s (header %s)\n\nbackends:\n", FLASHJIT_VERSION_STRING, FLASHJIT_VERSION_STRING);
+    /* The default context first: an environment variable it rejects
+       (FLASHJIT_BACKEND, FLASHJIT_LOG) would fail every line below too. */
+    fj_context *ctx;
+    fj_status s = fj_context_create(NULL, &ctx);
+    if (s) return cli_fail("info", s);
+    const unsigned v = fj_version();
+    printf("flashjit %s (library %u.%u.%u)\n\nbackends:\n", FLASHJIT_VERSION_STRING, v / 10000,
+           v / 100 % 100, v % 100);
     /* The CUDA context is kept: its device names the tuning entries that match. */
     fj_context *cuda = backend_line(FJ_BACKEND_CUDA);
     fj_context_destroy(backend_line(FJ_BACKEND_CPU));
     fj_context_destroy(backend_line(FJ_BACKEND_CPU_REFERENCE));
-    fj_context *ctx;
-    fj_status s = fj_context_create(NULL, &ctx);
-    if (s) {
-        fj_context_destroy(cuda);
-        return cli_fail("info", s);
-    }
     printf("\ndefault context (AUTO):\n");
     print_describe(ctx);
     print_tuning(ctx, cuda);
