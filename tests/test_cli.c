@@ -1,7 +1,8 @@
 /* CLI behaviour through the built binary (its path is argv[1]) that no
  * other suite owns: `flashjit source` from problem flags prints the kernel a
  * plan for that problem takes (the same name fj_kernel_desc_for_problem
- * gives in this process); FLASHJIT_LOG is checked, not ignored. */
+ * gives in this process); FLASHJIT_LOG is checked, not ignored; `flashjit
+ * info` reports NVRTC apart from the driver, as the library finds it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "cli_run.h"
+#include "cuda/cuda_api.h"
 #include "cuda/jit/kernel_desc.h"
 #include "problem.h"
 
@@ -173,6 +175,37 @@ static void test_log_values(void **state)
     }
 }
 
+/* `info` has an nvrtc line saying what the library's loader says, driver or
+ * not: here the driver is kept away (FLASHJIT_LIBCUDA names no file). */
+static void test_info_reports_nvrtc(void **state)
+{
+    fixture *fx = *state;
+    setenv("FLASHJIT_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+    run_cli(fx, "FLASHJIT_LIBNVRTC", "/nonexistent/libnvrtc.so", "info", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in(fx->r.out, "FLASHJIT_LIBCUDA=/nonexistent/libcuda.so.1", "stdout");
+    expect_in(fx->r.out,
+              "    nvrtc        not usable: cannot load NVRTC from "
+              "FLASHJIT_LIBNVRTC=/nonexistent/libnvrtc.so",
+              "stdout");
+
+    /* NVRTC as this process's loader finds it (libnvrtc on the loader path,
+       or none): the tool must say the same */
+    unsetenv("FLASHJIT_LIBNVRTC");
+    const fj_cuda_api *api;
+    fj_status s = fj_cuda_nvrtc(&api);
+    char want[1024];
+    if (s == FJ_OK)
+        snprintf(want, sizeof want, "    nvrtc        usable: %s, NVRTC %d.%d", api->nvrtc_path,
+                 api->nvrtc_major, api->nvrtc_minor);
+    else
+        snprintf(want, sizeof want, "    nvrtc        not usable: %.900s", fj_last_error());
+    run_cli(fx, "FLASHJIT_LIBNVRTC", NULL, "info", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in(fx->r.out, want, "stdout");
+    unsetenv("FLASHJIT_LIBCUDA");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -185,6 +218,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_source_decode_from_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_source_bad_shape_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_values, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_info_reports_nvrtc, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

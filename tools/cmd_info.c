@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "context.h"
+#include "cuda/cuda_api.h"
 #include "cpu/tiled.h"
 #include "tune/target.h"
 #include "tune/tuning.h"
@@ -24,6 +25,19 @@ static fj_context *backend_line(fj_backend b)
     }
     printf("  %-14s not usable: %s: %s\n", fj_backend_name(b), fj_status_name(s), fj_last_error());
     return NULL;
+}
+
+/* NVRTC on its own line: it is loaded apart from the driver, and compiles
+ * kernels without one (`flashjit source --ptx`, `compile-all`), so a machine
+ * with no GPU or no driver still learns whether it has a usable NVRTC. */
+static void nvrtc_line(void)
+{
+    const fj_cuda_api *api;
+    if (fj_cuda_nvrtc(&api) == FJ_OK)
+        printf("    %-12s usable: %s, NVRTC %d.%d (compiles kernels with or without a GPU)\n",
+               "nvrtc", api->nvrtc_path, api->nvrtc_major, api->nvrtc_minor);
+    else
+        printf("    %-12s not usable: %s\n", "nvrtc", fj_last_error());
 }
 
 static void print_describe(const fj_context *ctx)
@@ -88,7 +102,8 @@ int cmd_info(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: flashjit info\n\nPrints the version, which backends are usable and why not,\n"
+            printf("usage: flashjit info\n\nPrints the version, which backends are usable and why not\n"
+                   "(and NVRTC, which compiles kernels with or without a GPU, on its own line),\n"
                    "what AUTO chooses, the cache directory, and the tuning file in use: its path,\n"
                    "whether it exists, its entries and how many match this machine's CUDA device\n"
                    "and CPU (and the same for the table shipped with flashjit).\n");
@@ -106,6 +121,7 @@ int cmd_info(int argc, char **argv)
            v / 100 % 100, v % 100);
     /* The CUDA context is kept: its device names the tuning entries that match. */
     fj_context *cuda = backend_line(FJ_BACKEND_CUDA);
+    nvrtc_line();
     fj_context_destroy(backend_line(FJ_BACKEND_CPU));
     fj_context_destroy(backend_line(FJ_BACKEND_CPU_REFERENCE));
     printf("\ndefault context (AUTO):\n");
