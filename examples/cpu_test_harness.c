@@ -41,7 +41,8 @@ static void app_attention_forward(const app_attention *a, const float *q, const 
                 for (int j = 0; j < a->seqlen_k; j++) {
                     bool visible = (!a->causal_top_left || j <= diag) &&
                                    (a->window_left < 0 || j >= diag - a->window_left);
-                    const float *kj = k + (((size_t)b * a->seqlen_k + j) * a->heads_kv + h / group) * D;
+                    const float *kj =
+                        k + (((size_t)b * a->seqlen_k + j) * a->heads_kv + h / group) * D;
                     float dot = 0;
                     for (int c = 0; c < D; c++) dot += qi[c] * kj[c];
                     s[j] = visible ? dot * scale : -INFINITY;
@@ -50,12 +51,14 @@ static void app_attention_forward(const app_attention *a, const float *q, const 
                 memset(oi, 0, (size_t)D * sizeof *oi);
                 for (int j = 0; j < a->seqlen_k && mx > -INFINITY; j++) {
                     float p = expf(s[j] - mx);
-                    const float *vj = v + (((size_t)b * a->seqlen_k + j) * a->heads_kv + h / group) * D;
+                    const float *vj =
+                        v + (((size_t)b * a->seqlen_k + j) * a->heads_kv + h / group) * D;
                     sum += p;
                     for (int c = 0; c < D; c++) oi[c] += p * vj[c];
                 }
                 for (int c = 0; c < D && sum > 0; c++) oi[c] /= sum;
-                lse[((size_t)b * a->heads_q + h) * a->seqlen_q + i] = sum > 0 ? mx + logf(sum) : -INFINITY;
+                lse[((size_t)b * a->heads_q + h) * a->seqlen_q + i] =
+                    sum > 0 ? mx + logf(sum) : -INFINITY;
             }
     free(s);
 }
@@ -102,14 +105,15 @@ static void check_case(fj_context *ctx, const app_attention *a)
     double worst = 0, worst_lse = 0;
     for (size_t i = 0; i < nq; i++) worst = fmax(worst, fabs((double)o[i] - o_ref[i]));
     for (size_t i = 0; i < nl; i++)
-        worst_lse = isinf(lse[i]) && lse[i] == lse_ref[i] ? worst_lse
-                                                          : fmax(worst_lse, fabs((double)lse[i] - lse_ref[i]));
+        worst_lse = isinf(lse[i]) && lse[i] == lse_ref[i]
+                        ? worst_lse
+                        : fmax(worst_lse, fabs((double)lse[i] - lse_ref[i]));
     bool ok = worst <= 1e-5 && worst_lse <= 1e-5;
     failures += !ok;
     printf("%s b%d hq%d hkv%d sq%d sk%d d%d%s%s: max |o - o_ref| %.1e, |lse - lse_ref| %.1e\n",
            ok ? "PASS" : "FAIL", a->batch, a->heads_q, a->heads_kv, a->seqlen_q, a->seqlen_k,
-           a->head_dim, a->causal_top_left ? " causal" : "",
-           a->window_left >= 0 ? " window" : "", worst, worst_lse);
+           a->head_dim, a->causal_top_left ? " causal" : "", a->window_left >= 0 ? " window" : "",
+           worst, worst_lse);
     free(q), free(k), free(v), free(o), free(o_ref), free(lse), free(lse_ref);
     fj_plan_destroy(plan);
 }

@@ -14,13 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                                     \
-    do {                                                                                \
-        fj_status s_ = (call);                                                          \
-        if (s_ != FJ_OK) {                                                              \
+#define CHECK(call)                                                                      \
+    do {                                                                                 \
+        fj_status s_ = (call);                                                           \
+        if (s_ != FJ_OK) {                                                               \
             fprintf(stderr, "%s: %s: %s\n", #call, fj_status_name(s_), fj_last_error()); \
-            exit(1);                                                                    \
-        }                                                                               \
+            exit(1);                                                                     \
+        }                                                                                \
     } while (0)
 
 enum { BATCH = 2, HQ = 8, HKV = 2, D = 64, PROMPT = 37, STEPS = 24, CAPACITY = 64 };
@@ -54,7 +54,8 @@ static void append(fj_context *ctx, void *cache, const uint16_t *host, int at, i
     for (int b = 0; b < BATCH; b++) {
         size_t dst = ((size_t)b * CAPACITY + (size_t)at) * HKV * D * ES;
         size_t src = (size_t)b * tokens * HKV * D;
-        CHECK(fj_copy_to_device(ctx, (char *)cache + dst, host + src, (size_t)tokens * HKV * D * ES));
+        CHECK(
+            fj_copy_to_device(ctx, (char *)cache + dst, host + src, (size_t)tokens * HKV * D * ES));
     }
 }
 
@@ -66,9 +67,11 @@ int main(void)
     /* every token's q, k and v, made up front (a model would compute them
        step by step): [batch, token, heads, d] */
     const size_t q_tok = (size_t)HQ * D, kv_tok = (size_t)HKV * D;
-    uint16_t *q_all = malloc(BATCH * TOTAL * q_tok * ES), *k_all = malloc(BATCH * TOTAL * kv_tok * ES);
+    uint16_t *q_all = malloc(BATCH * TOTAL * q_tok * ES),
+             *k_all = malloc(BATCH * TOTAL * kv_tok * ES);
     uint16_t *v_all = malloc(BATCH * TOTAL * kv_tok * ES), *step_host = malloc(BATCH * kv_tok * ES);
-    uint16_t *decoded = malloc(BATCH * TOTAL * q_tok * ES), *reference = malloc(BATCH * TOTAL * q_tok * ES);
+    uint16_t *decoded = malloc(BATCH * TOTAL * q_tok * ES),
+             *reference = malloc(BATCH * TOTAL * q_tok * ES);
     if (!q_all || !k_all || !v_all || !step_host || !decoded || !reference) return 1;
     random_f16(q_all, BATCH * TOTAL * q_tok);
     random_f16(k_all, BATCH * TOTAL * kv_tok);
@@ -141,7 +144,8 @@ int main(void)
     CHECK(fj_convert(FJ_F32, a, FJ_F16, decoded, BATCH * TOTAL * q_tok));
     CHECK(fj_convert(FJ_F32, r, FJ_F16, reference, BATCH * TOTAL * q_tok));
     double worst = 0;
-    for (size_t i = 0; i < BATCH * TOTAL * q_tok; i++) worst = fmax(worst, fabs((double)a[i] - r[i]));
+    for (size_t i = 0; i < BATCH * TOTAL * q_tok; i++)
+        worst = fmax(worst, fabs((double)a[i] - r[i]));
 
     printf("gqa_decode: %s, prompt %d + %d decoded tokens, batch %d, heads %d:%d, d%d f16\n",
            fj_backend_name(fj_context_backend(ctx)), PROMPT, STEPS, BATCH, HQ, HKV, D);

@@ -12,13 +12,13 @@
 
 /* Every flashjit call returns a status; fj_last_error() says which field
  * broke which rule. */
-#define CHECK(call)                                                                     \
-    do {                                                                                \
-        fj_status s_ = (call);                                                          \
-        if (s_ != FJ_OK) {                                                              \
+#define CHECK(call)                                                                      \
+    do {                                                                                 \
+        fj_status s_ = (call);                                                           \
+        if (s_ != FJ_OK) {                                                               \
             fprintf(stderr, "%s: %s: %s\n", #call, fj_status_name(s_), fj_last_error()); \
-            exit(1);                                                                    \
-        }                                                                               \
+            exit(1);                                                                     \
+        }                                                                                \
     } while (0)
 
 /* float32 host data -> a new tensor of the context's memory in bf16. */
@@ -96,7 +96,7 @@ int main(void)
         fprintf(stderr, "readme: the first query row differs from v[0] by %g\n", worst);
         return 1;
     }
-    printf("readme: b%d hq%d hkv%d s%d d%d bf16 causal: all outputs finite, row 0 == v[0]\n",
-           batch, heads_q, heads_kv, seqlen, head_dim);
+    printf("readme: b%d hq%d hkv%d s%d d%d bf16 causal: all outputs finite, row 0 == v[0]\n", batch,
+           heads_q, heads_kv, seqlen, head_dim);
     return 0;
 }

@@ -36,9 +36,14 @@
  *    workspace for the partial results, so its executes must not overlap on
  *    the GPU: issue them on one stream (from any threads), or create one plan
  *    per stream (each has its own workspace), as with a cuBLAS workspace.
+ *  - a context's tuning (the entries plans look their tiles up in: its tuning
+ *    file's, those imported, those measured) belongs to the context; it only
+ *    grows, under a lock, so fj_tuning_import*, fj_tuning_export* and plan
+ *    creation (measuring or not) may run concurrently from any threads.
  *  - strings returned by the library (describe, status names, last error) are
  *    owned by the library: describe strings live as long as their object,
- *    status names forever, fj_last_error until this thread's next call.
+ *    status names forever, fj_last_error until this thread's next call. The
+ *    one exception, fj_tuning_export's text, is the caller's to free().
  *  - tensors and streams are the caller's; the library never frees them.
  */
 #ifndef FLASHJIT_H
@@ -74,12 +79,13 @@ extern "C" {
  * A program built against MAJOR.m runs with any library MAJOR.n, n >= m.
  *
  * Structs and ABI room. The structs the caller allocates (fj_context_options,
- * fj_attention_desc) keep their size for the whole of a MAJOR version: new
- * fields take slots of their trailing reserved[] array, with zero meaning
- * "as before". So fill them with their init function (which zeroes them)
- * and then set fields by name. The library rejects a nonzero reserved slot with FJ_ERR_INVALID_ARGUMENT naming it.
- * Structs the library fills (fj_plan_info) are zeroed first, reserved slots
- * included, so a field added later reads as zero from an older library.
+ * fj_attention_desc, fj_plan_options) keep their size for the whole of a
+ * MAJOR version: new fields take slots of their trailing reserved[] array,
+ * with zero meaning "as before". So fill them with their init function
+ * (which zeroes them) and then set fields by name. The library rejects a
+ * nonzero reserved slot with FJ_ERR_INVALID_ARGUMENT naming it. Structs the
+ * library fills (fj_plan_info) are zeroed first, reserved slots included,
+ * so a field added later reads as zero from an older library.
  *
  * 1.0.0: first release with these rules (0.1 structs had no reserved room). */
 #define FLASHJIT_VERSION_MAJOR 1
@@ -253,13 +259,90 @@ FJ_API fj_status fj_attention_desc_validate(const fj_attention_desc *d);
 FJ_API double fj_attention_flops(const fj_attention_desc *d);
 
 /* ------------------------------------------------------------------------ */
+/* Problem keys: one text form of a problem                                  */
+
+/* A problem's key is the one way flashjit writes a problem: in plan describe
+ * texts and logs, bench rows, the tuner's report, the grids of tools/grids/
+ * and (bucketed, docs/tuning.md) the tuning file. Its fields, in this order,
+ * separated by '.':
+ *
+ *     b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>
+ *     b4.hq16.hkv4.sq4096.sk4096.d128.bf16.causal_br
+ *
+ * <dtype> is f32, f16 or bf16; <mask> is "nomask", or in this order and each
+ * at most once: causal_br or causal_tl (FJ_CAUSAL_BOTTOM_RIGHT, _TOP_LEFT),
+ * wl<N> (window_left N), wr<N> (window_right N), e.g. "causal_br.wl256".
+ * Numbers are decimal, without sign or leading zeros. The scale and the
+ * strides are not part of it: a key names the shape and the mask, which
+ * choose the kernel and its tuning. FJ_PROBLEM_KEY_MAX bytes hold any key
+ * with its NUL. */
+#define FJ_PROBLEM_KEY_MAX 128
+
+/* Writes d's key into buf (n bytes). FJ_ERR_INVALID_ARGUMENT when d breaks a
+ * rule (the message as fj_attention_desc_validate's) or n is too small; buf
+ * is then "" (when n > 0). Thread-safe. */
+FJ_API fj_status fj_problem_key(const fj_attention_desc *d, char *buf, size_t n);
+
+/* Parses a key written as fj_problem_key writes it into *d: the fields the
+ * key has, and fj_attention_desc_init's for the rest (dense strides, the
+ * default scale), so fj_problem_key of the result gives the key back. Any
+ * other text (another order, spaces, a leading zero, a value breaking a rule
+ * of the desc) is FJ_ERR_INVALID_ARGUMENT naming the field and what it
+ * should be, and *d is left as it was. Thread-safe. */
+FJ_API fj_status fj_problem_key_parse(const char *key, fj_attention_desc *d);
+
+/* ------------------------------------------------------------------------ */
 /* Plans                                                                     */
 
-/* Validates d, chooses the kernel (tuning file, else heuristic), and on CUDA
- * generates, compiles (or loads from cache) and loads it. Expensive the first
- * time for a kernel; cheap for a kernel the context or the disk cache holds.
- * On failure *out is NULL. Thread-safe. */
+/* Validates d, chooses the kernel's tiles (the context's tuning entry for the
+ * problem's point, else the table shipped with flashjit, else the built-in
+ * heuristic), and on CUDA generates, compiles (or loads from cache) and loads
+ * it. Expensive the first time for a kernel; cheap for a kernel the context
+ * or the disk cache holds. On failure *out is NULL. Thread-safe.
+ * fj_plan_create_ex with NULL options. */
 FJ_API fj_status fj_plan_create(fj_context *ctx, const fj_attention_desc *d, fj_plan **out);
+
+/* Flags of fj_plan_options. */
+enum {
+    /* FFTW's FFTW_MEASURE: when the context's tuning has no entry for the
+       problem's point (docs/tuning.md: device, arch, head dim, dtype, mask
+       kind, sequence-length bucket), time the backend's candidate tiles on
+       this problem first, each checked against the CPU reference before it
+       is timed (a candidate giving wrong results is never chosen), and keep
+       the fastest, or the default when none beats it head to head, as a
+       "measured" entry of the context's tuning, which this plan and every
+       later one of the point use. Seconds (a CPU problem) to minutes (CUDA:
+       the candidates are compiled first, in parallel, through the disk
+       cache); time_limit bounds it. Measurements of one context take turns.
+       Nothing to measure on FJ_BACKEND_CPU_REFERENCE: the flag is ignored. */
+    FJ_PLAN_MEASURE = 1 << 0,
+    /* With FJ_PLAN_MEASURE: also append the measured entry to the context's
+       tuning file (fj_context_options.tuning_file; FJ_ERR_INVALID_ARGUMENT
+       when it has none, FJ_ERR_IO when it cannot be written or is not a
+       tuning file, and no plan is made). Without this flag the file is never
+       written: fj_tuning_export_file saves the whole tuning when asked. */
+    FJ_PLAN_SAVE_TUNING = 1 << 1,
+};
+
+typedef struct fj_plan_options {
+    unsigned flags;     /* FJ_PLAN_MEASURE, FJ_PLAN_SAVE_TUNING */
+    double time_limit;  /* FJ_PLAN_MEASURE: seconds the candidates' checks and timing may
+                           take (candidates left when it runs out are not timed); 0: no limit */
+    const char *tiles;  /* NULL: choose as above; else these tiles, in the syntax of
+                           fj_plan_info.tiles ("m128n64w4s2" on CUDA, "q256k512" on the CPU
+                           tiled backend; FJ_TILES_GIVEN), FJ_ERR_INVALID_ARGUMENT when they
+                           do not parse and FJ_ERR_UNSUPPORTED when the device cannot run
+                           them; not measured. Not copied: read during the call only. */
+    int reserved[8];    /* zero: room for fields added later (see "Structs and ABI room") */
+} fj_plan_options;
+
+/* Fills the defaults: no flags, no time limit, no tiles. */
+FJ_API void fj_plan_options_init(fj_plan_options *o);
+
+/* fj_plan_create with options (NULL: the defaults). Thread-safe; measuring
+ * plans of one context take turns. */
+FJ_API fj_status fj_plan_create_ex(fj_context *ctx, const fj_attention_desc *d,
+                                   const fj_plan_options *o, fj_plan **out);
 
 /* Runs the plan. q, k, v, o point to memory of the context's backend (device
  * memory on CUDA, host memory on CPU; fj_malloc gives either) laid out by the
@@ -282,10 +365,12 @@ typedef enum fj_tiles_source {
     FJ_TILES_SHIPPED_TABLE = 2, /* an entry of the table shipped with flashjit */
     FJ_TILES_GIVEN = 3,        /* given by the caller (the tuner's candidates) */
     FJ_TILES_FORCED = 4,       /* forced by a test hook */
+    FJ_TILES_IMPORTED = 5,     /* an entry fj_tuning_import* added to the context */
+    FJ_TILES_MEASURED = 6,     /* an entry the context measured (FJ_PLAN_MEASURE) */
 } fj_tiles_source;
 
-/* "heuristic", "tuning file", "shipped table", "given", "forced"; NULL out
- * of range. Static. */
+/* "heuristic", "tuning file", "shipped table", "given", "forced",
+ * "imported", "measured"; NULL out of range. Static. */
 FJ_API const char *fj_tiles_source_name(fj_tiles_source s);
 
 /* What a plan runs, as data (fj_plan_describe says the same in words). */
@@ -317,6 +402,39 @@ FJ_API void fj_plan_destroy(fj_plan *p);
  * streams use different cached plans. */
 FJ_API fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *q,
                               const void *k, const void *v, void *o, float *lse, void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Tuning: import and export (FFTW's wisdom)                                 */
+
+/* A context's tuning is the list of entries its plans look their tiles up in
+ * (format and lookup: docs/tuning.md): those of its tuning file, read at
+ * creation, then those imported, then those measured, a later entry for a
+ * point replacing an earlier one. The table shipped with flashjit is not
+ * part of it (plans fall back to it). Every function here is thread-safe,
+ * also against plan creation on the same context: an entry added while a
+ * plan is being created is used by that plan or by the next one. */
+
+/* The context's tuning as the text of a tuning file (format 2; each point's
+ * winning entry once, in the order they were added), in *text, malloc'd:
+ * the caller frees it with free(). On failure *text is NULL. */
+FJ_API fj_status fj_tuning_export(const fj_context *ctx, char **text);
+
+/* The same text written to path, replacing the file at once (a temporary
+ * file in the same directory, renamed over it): a reader never sees half of
+ * it. FJ_ERR_IO naming the path and the reason. */
+FJ_API fj_status fj_tuning_export_file(const fj_context *ctx, const char *path);
+
+/* Adds the entries of a tuning file's text (format 1 or 2) to the context's
+ * tuning, after those it has: for a point in both, the imported entry is
+ * used by plans created from now on (plans made before, fj_attention's
+ * cached ones included, keep their tiles). All or nothing: text that is not a tuning file, of
+ * another format version, or with a malformed entry line is
+ * FJ_ERR_INVALID_ARGUMENT naming the line and the rule, and nothing is
+ * added. Entries for other devices are kept (never used here, exported). */
+FJ_API fj_status fj_tuning_import(fj_context *ctx, const char *text);
+
+/* fj_tuning_import of a file's text; FJ_ERR_IO when it cannot be read. */
+FJ_API fj_status fj_tuning_import_file(fj_context *ctx, const char *path);
 
 /* ------------------------------------------------------------------------ */
 /* Memory of the context's backend: device memory on CUDA, host memory on the

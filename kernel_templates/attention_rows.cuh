@@ -1,13 +1,65 @@
-/* attention_rows.cuh: what the two attention templates (flash_fwd.cu and
- * flash_wgmma.cu) share about a block's query rows: the band of keys a row
- * sees and the key tiles the block works on, the row index of lse and of
- * the split-KV partials, and the store of a block whose rows see no key. Pasted after common.cuh for those two only
- * (src/codegen.c); it reads the descriptor macros directly, so it means the
- * same in either template. */
+/* attention_rows.cuh: what the attention templates (flash_fwd.cu and
+ * flash_wgmma.cu) share about a block's query rows: which batch, head, split
+ * and query rows the block computes, the band of keys a row sees, the key
+ * tiles the block works on and their order, and the row index of lse and of
+ * the split-KV partials. Pasted after common.cuh for those templates only
+ * (src/cuda/jit/codegen.c); it reads the descriptor macros directly, so it
+ * means the same in either template. */
 #ifndef FJ_ATTENTION_ROWS_CUH
 #define FJ_ATTENTION_ROWS_CUH
 
+#define FJ_THREADS (32 * FJ_WARPS)
+
 namespace fja {
+
+/* The block's first query row: blockIdx.x's tile of FJ_BLOCK_M rows. */
+__device__ __forceinline__ int block_m0()
+{
+#if FJ_CAUSAL
+    /* the tiles with the most keys first, so the short ones fill the tail */
+    return (int)(gridDim.x - 1 - blockIdx.x) * FJ_BLOCK_M;
+#else
+    return (int)blockIdx.x * FJ_BLOCK_M;
+#endif
+}
+/* The batch of grid z index z (batch * num_splits + split with split-KV). */
+__device__ __forceinline__ int block_batch(const fj_fwd_params &p, int z)
+{
+#if FJ_SPLIT_KV
+    return z / p.num_splits;
+#else
+    (void)p;
+    return z;
+#endif
+}
+
+/* Where this block works: batch, head, split and first query row, and how
+ * many of its FJ_BLOCK_M rows are below seqlen_q. opaque: derived from
+ * blockIdx through an empty volatile asm, so that an epilogue's copies share
+ * nothing with the prologue's: no value (or 64-bit widening of one) computed
+ * before the key loop stays live across it, where ptxas would rather spill
+ * such a value than keep it. */
+struct Where {
+    int b, h, split, m0, q_rows;
+};
+__device__ __forceinline__ Where where(const fj_fwd_params &p, bool opaque)
+{
+    int y = blockIdx.y, z = blockIdx.z;
+    if (opaque) asm volatile("" : "+r"(y), "+r"(z));
+    Where w;
+    w.h = y;
+    w.b = block_batch(p, z);
+#if FJ_SPLIT_KV
+    w.split = z - w.b * p.num_splits;
+#else
+    w.split = 0;
+#endif
+    int m0 = block_m0();
+    if (opaque) asm volatile("" : "+r"(m0));
+    w.m0 = m0;
+    w.q_rows = p.seqlen_q - m0 < FJ_BLOCK_M ? p.seqlen_q - m0 : FJ_BLOCK_M; /* >= 1 */
+    return w;
+}
 
 /* The band of keys [lo, hi) that query row i sees (the same rule as
  * fj_visible_keys in src/problem.h), clamped so 0 <= lo <= hi <= seqlen_k. */
@@ -33,40 +85,6 @@ __device__ __forceinline__ void row_band(const fj_fwd_params &p, long long i, in
 __device__ __forceinline__ long long lse_index(const fj_fwd_params &p, int b, int h, long long i)
 {
     return ((long long)b * p.heads_q + h) * p.seqlen_q + i;
-}
-
-/* A block whose rows see no key at all (or an empty split): O = 0, lse =
- * -inf, for its rows below seqlen_q, in 16-byte chunks over the block's
- * threads. */
-__device__ __forceinline__ void store_empty(const fj_fwd_params &p, int b, int h, int split,
-                                            int m0, int tid)
-{
-    constexpr int BM = FJ_BLOCK_M, D = FJ_HEAD_DIM, DCH = FJ_HEAD_DIM / 8;
-    constexpr int THREADS = 32 * FJ_WARPS;
-    const int rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
-    for (int idx = tid; idx < rows * DCH; idx += THREADS) {
-        const int r = idx / DCH, ch = idx % DCH;
-        const long long i = m0 + r;
-        const unsigned z[4] = {0u, 0u, 0u, 0u};
-#if FJ_SPLIT_KV
-        float *dst = p.o_partial + (lse_index(p, split * p.batch + b, h, i) * D + ch * 8);
-        fj_st_global_v4(dst, z);
-        fj_st_global_v4(dst + 4, z);
-#else
-        (void)split;
-        (void)D;
-        fj_elem *dst = (fj_elem *)p.o + (b * p.o_stride[0] + i * p.o_stride[1] +
-                                         h * p.o_stride[2] + ch * 8);
-        fj_st_global_v4(dst, z);
-#endif
-    }
-    for (int r = tid; r < rows; r += THREADS) {
-#if FJ_SPLIT_KV
-        p.lse_partial[lse_index(p, split * p.batch + b, h, m0 + r)] = FJ_NEG_INF;
-#else
-        if (p.lse) p.lse[lse_index(p, b, h, m0 + r)] = FJ_NEG_INF;
-#endif
-    }
 }
 
 /* The key tiles (FJ_BLOCK_N keys each) of the block whose q_rows rows start
@@ -103,6 +121,16 @@ __device__ __forceinline__ KeyTiles key_tiles(const fj_fwd_params &p, int m0, in
     return t;
 }
 
+/* What every key tile's iteration needs that does not change across tiles.
+ * Few registers are spare (the O and S accumulators take most), so Ctx keeps
+ * only what is used in every tile; whatever the loads and masks need besides
+ * is recomputed from threadIdx, blockIdx and the parameters (constant
+ * memory) where it is used. */
+struct Ctx {
+    float scale; /* |scale_log2| */
+    int n_begin; /* the lowest key tile this block handles (tiles run downwards) */
+};
+
 /* The unmasked tiles [u0, u1): [un_lo, un_hi) clamped into [n_begin,
    n_end). Kept out of key_tiles so that each kernel clamps next to the loop
    that uses it: done in key_tiles, ptxas schedules both kernels
@@ -111,6 +139,40 @@ __device__ __forceinline__ void clamp_unmasked(const KeyTiles &t, int &u0, int &
 {
     u0 = t.un_lo < t.n_begin ? t.n_begin : (t.un_lo > t.n_end ? t.n_end : t.un_lo);
     u1 = t.un_hi < u0 ? u0 : (t.un_hi > t.n_end ? t.n_end : t.un_hi);
+}
+
+/* A compile-time flag as a value (std::bool_constant without the header;
+   an enum, so no global is emitted for it). */
+template <bool B>
+struct Flag {
+    enum : bool { value = B };
+};
+
+/* Runs tile(Flag<MASKED>(), n, stage) for the key tiles n = n_end - 1 down
+ * to n_begin, stage cycling through [0, STAGES) from 0: first the masked
+ * tiles above u1 (the causal diagonal, the seqlen_k tail, a right window
+ * edge), then the unmasked tiles [u0, u1), then (windows only) the masked
+ * tiles below u0 (a left window edge). Three loops rather than one with a
+ * branch: the unmasked one carries no masking state, which leaves registers
+ * to the accumulators. */
+template <int STAGES, class Tile>
+__device__ __forceinline__ void for_each_key_tile(const KeyTiles &t, int u0, int u1, Tile &&tile)
+{
+    int stage = 0, n = t.n_end - 1;
+    for (; n >= u1; --n) {
+        tile(Flag<true>(), n, stage);
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+    }
+    for (; n >= u0; --n) {
+        tile(Flag<false>(), n, stage);
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+    }
+#if FJ_HAS_WINDOW
+    for (; n >= t.n_begin; --n) {
+        tile(Flag<true>(), n, stage);
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+    }
+#endif
 }
 
 } /* namespace fja */

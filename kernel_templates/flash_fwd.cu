@@ -42,15 +42,26 @@
  * "GPU decode, fourth pass" and "fifth pass").
  */
 
-#define FJ_THREADS (32 * FJ_WARPS)
-
 namespace fj {
 
-using fja::key_tiles; /* attention_rows.cuh */
+using fja::block_m0; /* attention_rows.cuh */
+using fja::block_batch;
+using fja::Where;
+using fja::where;
+using fja::key_tiles;
 using fja::clamp_unmasked;
 using fja::KeyTiles;
-using fja::lse_index;
-using fja::store_empty;
+using fja::Ctx;
+using fja::for_each_key_tile;
+using fja::softmax_init; /* softmax.cuh */
+using fja::online_softmax;
+using fja::pack_p_step;
+using fja::mask_scores; /* mask.cuh */
+using fja::store_empty; /* tile_io.cuh */
+using fja::store_output;
+using fja::q_tile_src;
+using fja::kv_tile_src;
+using fja::KvTileSrc;
 
 constexpr int D = FJ_HEAD_DIM;
 constexpr int DPAD = (D + 15) / 16 * 16;      /* head dim rounded up to the mma k of 16 */
@@ -303,16 +314,6 @@ struct State {
     unsigned q[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KQ : 1][4]; /* Q A fragments when kept */
 };
 
-/* Everything a tile iteration needs that does not change across tiles. */
-struct Ctx {
-    float scale;           /* |scale_log2| */
-    int n_begin;           /* the lowest key tile this block handles (tiles run downwards) */
-};
-/* Few registers are spare (the O and S accumulators take most), so Ctx keeps
-   only what is used in every tile; whatever the loads and masks need besides
-   is recomputed from threadIdx, blockIdx and the parameters (constant
-   memory) where it is used. */
-
 /* The dynamic shared memory, and its shared-window address (a constant the
    assembler folds into immediate offsets). */
 extern __shared__ __align__(128) unsigned char fj_smem[];
@@ -378,26 +379,6 @@ __device__ __forceinline__ unsigned q_lane_addr(unsigned t)
     return lane_addr_a(smem_base() + SMEM_Q, (int)warp_q(t) * WARP_ROWS, t);
 }
 
-/* Which query tile, batch and head this block computes. */
-__device__ __forceinline__ int block_m0()
-{
-#if FJ_CAUSAL
-    /* the tiles with the most keys first, so the short ones fill the tail */
-    return (int)(gridDim.x - 1 - blockIdx.x) * BM;
-#else
-    return (int)blockIdx.x * BM;
-#endif
-}
-__device__ __forceinline__ int block_batch(const fj_fwd_params &p, int z)
-{
-#if FJ_SPLIT_KV
-    return z / p.num_splits;
-#else
-    (void)p;
-    return z;
-#endif
-}
-
 /* S[mt] = Q[mt] K^T for the KSUB keys at byte offset k_off of K stage 0. */
 template <int NT>
 __device__ __forceinline__ void qk_tile(const State &st, unsigned k_off, float (&s)[MT][NT][4])
@@ -446,10 +427,7 @@ __device__ __forceinline__ void qk_tile(const State &st, unsigned k_off, float (
 }
 
 /* Hides the scores of keys outside each row's band (and past seqlen_k) in
- * the KSUB keys from n0. The band moves by exactly one key per row, so it is
- * worked out once in 64 bits for this thread's first row, relative to its
- * first column, then clamped to +-2^24 (far beyond the +-(256 + KSUB) that
- * can change a comparison) and shifted per row in 32 bits. */
+ * the KSUB keys from n0 (mask.cuh). */
 template <int NT>
 __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[MT][NT][4])
 {
@@ -457,115 +435,12 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
     const int col0 = n0 + 2 * (tid & 3); /* key of element (nt 0, e 0) */
     const long long row0 =
         (long long)block_m0() + (int)warp_q((unsigned)tid) * WARP_ROWS + ((tid & 31) >> 2);
-    const long long d = row0 + p.diag_offset - col0; /* diagonal key of row0, relative */
-    constexpr long long BIG = 1ll << 24;
-    long long lo = -BIG, hi = BIG; /* visible: lo <= j < hi, j relative to col0 */
-#if FJ_CAUSAL
-    hi = d + 1;
-#endif
-#if FJ_HAS_WINDOW
-    if (p.window_right >= 0 && d + p.window_right + 1 < hi) hi = d + p.window_right + 1;
-    if (p.window_left >= 0) lo = d - p.window_left;
-#endif
-    (void)d;
-    lo = lo < -BIG ? -BIG : (lo > BIG ? BIG : lo);
-    hi = hi < -BIG ? -BIG : (hi > BIG ? BIG : hi);
-    const int lo0 = (int)lo, hi0 = (int)hi, end = p.seqlen_k - col0;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = mt * 16 + hh * 8;
-            const int lo_r = lo0 + r, hi_r = hi0 + r < end ? hi0 + r : end;
-            /* lo_r <= j < hi_r as one unsigned compare: (j - lo_r) wraps to a
-               huge value below the band. Two compares per score cost ptxas
-               enough predicate temporaries to spill at D = 96..128. */
-            const unsigned width = hi_r > lo_r ? (unsigned)(hi_r - lo_r) : 0u;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int j = nt * 8 + e;
-                    if ((unsigned)(j - lo_r) >= width) s[mt][nt][2 * hh + e] = FJ_NEG_INF;
-                }
-        }
+    mask_scores(p, row0, col0, s);
 }
 
-/* Online softmax update for one sub-tile: P = exp2(S * scale - m) left in s,
- * l += row sums of P, where m is the running row max (scaled, log2 domain).
- *
- * Lazy rescaling (as in FlashAttention-4): m only moves when some row of the
- * warp sees a score above m + RESCALE_LOG2; then every row of the warp moves
- * to its true max and O and l are rescaled by exp2(m_old - m_new). Otherwise
- * m stays a stale lower bound, P <= 2^RESCALE_LOG2, and the O_REGS
- * multiplies of the rescale are skipped (measured: +3% at D = 128). The result is the same function:
- * O and l always share one m, and O / l and lse = m + log2(l) do not depend
- * on which m it is. The test is a warp vote, so the branch is uniform.
- *
- * MASKED sub-tiles may hold rows whose every score so far is -inf; such a
- * row keeps m = -inf and uses 0 in the subtraction, so exp2 gives 0, never
- * NaN (and a row leaving -inf always triggers the rescale, with alpha 0). */
-#ifndef FJ_RESCALE_LOG2
-#define FJ_RESCALE_LOG2 8.0f
-#endif
-template <bool MASKED, int NT>
-__device__ __forceinline__ void softmax_tile(const Ctx &c, State &st, float (&s)[MT][NT][4])
-{
-    float m_new[MT][2];
-    bool grow = false;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            float mx = s[mt][0][2 * hh];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[mt][nt][2 * hh + e]);
-            mx = fj_quad_max(mx) * c.scale;
-            m_new[mt][hh] = fmaxf(st.m[mt][hh], mx);
-            grow |= mx > st.m[mt][hh] + FJ_RESCALE_LOG2;
-        }
-    if (__any_sync(0xffffffffu, grow)) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const float m_use =
-                    (MASKED && m_new[mt][hh] == FJ_NEG_INF) ? 0.f : m_new[mt][hh];
-                const float alpha = fj_exp2(st.m[mt][hh] - m_use);
-                st.m[mt][hh] = m_new[mt][hh];
-                st.l[mt][hh] *= alpha;
-#pragma unroll
-                for (int dt = 0; dt < NDT; ++dt) {
-                    st.o[mt][dt][2 * hh] *= alpha;
-                    st.o[mt][dt][2 * hh + 1] *= alpha;
-                }
-            }
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const float m_use = (MASKED && st.m[mt][hh] == FJ_NEG_INF) ? 0.f : st.m[mt][hh];
-            float sum = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float pv = fj_exp2(fmaf(s[mt][nt][2 * hh + e], c.scale, -m_use));
-                    s[mt][nt][2 * hh + e] = pv;
-                    sum += pv;
-                }
-            st.l[mt][hh] += sum;
-        }
-}
-
-/* O += P V for the KSUB keys at byte offset v_off of V stage 0, P = s. The C fragments of n
- * tiles 2kk and 2kk+1 of S are exactly the A fragment of k step kk of P V
- * (same rows g, g+8; columns 2t..2t+1 and 2t+8..2t+9 of the 16 keys), so P is
- * only rounded and packed, never moved between lanes. Packing step by step
- * lets each float score die as soon as it is packed. */
+/* O += P V for the KSUB keys at byte offset v_off of V stage 0, P = s (the
+ * exp2 of the scores, packed into A fragments by pack_p_step, softmax.cuh).
+ * Packing step by step lets each float score die as soon as it is packed. */
 template <int NT>
 __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (&s)[MT][NT][4])
 {
@@ -582,12 +457,7 @@ __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (
     for (int kk = 0; kk < KV; ++kk) {
         unsigned a[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            a[mt][0] = fj_pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-            a[mt][1] = fj_pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-            a[mt][2] = fj_pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-            a[mt][3] = fj_pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-        }
+        for (int mt = 0; mt < MT; ++mt) pack_p_step(s[mt], kk, a[mt]);
 #pragma unroll
         for (int dp = 0; dp < (NDT + 1) / 2; ++dp) {
             /* keys 16kk..16kk+15, columns 16dp..16dp+15 (transposed: V is [key][d]) */
@@ -638,12 +508,9 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
     int tid = threadIdx.x, y = blockIdx.y, z = blockIdx.z;
     asm volatile("" : "+r"(tid), "+r"(y), "+r"(z));
     const int b = block_batch(p, z), hk = y / p.group;
-    const long long n_row = (long long)n * BN;
-    const fj_elem *k_rows = (const fj_elem *)p.k +
-                            (b * p.k_stride[0] + hk * p.k_stride[2] + n_row * p.k_stride[1]);
-    const fj_elem *v_rows = (const fj_elem *)p.v +
-                            (b * p.v_stride[0] + hk * p.v_stride[2] + n_row * p.v_stride[1]);
-    const int rows = p.seqlen_k - n * BN;
+    const KvTileSrc src = kv_tile_src(p, b, hk, n);
+    const fj_elem *k_rows = src.k, *v_rows = src.v;
+    const int rows = src.rows;
     const unsigned k_tile = smem_base() + (unsigned)(SMEM_K + buf * TILE_BYTES);
     const unsigned v_tile = smem_base() + (unsigned)(SMEM_V + buf * TILE_BYTES);
     if (KV_L2_POLICY && p.kv_read_once) {
@@ -690,7 +557,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
         if constexpr (MASKED) mask_tile(p, n * BN + key0, s);
-        softmax_tile<MASKED>(c, st, s);
+        online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         fj_cp_async_wait<0>();
         __syncthreads(); /* V_n has landed; every warp is done with K_n */
         if (n - 1 >= c.n_begin) load_kv<LOAD_K>(p, n - 1, 0);
@@ -721,35 +588,9 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
         if constexpr (MASKED) mask_tile(p, n * BN + k_sub, s);
-        softmax_tile<MASKED>(c, st, s);
+        online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         pv_tile(st, off, s);
     }
-}
-
-/* Where this block works: batch, head, split and first query row. The
- * epilogue re-derives them from blockIdx through an empty volatile asm, so no
- * value (or 64-bit widening of one) computed before the key loop stays live
- * across it; ptxas would rather spill such a value than keep it. */
-struct Where {
-    int b, h, split, m0, q_rows;
-};
-__device__ __forceinline__ Where where(const fj_fwd_params &p, bool opaque)
-{
-    int y = blockIdx.y, z = blockIdx.z;
-    if (opaque) asm volatile("" : "+r"(y), "+r"(z));
-    Where w;
-    w.h = y;
-    w.b = block_batch(p, z);
-#if FJ_SPLIT_KV
-    w.split = z - w.b * p.num_splits;
-#else
-    w.split = 0;
-#endif
-    int m0 = block_m0();
-    if (opaque) asm volatile("" : "+r"(m0));
-    w.m0 = m0;
-    w.q_rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM; /* >= 1 */
-    return w;
 }
 
 /* Key warps (KW > 1): the warps of a query-row group saw disjoint keys of
@@ -759,7 +600,7 @@ __device__ __forceinline__ Where where(const fj_fwd_params &p, bool opaque)
  * warp), so the merge is lane by lane: warps 1.. of the group store their m,
  * l and O in the K/V buffers (free once every warp is past the key loop;
  * word r of lane i at [r][i], conflict-free), and warp 0 folds them into its
- * own state, which store_output then writes. Returns whether this warp stores.
+ * own state, which epilogue then writes. Returns whether this warp stores.
  * A state that saw no visible key (m = -inf, l = 0, O = 0) weighs 0. */
 constexpr int XCHG_WORDS = MT * 4 + MT * NDT * 4; /* m, l, O per lane */
 constexpr int XCHG_BYTES = QW * (KW - 1) * XCHG_WORDS * 32 * 4;
@@ -827,87 +668,27 @@ __device__ __forceinline__ bool merge_key_warps(State &st)
     }
 }
 
+/* The rows of the Q tile where the epilogue stages O (tile_io.cuh): the
+ * warp's own rows, which no other warp reads, in Q's padded layout. */
+struct QStaging {
+    unsigned base;
+    __device__ __forceinline__ unsigned pair(int r, int dt, int tq) const
+    {
+        return base + (unsigned)(r * ROW_BYTES + (dt * 8 + 2 * tq) * 2);
+    }
+    __device__ __forceinline__ unsigned chunk(int r, int ch) const
+    {
+        return base + (unsigned)(r * ROW_BYTES + ch * 16);
+    }
+    __device__ __forceinline__ void claim() const { __syncwarp(); }
+};
+
 /* Epilogue: full row sums, O / l and lse, written for rows < seqlen_q. */
-__device__ __forceinline__ void store_output(const fj_fwd_params &p, const State &st)
+__device__ __forceinline__ void epilogue(const fj_fwd_params &p, const State &st)
 {
     const Where wh = where(p, true);
-    const int b = wh.b, h = wh.h, m0 = wh.m0, q_rows = wh.q_rows;
     const int lane = (int)(lane_id_opaque() & 31u), warp = (int)warp_q(lane_id_opaque());
-    const int g = lane >> 2, tq = lane & 3;
-#if FJ_SPLIT_KV
-    const int split = wh.split;
-#else
-    const unsigned s_q = smem_base() + SMEM_Q;
-#endif
-    float inv[MT][2], lse[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const float l = fj_quad_sum(st.l[mt][hh]);
-            const bool any = l > 0.f;
-            inv[mt][hh] = any ? fj_rcp(l) : 0.f; /* l >= 1: its largest term is 2^(max - m) */
-            lse[mt][hh] = any ? (st.m[mt][hh] + fj_log2(l)) * FJ_LN2 : FJ_NEG_INF;
-        }
-
-#if FJ_SPLIT_KV
-    /* float partials straight from the fragments: each quad writes 32
-       contiguous bytes of a row per n8 tile */
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = warp * WARP_ROWS + mt * 16 + hh * 8 + g;
-            if (r < q_rows) {
-                const long long row = lse_index(p, split * p.batch + b, h, (long long)m0 + r);
-                float *dst = p.o_partial + row * D + 2 * tq;
-#pragma unroll
-                for (int dt = 0; dt < NDT; ++dt)
-                    fj_st_global_f2(dst + dt * 8, st.o[mt][dt][2 * hh] * inv[mt][hh],
-                                    st.o[mt][dt][2 * hh + 1] * inv[mt][hh]);
-                if (tq == 0) p.lse_partial[row] = lse[mt][hh];
-            }
-        }
-#else
-    /* Stage this warp's rows of O in its own rows of the Q tile (no other
-       warp reads them), then write whole 16-byte chunks. */
-    __syncwarp();
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = warp * WARP_ROWS + mt * 16 + hh * 8 + g;
-#pragma unroll
-            for (int dt = 0; dt < NDT; ++dt)
-                fj_st_shared_b32(s_q + (unsigned)(r * ROW_BYTES + (dt * 8 + 2 * tq) * 2),
-                                 fj_pack2(st.o[mt][dt][2 * hh] * inv[mt][hh],
-                                          st.o[mt][dt][2 * hh + 1] * inv[mt][hh]));
-        }
-    __syncwarp();
-    {
-        constexpr int CHUNKS = WARP_ROWS * DCH;
-        fj_elem *o_head = (fj_elem *)p.o + (b * p.o_stride[0] + h * p.o_stride[2]);
-#pragma unroll
-        for (int it = 0; it < (CHUNKS + 31) / 32; ++it) {
-            const int idx = it * 32 + lane;
-            const int r = warp * WARP_ROWS + idx / DCH, ch = idx % DCH;
-            if ((CHUNKS % 32 == 0 || idx < CHUNKS) && r < q_rows) {
-                unsigned v[4];
-                fj_ld_shared_v4(s_q + (unsigned)(r * ROW_BYTES + ch * 16), v);
-                fj_st_global_v4(o_head + ((long long)(m0 + r) * p.o_stride[1] + ch * 8), v);
-            }
-        }
-    }
-    if (p.lse && tq == 0) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int r = warp * WARP_ROWS + mt * 16 + hh * 8 + g;
-                if (r < q_rows) p.lse[lse_index(p, b, h, (long long)m0 + r)] = lse[mt][hh];
-            }
-    }
-#endif
+    store_output(p, wh, warp, lane, st.m, st.l, st.o, QStaging{smem_base() + SMEM_Q});
 }
 
 } /* namespace fj */
@@ -944,10 +725,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
 
     /* Prologue: Q, then T_0 .. T_STAGES-2, one group each. */
     {
-        const fj_elem *q_rows0 = (const fj_elem *)p.q +
-                                 (b * p.q_stride[0] + (long long)m0 * p.q_stride[1] +
-                                  h * p.q_stride[2]);
-        load_tile<BM>(s_q, q_rows0, p.q_stride[1], q_rows, tid);
+        load_tile<BM>(s_q, q_tile_src(p, wh), p.q_stride[1], q_rows, tid);
         fj_cp_async_commit();
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
@@ -968,18 +746,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     __syncthreads();
 
     State st;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            st.m[mt][hh] = FJ_NEG_INF;
-            st.l[mt][hh] = 0.f;
-        }
-#pragma unroll
-        for (int dt = 0; dt < NDT; ++dt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) st.o[mt][dt][e] = 0.f;
-    }
+    softmax_init(st.m, st.l, st.o);
     if constexpr (Q_IN_REGS) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -992,27 +759,12 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
                            st.q[Q_IN_REGS ? mt : 0][Q_IN_REGS ? kk : 0][3]);
     }
 
-    /* Three loops rather than one with a branch: the unmasked one carries no
-       masking state, which leaves registers to the accumulators. */
     {
         int u0, u1;
         clamp_unmasked(kt, u0, u1);
-        int stage = 0, n = n_end - 1;
-        for (; n >= u1; --n) {
-            tile_iteration<true>(p, c, st, n, stage);
-            stage = stage + 1 == STAGES ? 0 : stage + 1;
-        }
-        for (; n >= u0; --n) {
-            tile_iteration<false>(p, c, st, n, stage);
-            stage = stage + 1 == STAGES ? 0 : stage + 1;
-        }
-#if FJ_HAS_WINDOW
-        /* only a left window edge leaves masked tiles below the unmasked ones */
-        for (; n >= n_begin; --n) {
-            tile_iteration<true>(p, c, st, n, stage);
-            stage = stage + 1 == STAGES ? 0 : stage + 1;
-        }
-#endif
+        for_each_key_tile<STAGES>(kt, u0, u1, [&](auto masked, int n, int stage) {
+            tile_iteration<decltype(masked)::value>(p, c, st, n, stage);
+        });
     }
     fj_cp_async_wait<0>(); /* only empty groups can remain; drained for hygiene */
 #if FJ_SPLIT_KV
@@ -1020,5 +772,5 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
        (it waits for this grid to finish before reading them) */
     fj_allow_dependent_launch();
 #endif
-    if (merge_key_warps(st)) store_output(p, st);
+    if (merge_key_warps(st)) epilogue(p, st);
 }

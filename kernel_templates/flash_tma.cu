@@ -222,7 +222,7 @@ __device__ __forceinline__ void rs(float *d, const unsigned (&a)[4], unsigned lo
    k16 step kk reads 32 bytes into a row of its column block. Not committed. */
 /* q_tile: the Q tile; c: the consumer, whose rows 64c..64c+63 of each
    column block start 64c rows into the block. */
-__device__ __forceinline__ void issue_scores(unsigned q_tile, int c, unsigned k_tile, float (&s)[BN / 2])
+__device__ __forceinline__ void issue_scores(unsigned q_tile, int c, unsigned k_tile, float *s)
 {
 #pragma unroll
     for (int kk = 0; kk < KQ; ++kk) {
@@ -242,7 +242,7 @@ __device__ __forceinline__ void issue_scores(unsigned q_tile, int c, unsigned k_
    the A fragment of k step kk; B is 16 keys of V in each column block: one
    wgmma for the 64-wide blocks together (their stride is BN * 128 bytes),
    one for each narrower block. Not committed. */
-__device__ __forceinline__ void issue_pv(unsigned v_tile, float (&o)[D / 2], const unsigned (&pa)[KV][4])
+__device__ __forceinline__ void issue_pv(unsigned v_tile, float *o, const unsigned (&pa)[KV][4])
 {
 #pragma unroll
     for (int kk = 0; kk < KV; ++kk) {
@@ -371,122 +371,24 @@ __device__ __forceinline__ void produce(const fj_fwd_params &p, const fj_tma_par
 }
 
 
-/* ---- the consumers: masking and the online softmax ------------------------------ */
+/* ---- the consumers: the softmax state ------------------------------------------- */
 
-/* A consumer's running softmax state and output, per thread: rows g and
-   g + 8 of its warp's 16 (g = lane / 4), the accumulator layout of wgmma
-   m64nN (as mma.sync's C fragments: columns 2t, 2t+1 of each n8 tile). */
+/* A consumer's running softmax state and output, per thread, in the shared
+ * headers' fragment shape (softmax.cuh: one m tile of 16 rows per warp, rows
+ * g and g + 8, g = lane / 4), which is wgmma m64nN's accumulator layout: the
+ * wgmma wrappers take the arrays' storage as a flat run of floats. */
 struct State {
-    float m[2], l[2];
-    float o[D / 2];
+    float m[1][2], l[1][2];
+    float o[1][NDT][4];
 };
 
-/* -inf outside each row's band of keys and at or past seqlen_k, for the
-   tile whose first key is n0. row0: this thread's first row. */
-__device__ __forceinline__ void mask_tile(const fj_fwd_params &p, long long row0, int n0,
-                                          float (&s)[BN / 2])
+/* The flat views wgmma writes. */
+__device__ __forceinline__ float *flat(float (&x)[1][NT][4]) { return &x[0][0][0]; }
+__device__ __forceinline__ float *flat_o(State &st) { return &st.o[0][0][0]; }
+template <int A, int B>
+__device__ __forceinline__ void fence_regs(float (&x)[1][A][B])
 {
-    const int tq = (int)(threadIdx.x & 3u);
-    const int col0 = n0 + 2 * tq;
-    const long long d = row0 + p.diag_offset - col0;
-    constexpr long long BIG = 1ll << 24;
-    long long lo = -BIG, hi = BIG;
-#if FJ_CAUSAL
-    hi = d + 1;
-#endif
-#if FJ_HAS_WINDOW
-    if (p.window_right >= 0 && d + p.window_right + 1 < hi) hi = d + p.window_right + 1;
-    if (p.window_left >= 0) lo = d - p.window_left;
-#endif
-    (void)d;
-    lo = lo < -BIG ? -BIG : (lo > BIG ? BIG : lo);
-    hi = hi < -BIG ? -BIG : (hi > BIG ? BIG : hi);
-    const int lo0 = (int)lo, hi0 = (int)hi, end = p.seqlen_k - col0;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const int lo_r = lo0 + hh * 8, hi_r = hi0 + hh * 8 < end ? hi0 + hh * 8 : end;
-        const unsigned width = hi_r > lo_r ? (unsigned)(hi_r - lo_r) : 0u;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-                if ((unsigned)(nt * 8 + e - lo_r) >= width) s[4 * nt + 2 * hh + e] = FJ_NEG_INF;
-    }
-}
-
-/* Lazy rescaling: the running max moves only when a row's new max passes
-   it by more than this (log2 units), so most tiles leave O alone; the
-   terms stay below 2^FJ_RESCALE_LOG2, far inside float range. */
-#ifndef FJ_RESCALE_LOG2
-#define FJ_RESCALE_LOG2 8.0f
-#endif
-
-/* P = exp2(S * scale - m) in s; the running max and sum updated; returns
-   whether the warp's max moved (then O must be multiplied by alpha once no
-   wgmma writes it). Fully masked rows subtract 0 when MASKED. */
-template <bool MASKED>
-__device__ __forceinline__ bool softmax_tile(float scale, State &st, float (&s)[BN / 2], float (&alpha)[2])
-{
-    float m_new[2];
-    bool grow = false;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        float mx = s[2 * hh];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[4 * nt + 2 * hh + e]);
-        mx = fj_quad_max(mx) * scale;
-        m_new[hh] = fmaxf(st.m[hh], mx);
-        grow |= mx > st.m[hh] + FJ_RESCALE_LOG2;
-    }
-    const bool rescale = __any_sync(0xffffffffu, grow);
-    if (rescale) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const float m_use = (MASKED && m_new[hh] == FJ_NEG_INF) ? 0.f : m_new[hh];
-            alpha[hh] = fj_exp2(st.m[hh] - m_use);
-            st.m[hh] = m_new[hh];
-            st.l[hh] *= alpha[hh];
-        }
-    }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const float m_use = (MASKED && st.m[hh] == FJ_NEG_INF) ? 0.f : st.m[hh];
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float pv = fj_exp2(fmaf(s[4 * nt + 2 * hh + e], scale, -m_use));
-                s[4 * nt + 2 * hh + e] = pv;
-                sum += pv;
-            }
-        st.l[hh] += sum;
-    }
-    return rescale;
-}
-
-__device__ __forceinline__ void rescale_o(State &st, const float (&alpha)[2])
-{
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-        for (int dt = 0; dt < NDT; ++dt) {
-            st.o[4 * dt + 2 * hh] *= alpha[hh];
-            st.o[4 * dt + 2 * hh + 1] *= alpha[hh];
-        }
-}
-
-__device__ __forceinline__ void pack_p(const float (&s)[BN / 2], unsigned (&pa)[KV][4])
-{
-#pragma unroll
-    for (int kk = 0; kk < KV; ++kk) {
-        pa[kk][0] = fj_pack2(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = fj_pack2(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = fj_pack2(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = fj_pack2(s[8 * kk + 6], s[8 * kk + 7]);
-    }
+    wg::fence_regs(*reinterpret_cast<float(*)[A * B]>(&x[0][0][0]));
 }
 
 /* ---- the consumers: the key loop ------------------------------------------------- */
@@ -525,6 +427,44 @@ __device__ __forceinline__ void release(const Consumer &k, int barrier)
 __device__ __forceinline__ unsigned stage_of(unsigned it) { return it % STAGES; }
 __device__ __forceinline__ unsigned parity_of(unsigned it) { return (it / STAGES) & 1u; }
 
+/* P = exp2(S * scale - m) of key tile n's scores (the shared headers'
+   mask and online softmax, fja::): S negated first for a negative scale,
+   masked when MASKED; the rescale of O deferred (alpha, returned: whether
+   the max moved) while a wgmma still accumulates into O. Packed into pa
+   unless `defer_pack` (then the caller packs once the wgmma reading pa is
+   done). */
+__device__ __forceinline__ void pack(float (&s)[1][NT][4], unsigned (&pa)[KV][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < KV; ++kk) fja::pack_p_step(s[0], kk, pa[kk]);
+}
+
+template <bool MASKED>
+__device__ __forceinline__ bool scores_to_p(const fj_fwd_params &p, const Consumer &k, State &st,
+                                            long long row0, int n, float (&s)[1][NT][4],
+                                            unsigned (&pa)[KV][4], float (&alpha)[1][2],
+                                            bool defer_pack)
+{
+    if (k.negate) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[0][nt][e] = -s[0][nt][e];
+    }
+    if constexpr (MASKED) fja::mask_scores(p, row0, n * BN + 2 * (k.lane & 3), s);
+    const bool rescale = fja::online_softmax_deferred<MASKED>(s, st.m, st.l, alpha, k.scale);
+    if (!defer_pack) pack(s, pa);
+    return rescale;
+}
+template <bool MASKED>
+__device__ __forceinline__ void scores_to_p(const fj_fwd_params &p, const Consumer &k, State &st,
+                                            long long row0, int n, float (&s)[1][NT][4],
+                                            unsigned (&pa)[KV][4])
+{
+    float alpha[1][2];
+    scores_to_p<MASKED>(p, k, st, row0, n, s, pa, alpha, false);
+}
+
 /* S of key tile n, waited for, masked, softmaxed, packed into pa (the first
    tile of a work tile: no P V to overlap yet). */
 template <bool MASKED>
@@ -532,25 +472,18 @@ __device__ __forceinline__ void first_step(const fj_fwd_params &p, Consumer &k, 
                                            int n, bool last, unsigned (&pa)[KV][4])
 {
     const unsigned stage = stage_of(k.it);
-    float s[BN / 2];
+    float s[1][NT][4];
     mbar_wait(bar(k.base, BAR_K_FULL + (int)stage), parity_of(k.it));
     turn_begin(k);
     wg::fence();
-    issue_scores(k.base + SMEM_Q, k.c, k.base + SMEM_K + stage * KV_BYTES, s);
+    issue_scores(k.base + SMEM_Q, k.c, k.base + SMEM_K + stage * KV_BYTES, flat(s));
     wg::commit();
     turn_end(k);
     wg::wait<0>();
-    wg::fence_regs(s);
+    fence_regs(s);
     release(k, BAR_K_EMPTY + (int)stage);
     if (last && O_SEPARATE) release(k, BAR_Q_EMPTY);
-    if (k.negate) {
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) s[i] = -s[i];
-    }
-    if constexpr (MASKED) mask_tile(p, row0, n * BN, s);
-    float alpha[2];
-    softmax_tile<MASKED>(k.scale, st, s, alpha); /* O is zero: nothing to rescale */
-    pack_p(s, pa);
+    scores_to_p<MASKED>(p, k, st, row0, n, s, pa); /* O is zero: nothing to rescale */
 }
 
 /* S of key tile n and O += P V of the tile before it (pa), issued in one
@@ -561,33 +494,28 @@ __device__ __forceinline__ void next_step(const fj_fwd_params &p, Consumer &k, S
                                           int n, bool last, unsigned (&pa)[KV][4])
 {
     const unsigned prev = stage_of(k.it), stage = stage_of(k.it + 1);
-    float s[BN / 2];
+    float s[1][NT][4];
     mbar_wait(bar(k.base, BAR_K_FULL + (int)stage), parity_of(k.it + 1));
     mbar_wait(bar(k.base, BAR_V_FULL + (int)prev), parity_of(k.it));
     turn_begin(k);
-    wg::fence_regs(st.o);
+    fence_regs(st.o);
     wg::fence();
-    issue_scores(k.base + SMEM_Q, k.c, k.base + SMEM_K + stage * KV_BYTES, s);
+    issue_scores(k.base + SMEM_Q, k.c, k.base + SMEM_K + stage * KV_BYTES, flat(s));
     wg::commit();
-    issue_pv(k.base + SMEM_V + prev * KV_BYTES, st.o, pa);
+    issue_pv(k.base + SMEM_V + prev * KV_BYTES, flat_o(st), pa);
     wg::commit();
     turn_end(k);
     wg::wait<1>();
-    wg::fence_regs(s);
+    fence_regs(s);
     release(k, BAR_K_EMPTY + (int)stage);
     if (last && O_SEPARATE) release(k, BAR_Q_EMPTY);
-    if (k.negate) {
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) s[i] = -s[i];
-    }
-    if constexpr (MASKED) mask_tile(p, row0, n * BN, s);
-    float alpha[2];
-    const bool rescale = softmax_tile<MASKED>(k.scale, st, s, alpha);
+    float alpha[1][2];
+    const bool rescale = scores_to_p<MASKED>(p, k, st, row0, n, s, pa, alpha, true);
     wg::wait<0>();
-    wg::fence_regs(st.o);
+    fence_regs(st.o);
     release(k, BAR_V_EMPTY + (int)prev);
-    if (rescale) rescale_o(st, alpha);
-    pack_p(s, pa);
+    if (rescale) fja::rescale_o(st.o, alpha);
+    pack(s, pa);
     ++k.it;
 }
 
@@ -597,13 +525,13 @@ __device__ __forceinline__ void last_pv(Consumer &k, State &st, const unsigned (
     const unsigned stage = stage_of(k.it);
     mbar_wait(bar(k.base, BAR_V_FULL + (int)stage), parity_of(k.it));
     turn_begin(k);
-    wg::fence_regs(st.o);
+    fence_regs(st.o);
     wg::fence();
-    issue_pv(k.base + SMEM_V + stage * KV_BYTES, st.o, pa);
+    issue_pv(k.base + SMEM_V + stage * KV_BYTES, flat_o(st), pa);
     wg::commit();
     turn_end(k);
     wg::wait<0>();
-    wg::fence_regs(st.o);
+    fence_regs(st.o);
     release(k, BAR_V_EMPTY + (int)stage);
     ++k.it;
 }
@@ -628,14 +556,8 @@ __device__ __forceinline__ void epilogue(const fj_fwd_params &p, const fj_tma_pa
                                          const Tile &w, State &st)
 {
     const int g = k.lane >> 2, tq = k.lane & 3;
-    float inv[2], lse[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const float l = fj_quad_sum(st.l[hh]);
-        const bool any = l > 0.f;
-        inv[hh] = any ? fj_rcp(l) : 0.f; /* l >= 1: its largest term is 2^(max - m) */
-        lse[hh] = any ? (st.m[hh] + fj_log2(l)) * FJ_LN2 : FJ_NEG_INF;
-    }
+    float inv[1][2], lse[1][2];
+    fja::finish_rows(st.m, st.l, inv, lse);
     const bool leader = (threadIdx.x & 127u) == 0;
     const unsigned out = k.base + SMEM_O;
     if (O_SEPARATE) {
@@ -649,7 +571,7 @@ __device__ __forceinline__ void epilogue(const fj_fwd_params &p, const fj_tma_pa
 #pragma unroll
         for (int dt = 0; dt < NDT; ++dt)
             fj_st_shared_b32(stage_addr(out, k.c, r, 8 * dt + 2 * tq),
-                             fj_pack2(st.o[4 * dt + 2 * hh] * inv[hh], st.o[4 * dt + 2 * hh + 1] * inv[hh]));
+                             fj_pack2(st.o[0][dt][2 * hh] * inv[0][hh], st.o[0][dt][2 * hh + 1] * inv[0][hh]));
     }
     fence_proxy_async();
     named_sync(4 + k.c, 128);
@@ -677,7 +599,7 @@ __device__ __forceinline__ void epilogue(const fj_fwd_params &p, const fj_tma_pa
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const int r = 64 * k.c + 16 * k.warp + 8 * hh + g;
-            if (r < w.q_rows) p.lse[lse_index(p, w.b, w.h, (long long)w.m0 + r)] = lse[hh];
+            if (r < w.q_rows) p.lse[lse_index(p, w.b, w.h, (long long)w.m0 + r)] = lse[0][hh];
         }
     }
 }
@@ -698,13 +620,7 @@ __device__ __forceinline__ void consume(const fj_fwd_params &p, const fj_tma_par
     for (int r = 0, tile; (tile = nth_tile(t, r)) >= 0; ++r) {
         const Tile w = tile_of(p, t, tile);
         State st;
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            st.m[hh] = FJ_NEG_INF;
-            st.l[hh] = 0.f;
-        }
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) st.o[i] = 0.f;
+        fja::softmax_init(st.m, st.l, st.o);
         /* this consumer's rows' own unmasked key tiles */
         const long long row0 = (long long)w.m0 + 64 * c + 16 * k.warp + (k.lane >> 2);
         int u0, u1;

@@ -41,7 +41,6 @@
  * of the one runs while the tensor cores multiply the other.
  */
 
-#define FJ_THREADS (32 * FJ_WARPS)
 #if FJ_DTYPE_BF16
 #define FJ_WGMMA_AB "bf16.bf16"
 #else
@@ -50,11 +49,25 @@
 
 namespace fjw {
 
-using fja::key_tiles; /* attention_rows.cuh */
+using fja::block_m0; /* attention_rows.cuh */
+using fja::block_batch;
+using fja::Where;
+using fja::where;
+using fja::key_tiles;
 using fja::clamp_unmasked;
 using fja::KeyTiles;
-using fja::lse_index;
-using fja::store_empty;
+using fja::Ctx;
+using fja::for_each_key_tile;
+using fja::softmax_init; /* softmax.cuh */
+using fja::online_softmax_deferred;
+using fja::rescale_o;
+using fja::pack_p_step;
+using fja::mask_scores; /* mask.cuh */
+using fja::store_empty; /* tile_io.cuh */
+using fja::store_output;
+using fja::q_tile_src;
+using fja::kv_tile_src;
+using fja::KvTileSrc;
 
 constexpr int D = FJ_HEAD_DIM;
 constexpr int BM = FJ_BLOCK_M;
@@ -62,6 +75,7 @@ constexpr int BN = FJ_BLOCK_N;
 constexpr int STAGES = FJ_STAGES;
 constexpr int THREADS = FJ_THREADS;
 constexpr int DCH = D / 8;  /* 16-byte chunks of a row */
+constexpr int MT = 1;       /* 16-row m tiles per warp */
 constexpr int NT = BN / 8;  /* n8 tiles of S per warp */
 constexpr int NDT = D / 8;  /* n8 tiles of O per warp */
 constexpr int KQ = D / 16;  /* k16 steps of Q K^T */
@@ -124,11 +138,13 @@ __device__ __forceinline__ void wgmma_wait()
 /* Ties each accumulator register to this point of the program, so that the
    compiler neither reads an accumulator before the wgmma_wait that completes
    it nor moves a write (a rescale) past the wgmma that consumes it. */
-template <int R>
-__device__ __forceinline__ void fence_regs(float (&r)[R])
+template <int NTILES>
+__device__ __forceinline__ void fence_regs(float (&r)[NTILES][4])
 {
 #pragma unroll
-    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(r[i])::"memory");
+    for (int i = 0; i < NTILES; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(r[i][e])::"memory");
 }
 /* cp.async writes shared memory through the generic proxy, wgmma reads it
    through the async proxy: this orders the first before the second (with
@@ -139,16 +155,17 @@ __device__ __forceinline__ void fence_proxy_async()
 }
 
 /* D (+)= A B for one k16 step, m64 rows per warpgroup; the accumulator
- * fragment of m64nN is N/2 floats per thread. _ss: A from a descriptor
- * (K-major), B from a descriptor (K-major); _rs: A from registers (the
- * mma.sync A fragment of the warp's 16 rows), B MN-major (transposed).
+ * fragment of m64nN is N/2 floats per thread: the warp's mma.sync C
+ * fragments of N/8 n8 tiles, 4 floats each, in order (d[j] here). _ss: A
+ * from a descriptor (K-major), B from a descriptor (K-major); _rs: A from
+ * registers (the mma.sync A fragment of the warp's 16 rows), B MN-major
+ * (transposed).
  * An asm operand list cannot come from a loop, so the preprocessor pastes
  * the accumulators' constraints and their %names, 16 at a time. */
+#define FJ_ACC4(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
 #define FJ_ACC16(d, i) \
-    "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
-    "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7]), \
-    "+f"(d[i + 8]), "+f"(d[i + 9]), "+f"(d[i + 10]), "+f"(d[i + 11]), \
-    "+f"(d[i + 12]), "+f"(d[i + 13]), "+f"(d[i + 14]), "+f"(d[i + 15])
+    FJ_ACC4(d, (i) / 4 + 0), FJ_ACC4(d, (i) / 4 + 1), FJ_ACC4(d, (i) / 4 + 2), \
+    FJ_ACC4(d, (i) / 4 + 3)
 #define FJ_ACC32(d) FJ_ACC16(d, 0), FJ_ACC16(d, 16)
 #define FJ_ACC64(d) FJ_ACC32(d), FJ_ACC16(d, 32), FJ_ACC16(d, 48)
 #define FJ_ACC96(d) FJ_ACC64(d), FJ_ACC16(d, 64), FJ_ACC16(d, 80)
@@ -170,7 +187,7 @@ __device__ __forceinline__ void fence_proxy_async()
    N/2 accumulators, then a (%A), b (%B), accumulate (%P: scale-d 0
    overwrites d). */
 #define FJ_DEFINE_WGMMA_SS(N, R, A, B, P)                                                     \
-    __device__ __forceinline__ void wgmma_ss_n##N(float (&d)[R], unsigned long long a,       \
+    __device__ __forceinline__ void wgmma_ss_n##N(float (&d)[R / 4][4], unsigned long long a, \
                                                   unsigned long long b, int accumulate)      \
     {                                                                                        \
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                       \
@@ -182,7 +199,7 @@ __device__ __forceinline__ void fence_proxy_async()
 /* wgmma_rs_n<N>(d, a_frag, b_desc): d += A B; the accumulators, then the
    four A registers (%A0..%A3), b (%B) and the constant 1 (%P). */
 #define FJ_DEFINE_WGMMA_RS(N, R, A0, A1, A2, A3, B, P)                                        \
-    __device__ __forceinline__ void wgmma_rs_n##N(float (&d)[R], const unsigned (&a)[4],     \
+    __device__ __forceinline__ void wgmma_rs_n##N(float (&d)[R / 4][4], const unsigned (&a)[4], \
                                                   unsigned long long b)                      \
     {                                                                                        \
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                       \
@@ -201,49 +218,20 @@ FJ_DEFINE_WGMMA_RS(192, 96, 96, 97, 98, 99, 100, 101)
 FJ_DEFINE_WGMMA_RS(256, 128, 128, 129, 130, 131, 132, 133)
 
 template <int N>
-__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long a, unsigned long long b,
-                                         int accumulate)
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], unsigned long long a,
+                                         unsigned long long b, int accumulate)
 {
     if constexpr (N == 64) wgmma_ss_n64(d, a, b, accumulate);
     else wgmma_ss_n128(d, a, b, accumulate);
 }
 template <int N>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long b)
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const unsigned (&a)[4],
+                                         unsigned long long b)
 {
     if constexpr (N == 64) wgmma_rs_n64(d, a, b);
     else if constexpr (N == 128) wgmma_rs_n128(d, a, b);
     else if constexpr (N == 192) wgmma_rs_n192(d, a, b);
     else wgmma_rs_n256(d, a, b);
-}
-
-/* ---- where the block works --------------------------------------------------- */
-
-__device__ __forceinline__ int block_m0()
-{
-#if FJ_CAUSAL
-    /* the tiles with the most keys first, so the short ones fill the tail */
-    return (int)(gridDim.x - 1 - blockIdx.x) * BM;
-#else
-    return (int)blockIdx.x * BM;
-#endif
-}
-__device__ __forceinline__ int block_batch(const fj_fwd_params &p)
-{
-#if FJ_SPLIT_KV
-    return (int)blockIdx.z / p.num_splits;
-#else
-    (void)p;
-    return (int)blockIdx.z;
-#endif
-}
-__device__ __forceinline__ int block_split(const fj_fwd_params &p)
-{
-#if FJ_SPLIT_KV
-    return (int)blockIdx.z - block_batch(p) * p.num_splits;
-#else
-    (void)p;
-    return 0;
-#endif
 }
 
 /* ---- loads ------------------------------------------------------------------- */
@@ -295,13 +283,10 @@ __device__ __forceinline__ void negate_q_chunks(unsigned s_q, int tid)
 __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
 {
     const int tid = threadIdx.x;
-    const int b = block_batch(p), hk = (int)blockIdx.y / p.group;
-    const long long n_row = (long long)n * BN;
-    const fj_elem *k_rows = (const fj_elem *)p.k +
-                            (b * p.k_stride[0] + hk * p.k_stride[2] + n_row * p.k_stride[1]);
-    const fj_elem *v_rows = (const fj_elem *)p.v +
-                            (b * p.v_stride[0] + hk * p.v_stride[2] + n_row * p.v_stride[1]);
-    const int rows = p.seqlen_k - n * BN;
+    const int b = block_batch(p, (int)blockIdx.z), hk = (int)blockIdx.y / p.group;
+    const KvTileSrc src = kv_tile_src(p, b, hk, n);
+    const fj_elem *k_rows = src.k, *v_rows = src.v;
+    const int rows = src.rows;
     load_tile<BN>(smem_base() + (unsigned)(SMEM_K + buf * TILE_KV), k_rows, p.k_stride[1], rows, tid);
     load_tile<BN>(smem_base() + (unsigned)(SMEM_V + buf * TILE_KV), v_rows, p.v_stride[1], rows, tid);
 }
@@ -309,118 +294,25 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
 /* ---- the key loop ------------------------------------------------------------- */
 
 struct State {
-    float o[D / 2]; /* O accumulator: n8 tile j is o[4j..4j+3] (rows g, g+8) */
-    float m[2];     /* running row max of the scaled scores (log2 domain), rows g, g+8 */
-    float l[2];     /* running row sum of exp2, this thread's columns only */
-};
-
-struct Ctx {
-    float scale;  /* |scale_log2| */
-    int n_begin;  /* the lowest key tile of the block (tiles run downwards) */
+    float o[MT][NDT][4]; /* O accumulator, mma C layout (rows g, g+8) */
+    float m[MT][2];      /* running row max of the scaled scores (log2 domain), rows g, g+8 */
+    float l[MT][2];      /* running row sum of exp2, this thread's columns only */
 };
 
 /* Hides the scores of keys outside each row's band (and past seqlen_k) in
- * the BN keys from n0; as flash_fwd's mask_tile, with one 16-row tile per
- * warp: the band is worked out once in 64 bits for the thread's first row,
- * clamped to +-2^24, then shifted per row in 32 bits. */
-__device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[BN / 2])
+ * the BN keys from n0 (mask.cuh): warp w holds rows 16w..16w+15. */
+__device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[MT][NT][4])
 {
     const int tid = threadIdx.x;
     const int col0 = n0 + 2 * (tid & 3);
     const long long row0 = (long long)block_m0() + (tid >> 5) * 16 + ((tid & 31) >> 2);
-    const long long d = row0 + p.diag_offset - col0;
-    constexpr long long BIG = 1ll << 24;
-    long long lo = -BIG, hi = BIG;
-#if FJ_CAUSAL
-    hi = d + 1;
-#endif
-#if FJ_HAS_WINDOW
-    if (p.window_right >= 0 && d + p.window_right + 1 < hi) hi = d + p.window_right + 1;
-    if (p.window_left >= 0) lo = d - p.window_left;
-#endif
-    (void)d;
-    lo = lo < -BIG ? -BIG : (lo > BIG ? BIG : lo);
-    hi = hi < -BIG ? -BIG : (hi > BIG ? BIG : hi);
-    const int lo0 = (int)lo, hi0 = (int)hi, end = p.seqlen_k - col0;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const int lo_r = lo0 + hh * 8, hi_r = hi0 + hh * 8 < end ? hi0 + hh * 8 : end;
-        const unsigned width = hi_r > lo_r ? (unsigned)(hi_r - lo_r) : 0u;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-                if ((unsigned)(nt * 8 + e - lo_r) >= width) s[4 * nt + 2 * hh + e] = FJ_NEG_INF;
-    }
-}
-
-/* Online softmax of one tile, P = exp2(S * scale - m) left in s; lazy
- * rescaling by a warp vote as in flash_fwd (FJ_RESCALE_LOG2; the same
- * function, see there), -inf rows subtracting 0 when MASKED. The running
- * max and sum are updated here; O is not: when the vote moved the max, the
- * caller multiplies O by alpha (rescale_o) once no wgmma writes it. */
-#ifndef FJ_RESCALE_LOG2
-#define FJ_RESCALE_LOG2 8.0f
-#endif
-template <bool MASKED>
-__device__ __forceinline__ bool softmax_tile(const Ctx &c, State &st, float (&s)[BN / 2],
-                                             float (&alpha)[2])
-{
-    float m_new[2];
-    bool grow = false;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        float mx = s[2 * hh];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[4 * nt + 2 * hh + e]);
-        mx = fj_quad_max(mx) * c.scale;
-        m_new[hh] = fmaxf(st.m[hh], mx);
-        grow |= mx > st.m[hh] + FJ_RESCALE_LOG2;
-    }
-    const bool rescale = __any_sync(0xffffffffu, grow);
-    if (rescale) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const float m_use = (MASKED && m_new[hh] == FJ_NEG_INF) ? 0.f : m_new[hh];
-            alpha[hh] = fj_exp2(st.m[hh] - m_use);
-            st.m[hh] = m_new[hh];
-            st.l[hh] *= alpha[hh];
-        }
-    }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const float m_use = (MASKED && st.m[hh] == FJ_NEG_INF) ? 0.f : st.m[hh];
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float pv = fj_exp2(fmaf(s[4 * nt + 2 * hh + e], c.scale, -m_use));
-                s[4 * nt + 2 * hh + e] = pv;
-                sum += pv;
-            }
-        st.l[hh] += sum;
-    }
-    return rescale;
-}
-
-__device__ __forceinline__ void rescale_o(State &st, const float (&alpha)[2])
-{
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-        for (int dt = 0; dt < NDT; ++dt) {
-            st.o[4 * dt + 2 * hh] *= alpha[hh];
-            st.o[4 * dt + 2 * hh + 1] *= alpha[hh];
-        }
+    mask_scores(p, row0, col0, s);
 }
 
 /* Issues S = Q K^T of the key tile in buffer `stage` (not committed): A is
    the warpgroup's 64 rows of Q, B the BN keys; a k16 step is 32 bytes into a
    128-byte swizzled row, every 4 steps the next column block. */
-__device__ __forceinline__ void issue_scores(unsigned base, int stage, float (&s)[BN / 2])
+__device__ __forceinline__ void issue_scores(unsigned base, int stage, float (&s)[MT][NT][4])
 {
     const unsigned q0 = base + SMEM_Q + (threadIdx.x >> 7) * 64u * 128u;
     const unsigned k0 = base + SMEM_K + (unsigned)(stage * TILE_KV);
@@ -430,7 +322,7 @@ __device__ __forceinline__ void issue_scores(unsigned base, int stage, float (&s
             make_desc(q0 + (unsigned)((kk >> 2) * (BM * 128) + (kk & 3) * 32), 16u, 1024u);
         const unsigned long long b =
             make_desc(k0 + (unsigned)((kk >> 2) * (BN * 128) + (kk & 3) * 32), 16u, 1024u);
-        wgmma_ss<BN>(s, a, b, kk > 0);
+        wgmma_ss<BN>(s[0], a, b, kk > 0);
     }
 }
 
@@ -444,30 +336,25 @@ __device__ __forceinline__ void issue_pv(unsigned base, int stage, State &st,
     const unsigned v0 = base + SMEM_V + (unsigned)(stage * TILE_KV);
 #pragma unroll
     for (int kk = 0; kk < KV; ++kk)
-        wgmma_rs<D>(st.o, pa[kk], make_desc(v0 + (unsigned)(kk * 2048), BN * 128u, 1024u));
+        wgmma_rs<D>(st.o[0], pa[kk], make_desc(v0 + (unsigned)(kk * 2048), BN * 128u, 1024u));
 }
 
 /* O += P V of the tile in buffer `stage`, waited for: the accumulator fence
    before (a rescale must land first) and after (O is read next). */
 __device__ __forceinline__ void pv_and_wait(int stage, State &st, const unsigned (&pa)[KV][4])
 {
-    fence_regs(st.o);
+    fence_regs(st.o[0]);
     wgmma_fence();
     issue_pv(smem_base(), stage, st, pa);
     wgmma_commit();
     wgmma_wait<0>();
-    fence_regs(st.o);
+    fence_regs(st.o[0]);
 }
 
-__device__ __forceinline__ void pack_p(const float (&s)[BN / 2], unsigned (&pa)[KV][4])
+__device__ __forceinline__ void pack_p(const float (&s)[MT][NT][4], unsigned (&pa)[KV][4])
 {
 #pragma unroll
-    for (int kk = 0; kk < KV; ++kk) {
-        pa[kk][0] = fj_pack2(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = fj_pack2(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = fj_pack2(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = fj_pack2(s[8 * kk + 6], s[8 * kk + 7]);
-    }
+    for (int kk = 0; kk < KV; ++kk) pack_p_step(s[0], kk, pa[kk]);
 }
 
 /* Scores, mask and softmax of key tile n in buffer `stage`, waited for. */
@@ -475,15 +362,17 @@ template <bool MASKED>
 __device__ __forceinline__ void scores_softmax(const fj_fwd_params &p, const Ctx &c, State &st,
                                                int n, int stage, unsigned (&pa)[KV][4])
 {
-    float s[BN / 2];
+    float s[MT][NT][4];
     wgmma_fence();
     issue_scores(smem_base(), stage, s);
     wgmma_commit();
     wgmma_wait<0>();
-    fence_regs(s);
+    fence_regs(s[0]);
     if constexpr (MASKED) mask_tile(p, n * BN, s);
-    float alpha[2];
-    if (softmax_tile<MASKED>(c, st, s, alpha)) rescale_o(st, alpha);
+    /* no wgmma writes O here; the deferred form keeps this path's order
+       (O rescaled after P is computed) */
+    float alpha[MT][2];
+    if (online_softmax_deferred<MASKED>(s, st.m, st.l, alpha, c.scale)) rescale_o(st.o, alpha);
     pack_p(s, pa);
 }
 
@@ -533,96 +422,50 @@ __device__ __forceinline__ void pipelined_step(const fj_fwd_params &p, const Ctx
         fj_cp_async_commit();
     }
     const unsigned base = smem_base();
-    float s[BN / 2];
-    fence_regs(st.o);
+    float s[MT][NT][4];
+    fence_regs(st.o[0]);
     wgmma_fence();
     issue_scores(base, stage, s);
     wgmma_commit();
     issue_pv(base, prev_stage, st, pa);
     wgmma_commit();
     wgmma_wait<1>();
-    fence_regs(s);
+    fence_regs(s[0]);
     if constexpr (MASKED) mask_tile(p, n * BN, s);
-    float alpha[2];
-    const bool rescale = softmax_tile<MASKED>(c, st, s, alpha);
+    float alpha[MT][2];
+    const bool rescale = online_softmax_deferred<MASKED>(s, st.m, st.l, alpha, c.scale);
     wgmma_wait<0>();
-    fence_regs(st.o);
-    if (rescale) rescale_o(st, alpha);
+    fence_regs(st.o[0]);
+    if (rescale) rescale_o(st.o, alpha);
     pack_p(s, pa);
 }
 #endif
 
 /* ---- epilogue ------------------------------------------------------------------ */
 
-/* Full row sums, O / l and lse, written for rows < seqlen_q. */
-__device__ __forceinline__ void store_output(const fj_fwd_params &p, const State &st)
-{
-    const int b = block_batch(p), h = (int)blockIdx.y, m0 = block_m0();
-    const int q_rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
-    const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
-    const int g = lane >> 2, tq = lane & 3;
-    float inv[2], lse[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const float l = fj_quad_sum(st.l[hh]);
-        const bool any = l > 0.f;
-        inv[hh] = any ? fj_rcp(l) : 0.f; /* l >= 1: its largest term is 2^(max - m) */
-        lse[hh] = any ? (st.m[hh] + fj_log2(l)) * FJ_LN2 : FJ_NEG_INF;
-    }
-#if FJ_SPLIT_KV
-    const int split = block_split(p);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const int r = warp * 16 + hh * 8 + g;
-        if (r < q_rows) {
-            const long long row = lse_index(p, split * p.batch + b, h, (long long)m0 + r);
-            float *dst = p.o_partial + row * D + 2 * tq;
-#pragma unroll
-            for (int dt = 0; dt < NDT; ++dt)
-                fj_st_global_f2(dst + dt * 8, st.o[4 * dt + 2 * hh] * inv[hh],
-                                st.o[4 * dt + 2 * hh + 1] * inv[hh]);
-            if (tq == 0) p.lse_partial[row] = lse[hh];
-        }
-    }
-#else
-    /* Stage the warp's 16 rows of O in its own rows of the Q tile (same
-       swizzled layout), then write whole 16-byte chunks. Every warpgroup's
-       last wgmma read Q: the barrier keeps a fast warp from overwriting rows
-       a slower warp of its warpgroup still multiplies with. */
-    const unsigned s_q = smem_base() + SMEM_Q;
-    __syncthreads();
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const int r = warp * 16 + hh * 8 + g;
-#pragma unroll
-        for (int dt = 0; dt < NDT; ++dt)
-            fj_st_shared_b32(chunk_addr<BM>(s_q, r, dt) + (unsigned)(tq * 4),
-                             fj_pack2(st.o[4 * dt + 2 * hh] * inv[hh],
-                                      st.o[4 * dt + 2 * hh + 1] * inv[hh]));
-    }
-    __syncwarp();
+/* The rows of the Q tile where the epilogue stages O (tile_io.cuh): the
+ * warp's own 16 rows, in Q's swizzled layout. Every warpgroup's last wgmma
+ * read Q: the barrier keeps a fast warp from overwriting rows a slower warp
+ * of its warpgroup still multiplies with. */
+struct QStaging {
+    unsigned base;
+    __device__ __forceinline__ unsigned pair(int r, int dt, int tq) const
     {
-        constexpr int CHUNKS = 16 * DCH;
-        fj_elem *o_head = (fj_elem *)p.o + (b * p.o_stride[0] + h * p.o_stride[2]);
-#pragma unroll
-        for (int it = 0; it < CHUNKS / 32; ++it) {
-            const int idx = it * 32 + lane;
-            const int r = warp * 16 + idx / DCH, ch = idx % DCH;
-            if (r < q_rows) {
-                unsigned v[4];
-                fj_ld_shared_v4(chunk_addr<BM>(s_q, r, ch), v);
-                fj_st_global_v4(o_head + ((long long)(m0 + r) * p.o_stride[1] + ch * 8), v);
-            }
-        }
+        return chunk_addr<BM>(base, r, dt) + (unsigned)(tq * 4);
     }
-    if (p.lse && tq == 0) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = warp * 16 + hh * 8 + g;
-            if (r < q_rows) p.lse[lse_index(p, b, h, (long long)m0 + r)] = lse[hh];
-        }
+    __device__ __forceinline__ unsigned chunk(int r, int ch) const
+    {
+        return chunk_addr<BM>(base, r, ch);
     }
-#endif
+    __device__ __forceinline__ void claim() const { __syncthreads(); }
+};
+
+/* Full row sums, O / l and lse, written for rows < seqlen_q. */
+__device__ __forceinline__ void epilogue(const fj_fwd_params &p, const State &st)
+{
+    const Where wh = where(p, false);
+    const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
+    store_output(p, wh, warp, lane, st.m, st.l, st.o, QStaging{smem_base() + SMEM_Q});
 }
 
 } /* namespace fjw */
@@ -632,8 +475,8 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     using namespace fjw;
 
     const int tid = threadIdx.x;
-    const int b = block_batch(p), h = (int)blockIdx.y, split = block_split(p), m0 = block_m0();
-    const int q_rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
+    const Where wh = where(p, false);
+    const int b = wh.b, h = wh.h, split = wh.split, m0 = wh.m0, q_rows = wh.q_rows;
 
     /* Key tiles [n_begin, n_end); [u0, u1) skip masking (attention_rows.cuh). */
     const KeyTiles kt = key_tiles(p, m0, q_rows, split);
@@ -650,10 +493,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
 
     /* Prologue: Q, then T_0 .. T_STAGES-2, one group each. */
     {
-        const fj_elem *q_rows0 = (const fj_elem *)p.q +
-                                 (b * p.q_stride[0] + (long long)m0 * p.q_stride[1] +
-                                  h * p.q_stride[2]);
-        load_tile<BM>(s_q, q_rows0, p.q_stride[1], q_rows, tid);
+        load_tile<BM>(s_q, q_tile_src(p, wh), p.q_stride[1], q_rows, tid);
         fj_cp_async_commit();
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
@@ -667,34 +507,14 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     /* (the first tile's fence and barrier publish Q to every warpgroup) */
 
     State st;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        st.m[hh] = FJ_NEG_INF;
-        st.l[hh] = 0.f;
-    }
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) st.o[i] = 0.f;
+    softmax_init(st.m, st.l, st.o);
 
     int u0, u1;
     clamp_unmasked(kt, u0, u1);
 #if FJ_STAGES == 2
-    {
-        int stage = 0, n = n_end - 1;
-        for (; n >= u1; --n) {
-            tile_iteration<true>(p, c, st, n, stage);
-            stage = stage + 1 == STAGES ? 0 : stage + 1;
-        }
-        for (; n >= u0; --n) {
-            tile_iteration<false>(p, c, st, n, stage);
-            stage = stage + 1 == STAGES ? 0 : stage + 1;
-        }
-#if FJ_HAS_WINDOW
-        for (; n >= n_begin; --n) {
-            tile_iteration<true>(p, c, st, n, stage);
-            stage = stage + 1 == STAGES ? 0 : stage + 1;
-        }
-#endif
-    }
+    for_each_key_tile<STAGES>(kt, u0, u1, [&](auto masked, int n, int stage) {
+        tile_iteration<decltype(masked)::value>(p, c, st, n, stage);
+    });
 #else
     {
         /* Tiles n_end-1 down to n_begin; the one in buffer k % STAGES is the
@@ -720,5 +540,5 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
 #if FJ_SPLIT_KV
     fj_allow_dependent_launch();
 #endif
-    store_output(p, st);
+    epilogue(p, st);
 }

@@ -72,6 +72,9 @@ typedef struct fj_backend_entry {
     /* The key fields its tuning entries carry and the limits the tuner
        prunes candidates against; NULL when it has nothing to tune. */
     void (*tuning_target)(const fj_context *ctx, fj_tuning_target *out);
+    /* Its candidates, tiles grammar and ahead-of-time builds (src/tune/target.h);
+       NULL when it has nothing to tune. */
+    const fj_backend_tuning *tuning;
     const fj_backend_ops *ops;
 } fj_backend_entry;
 
@@ -87,6 +90,11 @@ const fj_backend_entry *fj_backend_entry_of(fj_backend kind);
 extern const fj_backend_entry fj_cuda_backend_entry;
 extern const fj_backend_entry fj_cpu_tiled_backend_entry;
 extern const fj_backend_entry fj_cpu_reference_backend_entry;
+
+/* The tuning rows of the backends that tune: src/cuda/jit/jit_tuning.c (built
+ * with or without the CUDA backend), src/cpu/cpu_backends.c. */
+extern const fj_backend_tuning fj_cuda_tuning;
+extern const fj_backend_tuning fj_cpu_tiled_tuning;
 
 /* Host memory for the CPU backends (src/cpu/memory.c), shared by both. */
 fj_status fj_cpu_mem_alloc(fj_context *ctx, size_t bytes, void **ptr);

@@ -228,14 +228,6 @@ int64_t fj_problem_o_extent(const fj_problem *p)
     return extent_of(p->o_stride, p->batch, p->seqlen_q, p->heads_q, p->head_dim);
 }
 
-void fj_problem_format(const fj_problem *p, char *buf, size_t n)
-{
-    snprintf(buf, n, "b%d hq%d hkv%d sq%d sk%d d%d %s causal=%s window=%d,%d scale=%g", p->batch,
-             p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim,
-             fj_dtype_name(p->dtype), fj_causal_name(p->causal), p->window_left, p->window_right,
-             (double)p->scale);
-}
-
 double fj_attention_flops(const fj_attention_desc *d)
 {
     if (!d) return 0.0;

@@ -22,8 +22,11 @@ static fj_log_level env_level;
  * is off. */
 static bool parse_env_level(const char *s, fj_log_level *level)
 {
-    static const struct { const char *name; fj_log_level level; } names[] = {
-        {"", FJ_LOG_OFF},    {"off", FJ_LOG_OFF},    {"0", FJ_LOG_OFF},   {"info", FJ_LOG_INFO},
+    static const struct {
+        const char *name;
+        fj_log_level level;
+    } names[] = {
+        {"", FJ_LOG_OFF},   {"off", FJ_LOG_OFF},     {"0", FJ_LOG_OFF},   {"info", FJ_LOG_INFO},
         {"1", FJ_LOG_INFO}, {"debug", FJ_LOG_DEBUG}, {"2", FJ_LOG_DEBUG},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

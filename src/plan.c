@@ -35,11 +35,6 @@ fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, const cha
     return FJ_OK;
 }
 
-fj_status fj_plan_create(fj_context *ctx, const fj_attention_desc *d, fj_plan **out)
-{
-    return fj_plan_create_config(ctx, d, NULL, out);
-}
-
 fj_status fj_plan_create_config(fj_context *ctx, const fj_attention_desc *d, const char *config,
                                 fj_plan **out)
 {
@@ -80,6 +75,8 @@ const char *fj_tiles_source_name(fj_tiles_source s)
     case FJ_TILES_SHIPPED_TABLE: return "shipped table";
     case FJ_TILES_GIVEN: return "given";
     case FJ_TILES_FORCED: return "forced";
+    case FJ_TILES_IMPORTED: return "imported";
+    case FJ_TILES_MEASURED: return "measured";
     }
     return NULL;
 }

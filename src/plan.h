@@ -19,9 +19,10 @@ struct fj_plan {
 fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, const char *config,
                                  fj_plan **out);
 
-/* fj_plan_create with a given configuration ("m64n64w4s2" on CUDA,
- * "q256k512" on the CPU tiled backend): the tuner's way to build candidates
- * through the same code path plans always take. */
+/* A plan for d with the given tiles ("m64n64w4s2" on CUDA, "q256k512" on
+ * the CPU tiled backend; NULL: the tuning file, shipped table or heuristic),
+ * never measuring: how the tuner makes its candidates and its default plan
+ * (fj_plan_create_ex, which may measure, is the layer above it). */
 fj_status fj_plan_create_config(fj_context *ctx, const fj_attention_desc *d, const char *config,
                                 fj_plan **out);
 

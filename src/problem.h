@@ -69,8 +69,12 @@ int64_t fj_problem_q_extent(const fj_problem *p);
 int64_t fj_problem_kv_extent(const fj_problem *p, const int64_t stride[3]);
 int64_t fj_problem_o_extent(const fj_problem *p);
 
-/* Short text such as "b2 hq16 hkv4 sq1024 sk1024 d128 bf16 causal=bottom-right
-   window=-1,-1" for describe strings and logs. */
+/* The problem key of p (include/flashjit.h, "Problem keys";
+   src/problem_key.c), e.g. "b2.hq16.hkv4.sq1024.sk1024.d128.bf16.causal_br". */
+void fj_problem_key_of(const fj_problem *p, char *buf, size_t n);
+
+/* The key and the resolved scale, "b2.hq16.hkv4.sq1024.sk1024.d128.bf16.nomask
+   scale=0.0883883", for describe strings and logs. */
 void fj_problem_format(const fj_problem *p, char *buf, size_t n);
 
 #endif

@@ -1,5 +1,5 @@
 /* fj_convert's throughput per dtype pair next to the same per-element
- * conversions (cpu/convert.h) in a loop the compiler may not vectorize: the
+ * conversions (half.h) in a loop the compiler may not vectorize: the
  * ratio says what the vector clones buy on this CPU. For docs/benchmarks.md.
  *
  * usage: bench_convert [COUNT]   (default 1048576 elements; median of 31 runs)
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu/convert.h"
+#include "half.h"
 #include "flashjit.h"
 
 static double now(void)

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "strbuf.h"
 
 /* ---- allocation failure injection ----------------------------------------
  * The test links the static library with -Wl,--wrap for the allocators, so
@@ -247,7 +248,8 @@ static void test_context_options(void **state)
     o.backend = FJ_BACKEND_CPU;
     assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
     assert_null(ctx);
-    assert_non_null(strstr(fj_last_error(), "FLASHJIT_LOG (\"verbose\") is not one of off, info, debug"));
+    assert_non_null(
+        strstr(fj_last_error(), "FLASHJIT_LOG (\"verbose\") is not one of off, info, debug"));
     setenv("FLASHJIT_LOG", "off", 1);
     assert_int_equal(fj_context_create(&o, &ctx), FJ_OK);
     fj_context_destroy(ctx);
@@ -257,15 +259,16 @@ static void test_context_options(void **state)
     assert_string_equal(fj_context_describe(NULL), "");
 }
 
-/* The reserved room: init zeroes it (whatever was there), the library
- * rejects any nonzero slot naming it, and plan creation and the one-shot call
- * go through the same check. */
+/* The reserved room of the three structs the caller allocates: init zeroes
+ * it (whatever was there), the library rejects any nonzero slot naming it
+ * (plan creation goes through the desc's check). */
 static void test_reserved_room(void **state)
 {
     (void)state;
     enum { SLOTS = 8 };
-    assert_int_equal(sizeof ((fj_attention_desc *)0)->reserved, SLOTS * sizeof(int64_t));
-    assert_int_equal(sizeof ((fj_context_options *)0)->reserved, SLOTS * sizeof(int64_t));
+    assert_int_equal(sizeof((fj_attention_desc *)0)->reserved, SLOTS * sizeof(int64_t));
+    assert_int_equal(sizeof((fj_context_options *)0)->reserved, SLOTS * sizeof(int64_t));
+    assert_int_equal(sizeof((fj_plan_options *)0)->reserved, SLOTS * sizeof(int));
     for (int i = 0; i < SLOTS; i++) {
         fj_attention_desc d;
         memset(&d, 0xa5, sizeof d);
@@ -284,6 +287,23 @@ static void test_reserved_room(void **state)
         assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_INVALID_ARGUMENT);
         assert_null(plan);
         assert_non_null(strstr(fj_last_error(), want));
+
+        fj_plan_options po;
+        memset(&po, 0x77, sizeof po);
+        fj_plan_options_init(&po);
+        for (int j = 0; j < SLOTS; j++) assert_int_equal(po.reserved[j], 0);
+        fj_attention_desc_init(&d, 1, 2, 1, 5, 7, 16, FJ_F32);
+        po.reserved[i] = 5 + i;
+        plan = (fj_plan *)&d;
+        assert_int_equal(fj_plan_create_ex(ctx, &d, &po, &plan), FJ_ERR_INVALID_ARGUMENT);
+        assert_null(plan);
+        snprintf(want, sizeof want, "fj_plan_options.reserved[%d] (%d) must be zero", i, 5 + i);
+        if (!strstr(fj_last_error(), want) || !strstr(fj_last_error(), "fj_plan_options_init"))
+            fail_msg("message '%s' does not name '%s' and the init function", fj_last_error(),
+                     want);
+        po.reserved[i] = 0;
+        assert_int_equal(fj_plan_create_ex(ctx, &d, &po, &plan), FJ_OK);
+        fj_plan_destroy(plan);
         fj_context_destroy(ctx);
 
         fj_context_options o;
@@ -369,6 +389,62 @@ static void test_allocation_failures(void **state)
     }
     assert_true(succeeded >= 1); /* the loop got past every allocation */
     fjt_problem_free(&p);
+}
+
+/* Tuning import, export and FJ_PLAN_MEASURE with each allocation failing in
+ * turn (a stride past the first hundred, to keep the measurements few):
+ * FJ_ERR_OUT_OF_MEMORY or success, never a crash or a leak, and a failed
+ * import adds nothing. */
+static void test_tuning_allocation_failures(void **state)
+{
+    (void)state;
+    fj_strbuf text;
+    fj_strbuf_init(&text);
+    fj_strbuf_puts(&text, "flashjit-tuning 2\n");
+    for (int d = 1; d <= 100; d++) /* past one chunk of entries */
+        fj_strbuf_printf(&text, "elsewhere cpu cpu_tiled d%d.f32.nomask.sk512 q64k128 1 2026-12-04\n", d);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 1, 1, 20, 20, 8, FJ_F32);
+    int succeeded = 0;
+    long last = 0;
+    for (long n = 0; n < 20000 && succeeded < 2; n += n < 100 ? 1 : 97) {
+        fj_context *ctx = cpu_ctx(FJ_BACKEND_CPU);
+        char *before = NULL, *after = NULL;
+        assert_int_equal(fj_tuning_export(ctx, &before), FJ_OK);
+        alloc_failures = 0;
+        alloc_countdown = n;
+        fj_status s = fj_tuning_import(ctx, text.data);
+        fj_status x = s ? s : fj_tuning_export(ctx, &after);
+        fj_plan_options o;
+        fj_plan_options_init(&o);
+        o.flags = FJ_PLAN_MEASURE;
+        fj_plan *plan = NULL;
+        fj_status m = x ? x : fj_plan_create_ex(ctx, &d, &o, &plan);
+        alloc_countdown = -1;
+        if (s) {
+            if (s != FJ_ERR_OUT_OF_MEMORY) fail_msg("import at %ld: %s", n, fj_status_name(s));
+            char *now = NULL;
+            assert_int_equal(fj_tuning_export(ctx, &now), FJ_OK);
+            assert_string_equal(now, before); /* nothing imported */
+            free(now);
+        } else if (x || m) {
+            if ((x ? x : m) != FJ_ERR_OUT_OF_MEMORY)
+                fail_msg("allocation %ld failing gave %s: %s", n, fj_status_name(x ? x : m),
+                         fj_last_error());
+        } else {
+            assert_non_null(strstr(after, "d100.f32.nomask.sk512"));
+            succeeded += alloc_failures == 0;
+        }
+        last = n;
+        assert_true(s || x || m || plan);
+        free(before);
+        free(after);
+        fj_plan_destroy(plan);
+        fj_context_destroy(ctx);
+    }
+    printf("# allocations 0..99 and every 97th up to %ld failed in turn\n", last);
+    assert_true(succeeded >= 1);
+    fj_strbuf_free(&text);
 }
 
 /* More distinct one-shot problems than the plan cache holds: eviction works. */
@@ -469,6 +545,7 @@ int main(void)
         cmocka_unit_test(test_reserved_room),
         cmocka_unit_test(test_memory_functions),
         cmocka_unit_test(test_allocation_failures),
+        cmocka_unit_test(test_tuning_allocation_failures),
         cmocka_unit_test(test_plan_cache_eviction),
         cmocka_unit_test(test_threads_share_context),
         cmocka_unit_test(test_log_callback),

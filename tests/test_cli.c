@@ -2,7 +2,8 @@
  * other suite owns: `flashjit source` from problem flags prints the kernel a
  * plan for that problem takes (the same name fj_kernel_desc_for_problem
  * gives in this process); FLASHJIT_LOG is checked, not ignored; `flashjit
- * info` reports NVRTC apart from the driver, as the library finds it. */
+ * info` (the library's describe text) reports NVRTC apart from the driver,
+ * as the library's loader finds it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -141,8 +142,8 @@ static void test_source_bad_shape_flags(void **state)
             NULL);
     fjt_cli_expect_status(&fx->r, 1);
     expect_in(fx->r.err, "heads_q (12) is not a multiple of heads_kv (5)", "stderr");
-    run_cli(fx, NULL, NULL, "source", "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90",
-            "--seqlen-k", "9", NULL);
+    run_cli(fx, NULL, NULL, "source", "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90", "--seqlen-k",
+            "9", NULL);
     fjt_cli_expect_status(&fx->r, 2);
     expect_in(fx->r.err, "give a kernel NAME or problem flags, not both", "stderr");
 }
@@ -175,17 +176,22 @@ static void test_log_values(void **state)
     }
 }
 
-/* `info` has an nvrtc line saying what the library's loader says, driver or
- * not: here the driver is kept away (FLASHJIT_LIBCUDA names no file). */
+/* `info` reports NVRTC apart from the driver (the library's describe text
+ * has an nvrtc line when CUDA is not usable), saying what the library's
+ * loader says: here the driver is kept away (FLASHJIT_LIBCUDA names no
+ * file). */
 static void test_info_reports_nvrtc(void **state)
 {
     fixture *fx = *state;
     setenv("FLASHJIT_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
     run_cli(fx, "FLASHJIT_LIBNVRTC", "/nonexistent/libnvrtc.so", "info", NULL);
     fjt_cli_expect_status(&fx->r, 0);
-    expect_in(fx->r.out, "FLASHJIT_LIBCUDA=/nonexistent/libcuda.so.1", "stdout");
     expect_in(fx->r.out,
-              "    nvrtc        not usable: cannot load NVRTC from "
+              "  cuda: not usable: cannot load the CUDA driver from "
+              "FLASHJIT_LIBCUDA=/nonexistent/libcuda.so.1",
+              "stdout");
+    expect_in(fx->r.out,
+              "\n  nvrtc: not usable: cannot load NVRTC from "
               "FLASHJIT_LIBNVRTC=/nonexistent/libnvrtc.so",
               "stdout");
 
@@ -196,10 +202,9 @@ static void test_info_reports_nvrtc(void **state)
     fj_status s = fj_cuda_nvrtc(&api);
     char want[1024];
     if (s == FJ_OK)
-        snprintf(want, sizeof want, "    nvrtc        usable: %s, NVRTC %d.%d", api->nvrtc_path,
-                 api->nvrtc_major, api->nvrtc_minor);
-    else
-        snprintf(want, sizeof want, "    nvrtc        not usable: %.900s", fj_last_error());
+        snprintf(want, sizeof want, "\n  nvrtc: usable: NVRTC %d.%d (%s)", api->nvrtc_major,
+                 api->nvrtc_minor, api->nvrtc_path);
+    else snprintf(want, sizeof want, "\n  nvrtc: not usable: %.900s", fj_last_error());
     run_cli(fx, "FLASHJIT_LIBNVRTC", NULL, "info", NULL);
     fjt_cli_expect_status(&fx->r, 0);
     expect_in(fx->r.out, want, "stdout");

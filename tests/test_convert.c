@@ -86,7 +86,8 @@ static uint16_t ref_bits(const format *f, double v)
     uint16_t sign = signbit(v) ? 0x8000u : 0;
     double a = fabs(v);
     if (isinf(a)) return (uint16_t)(sign | emax_field << mant_bits);
-    if (a < ldexp(1.0, f->emin)) return (uint16_t)(sign | (unsigned)ldexp(a, -(f->emin - mant_bits)));
+    if (a < ldexp(1.0, f->emin))
+        return (uint16_t)(sign | (unsigned)ldexp(a, -(f->emin - mant_bits)));
     int e;
     frexp(a, &e);
     unsigned m = (unsigned)(ldexp(a, mant_bits - (e - 1)) - (1u << mant_bits));
@@ -164,11 +165,34 @@ static float *narrowing_inputs(const format *f, size_t *n)
         }
     }
     const float specials[] = {
-        0.0f, -0.0f, INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, FLT_MIN, -FLT_MIN,
-        bits_f32(1), bits_f32(0x80000001u), bits_f32(0x007fffffu), bits_f32(0x00400000u),
-        1e-8f, -1e-8f, 0x1p-25f, 0x1.8p-24f, 0x1p-133f, 0x1.8p-133f, 65520.0f, 65519.998f,
-        bits_f32(0x7f800001u), bits_f32(0xff800001u), bits_f32(0x7fc00000u), bits_f32(0xffc00000u),
-        bits_f32(0x7fbfffffu), bits_f32(0x7f801fffu), bits_f32(0xffffffffu), bits_f32(0x7f810000u),
+        0.0f,
+        -0.0f,
+        INFINITY,
+        -INFINITY,
+        FLT_MAX,
+        -FLT_MAX,
+        FLT_MIN,
+        -FLT_MIN,
+        bits_f32(1),
+        bits_f32(0x80000001u),
+        bits_f32(0x007fffffu),
+        bits_f32(0x00400000u),
+        1e-8f,
+        -1e-8f,
+        0x1p-25f,
+        0x1.8p-24f,
+        0x1p-133f,
+        0x1.8p-133f,
+        65520.0f,
+        65519.998f,
+        bits_f32(0x7f800001u),
+        bits_f32(0xff800001u),
+        bits_f32(0x7fc00000u),
+        bits_f32(0xffc00000u),
+        bits_f32(0x7fbfffffu),
+        bits_f32(0x7f801fffu),
+        bits_f32(0xffffffffu),
+        bits_f32(0x7f810000u),
     };
     _Static_assert(sizeof specials / sizeof specials[0] == NSPECIALS, "NSPECIALS");
     for (size_t i = 0; i < NSPECIALS; i++) v[k++] = specials[i];
@@ -297,8 +321,8 @@ static void test_f16_bf16_every_value(void **state)
 static void test_lengths_and_guards(void **state)
 {
     (void)state;
-    static const size_t counts[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65,
-                                    127, 1023, 1024, 1025, 2049, 4099};
+    static const size_t counts[] = {0,  1,  2,  3,  7,  8,   9,    15,   16,   17,   31,
+                                    32, 33, 63, 64, 65, 127, 1023, 1024, 1025, 2049, 4099};
     enum { GUARD = 64, MAXN = 4099 + 1 };
     static unsigned char src[4 * MAXN + 2 * GUARD], dst[4 * MAXN + 2 * GUARD];
     const fj_dtype types[3] = {FJ_F32, FJ_F16, FJ_BF16};
@@ -396,14 +420,10 @@ static void test_bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dtype_size),
-        cmocka_unit_test(test_widen_every_value),
-        cmocka_unit_test(test_narrow_to_f16),
-        cmocka_unit_test(test_narrow_to_bf16),
-        cmocka_unit_test(test_narrow_random_bits),
-        cmocka_unit_test(test_f16_bf16_every_value),
-        cmocka_unit_test(test_lengths_and_guards),
-        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_dtype_size),         cmocka_unit_test(test_widen_every_value),
+        cmocka_unit_test(test_narrow_to_f16),      cmocka_unit_test(test_narrow_to_bf16),
+        cmocka_unit_test(test_narrow_random_bits), cmocka_unit_test(test_f16_bf16_every_value),
+        cmocka_unit_test(test_lengths_and_guards), cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -142,19 +142,21 @@ static void test_tune_writes_an_entry_plans_use(void **state)
     assert_true(e->ms > 0);
     assert_int_equal((int)strlen(e->date), 10);
 
-    /* A new context reading the file: its plan for the point says the tuned
-       entry chose its blocks. */
+    /* A new context reading the file: its plan for the point runs the tuned
+       entry's blocks, and says they came from the tuning file. */
     fj_context *ctx = cpu_context(fx->file);
     expect_in("context describe", fj_context_describe(ctx), "(1 entries)");
     fj_attention_desc d;
     fj_attention_desc_init(&d, 1, 8, 8, 256, 256, 32, FJ_F32);
     fj_plan *plan = NULL;
     assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
-    const char *desc = fj_plan_describe(plan);
-    expect_in("plan describe", desc, "tuned: the tuning file entry");
-    char blocks[64];
-    snprintf(blocks, sizeof blocks, "x %d keys", bk);
-    expect_in("plan describe", desc, blocks);
+    fj_plan_info info;
+    assert_int_equal(fj_plan_get_info(plan, &info), FJ_OK);
+    assert_int_equal(info.tiles_source, FJ_TILES_TUNING_FILE);
+    /* The candidates fit the problem (block_q <= 256 rows x 8 heads, block_k
+       <= 256 keys), so the plan runs the entry's blocks uncapped. */
+    assert_string_equal(info.tiles, e->config);
+    expect_in("plan describe", fj_plan_describe(plan), "tuned: the tuning file entry");
     fj_plan_destroy(plan);
     fj_context_destroy(ctx);
     fj_tuning_free(t);
@@ -170,7 +172,9 @@ static void test_rerun_resumes_and_force_retunes(void **state)
 
     run_tune(fx, NULL, TINY, "--output", fx->file, NULL);
     fjt_cli_expect_status(&fx->r, 0);
-    expect_in("stdout", fx->r.out, "skipping d32 f32 nomask 256");
+    /* The problem by its key, the file's entry by its point (docs/tuning.md). */
+    expect_in("stdout", fx->r.out, "skipping b1.hq8.hkv8.sq256.sk256.d32.f32.nomask");
+    expect_in("stdout", fx->r.out, "for d32.f32.nomask.sk512");
     expect_in("stdout", fx->r.out, "--force re-tunes");
     expect_in("stdout", fx->r.out, "nothing to do");
     fjt_read_file(fx->file, after, sizeof after);
@@ -178,7 +182,7 @@ static void test_rerun_resumes_and_force_retunes(void **state)
 
     run_tune(fx, NULL, TINY, "--output", fx->file, "--force", NULL);
     fjt_cli_expect_status(&fx->r, 0);
-    expect_in("stdout", fx->r.out, "re-tuning d32 f32 nomask 256");
+    expect_in("stdout", fx->r.out, "re-tuning b1.hq8.hkv8.sq256.sk256.d32.f32.nomask");
     fj_tuning_free(parse_file(fx->file, 2));
 }
 
@@ -221,6 +225,46 @@ static void test_cut_short_last_line_does_not_swallow_the_entry(void **state)
     assert_non_null(fj_tuning_find_in(t, &key));
     fj_strbuf_free(&notes);
     fj_tuning_free(t);
+}
+
+/* --grid FILE: the problems are the file's keys, printed as they are written;
+ * two that share a tuning point are tuned once; axis flags do not combine. */
+static void test_grid_file(void **state)
+{
+    fixture *fx = *state;
+    char grid[4300];
+    snprintf(grid, sizeof grid, "%s/grid.txt", fx->dir);
+    FILE *f = fopen(grid, "w");
+    assert_non_null(f);
+    fputs("# two points; the third row shares the first's\n"
+          "b1.hq4.hkv2.sq200.sk200.d32.f32.causal_br\n"
+          "b2.hq2.hkv2.sq1.sk300.d16.f32.nomask   # decode\n"
+          "b1.hq4.hkv2.sq190.sk190.d32.f32.causal_tl\n",
+          f);
+    fclose(f);
+    run_tune(fx, NULL, "--backend", "cpu", "--grid", grid, "--configs", "q64k128,q128k256",
+             "--repeat", "2", "--warmup", "0", "--output", fx->file, NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in("stdout", fx->r.out, "summary: 2 points tuned");
+    expect_in("stdout", fx->r.out, "\nb1.hq4.hkv2.sq200.sk200.d32.f32.causal_br ");
+    expect_in("stdout", fx->r.out, "\nb2.hq2.hkv2.sq1.sk300.d16.f32.nomask ");
+    expect_in("stdout", fx->r.out, "note: b1.hq4.hkv2.sq190.sk190.d32.f32.causal_tl has the tuning "
+                                   "point d32.f32.causal.sk512 of b1.hq4.hkv2.sq200.sk200.d32.f32.causal_br");
+    fj_tuning *t = parse_file(fx->file, 2);
+    assert_string_equal(fj_tuning_entry_at(t, 0)->point, "d32.f32.causal.sk512");
+    assert_string_equal(fj_tuning_entry_at(t, 1)->point, "d16.f32.nomask.decode");
+    fj_tuning_free(t);
+
+    run_tune(fx, NULL, "--backend", "cpu", "--grid", grid, "--head-dims", "64", "--output", fx->file, NULL);
+    fjt_cli_expect_status(&fx->r, 2);
+    expect_in("stderr", fx->r.err, "takes no axis flag");
+
+    f = fopen(grid, "w");
+    fputs("b1.hq4.hkv2.sq200.sk200.d32.f32.causal_br\nb1.hq4.hkv2.sq200.sk200.d32.f32.causal\n", f);
+    fclose(f);
+    run_tune(fx, NULL, "--backend", "cpu", "--grid", grid, "--output", fx->file, NULL);
+    fjt_cli_expect_status(&fx->r, 2);
+    expect_in("stderr", fx->r.err, "grid.txt:2: problem key 'b1.hq4.hkv2.sq200.sk200.d32.f32.causal': field 8");
 }
 
 /* ---- bad input ------------------------------------------------------------------------ */
@@ -323,6 +367,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_default_output_is_the_context_tuning_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_short_last_line_does_not_swallow_the_entry, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_grid_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_flags_exit_2_naming_the_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unusable_output_exits_1_naming_output, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),

@@ -237,10 +237,15 @@ static void test_tunes_prefill_and_decode_and_plans_use_the_file(void **state)
     fj_attention_desc_init(&d, 1, 1, 1, 128, 128, 64, FJ_BF16);
     fj_plan *plan = NULL;
     assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
-    expect_in(fx, fj_plan_describe(plan), "tuned: the tuning file entry");
+    fj_plan_info info;
+    assert_int_equal(fj_plan_get_info(plan, &info), FJ_OK);
+    assert_int_equal(info.tiles_source, FJ_TILES_TUNING_FILE);
+    assert_string_equal(info.tiles, e->config);
     char tiles[64];
     snprintf(tiles, sizeof tiles, ".%s.sm_90", e->config);
-    expect_in(fx, fj_plan_describe(plan), tiles);
+    if (!strstr(info.kernel, tiles)) fail_msg("kernel %s does not run %s", info.kernel, e->config);
+    expect_in(fx, fj_plan_describe(plan), "tuned: the tuning file entry");
+    /* Where the image came from is the describe text's alone. */
     expect_in(fx, fj_plan_describe(plan), "from the disk cache");
     assert_int_equal(fake_get_counts().compiles, after_tune.compiles);
     fj_plan_destroy(plan);
@@ -297,6 +302,42 @@ static void test_compile_errors_prune_every_candidate(void **state)
     assert_int_not_equal(stat(fx->file, &st), 0);
 }
 
+/* FJ_PLAN_MEASURE on the CUDA path: the backend's candidates built ahead
+ * (through the fake NVRTC and the disk cache), checked, timed; the plan
+ * runs the measured tiles, and export carries the entry. */
+static void test_measure_flag(void **state)
+{
+    fixture *fx = *state;
+    fx->api.cuLaunchKernel = computing_launch;
+    fj_context_options co;
+    fj_context_options_init(&co);
+    co.backend = FJ_BACKEND_CUDA;
+    co.tuning_file = "";
+    fj_context *ctx = NULL;
+    assert_int_equal(fj_context_create(&co, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 1, 1, 128, 128, 64, FJ_BF16);
+    fj_plan_options o;
+    fj_plan_options_init(&o);
+    o.flags = FJ_PLAN_MEASURE;
+    fj_plan *plan = NULL;
+    fake_counts before = fake_get_counts();
+    if (fj_plan_create_ex(ctx, &d, &o, &plan)) fail_msg("%s", fj_last_error());
+    assert_true(fake_get_counts().compiles > before.compiles + 10); /* built ahead */
+    fj_plan_info info;
+    assert_int_equal(fj_plan_get_info(plan, &info), FJ_OK);
+    assert_int_equal(info.tiles_source, FJ_TILES_MEASURED);
+    assert_true(info.tiles[0] == 'm');
+    char *text = NULL;
+    assert_int_equal(fj_tuning_export(ctx, &text), FJ_OK);
+    char line[128];
+    snprintf(line, sizeof line, "Fake_GPU_0 sm_90 flash_fwd d64.bf16.nomask.sk512 %s ", info.tiles);
+    if (!strstr(text, line)) fail_msg("export lacks '%s':\n%s", line, text);
+    free(text);
+    fj_plan_destroy(plan);
+    fj_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -306,6 +347,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_one_wrong_row_is_caught, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compile_errors_prune_every_candidate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_measure_flag, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

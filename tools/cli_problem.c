@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "cpu/convert.h"
+#include "half.h"
 #include "tune/measure.h"
 
 void cli_problem_flags_init(cli_problem_flags *f)
@@ -110,17 +110,23 @@ int cli_problem_flag(const char *cmd, int argc, char **argv, int *i, cli_problem
 
 void cli_shape_str(const fj_attention_desc *d, char *buf, size_t n)
 {
-    char mask[64] = "";
-    if (d->causal != FJ_CAUSAL_NONE)
-        snprintf(mask, sizeof mask, " causal%s", d->causal == FJ_CAUSAL_TOP_LEFT ? "-tl" : "");
-    if (d->window_left >= 0 || d->window_right >= 0)
-        snprintf(mask + strlen(mask), sizeof mask - strlen(mask), " win%d,%d", d->window_left,
-                 d->window_right);
-    snprintf(buf, n, "b%d h%d/%d s%d/%d d%d %s%s", d->batch, d->heads_q, d->heads_kv, d->seqlen_q,
-             d->seqlen_k, d->head_dim, fj_dtype_name(d->dtype), mask);
+    if (fj_problem_key(d, buf, n)) snprintf(buf, n, "(invalid problem: %s)", fj_last_error());
 }
 
 static size_t elem_size(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
+
+void cli_table_header(void)
+{
+    printf("%-14s %-46s %10s %9s %9s %4s %9s  %s\n", "backend", "problem", "ms", "TFLOP/s", "GB/s",
+           "lnch", "rel.err", "kernel");
+}
+
+void cli_table_row(const char *backend, const char *key, double ms, double tflops, double gbps,
+                   int launches, const char *err, const char *kernel)
+{
+    printf("%-14s %-46s %10.4f %9.2f %9.1f %4d %9s  %s\n", backend, key, ms, tflops, gbps, launches,
+           err, kernel);
+}
 
 double cli_min_bytes(const fj_attention_desc *d, bool with_lse)
 {
@@ -273,21 +279,12 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The plan's "kernel:" (CUDA) or "method:" (CPU) line. */
-static void kernel_from_describe(const char *desc, char *out, size_t n)
+/* What the plan runs: the CUDA kernel's canonical name (its tiles in it),
+ * or the CPU method and its blocks. */
+void cli_kernel_of(const fj_plan_info *info, char *out, size_t n)
 {
-    const char *keys[] = {"kernel: ", "method: "};
-    out[0] = '\0';
-    for (int k = 0; k < 2; k++) {
-        const char *s = strstr(desc, keys[k]);
-        if (!s) continue;
-        s += strlen(keys[k]);
-        size_t len = strcspn(s, "\n");
-        if (len >= n) len = n - 1;
-        memcpy(out, s, len);
-        out[len] = '\0';
-        return;
-    }
+    if (info->backend == FJ_BACKEND_CUDA || !info->tiles[0]) snprintf(out, n, "%s", info->kernel);
+    else snprintf(out, n, "%s %s", info->kernel, info->tiles);
 }
 
 static fj_status run_once_on(fj_context *ctx, const fj_attention_desc *d, host_tensors *h,
@@ -316,11 +313,17 @@ fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc 
     fj_status s = fj_plan_create(ctx, d, &plan);
     if (s) return s;
     r->plan_ms = (cli_now() - t0) * 1e3;
+    fj_plan_info info;
+    if ((s = fj_plan_get_info(plan, &info))) {
+        fj_plan_destroy(plan);
+        return s;
+    }
+    /* For people: the describe text's words on where the image came from. */
     const char *img = strstr(fj_plan_describe(plan), "image: ");
     if (img) snprintf(r->plan_note, sizeof r->plan_note, "%.*s", (int)strcspn(img + 7, "\n"), img + 7);
     else snprintf(r->plan_note, sizeof r->plan_note, "CPU workspace");
-    kernel_from_describe(fj_plan_describe(plan), r->kernel, sizeof r->kernel);
-    r->launches = fj_plan_launches(plan);
+    cli_kernel_of(&info, r->kernel, sizeof r->kernel);
+    r->launches = info.launches;
 
     host_tensors h;
     dev_tensors t = {0};

@@ -42,7 +42,7 @@ typedef struct cli_result {
     char plan_note[64];  /* compiled / from the disk cache / in memory (CUDA), or "" */
     double host_us;      /* host time of one execute call (CUDA: the launch) */
     char backend[32];
-    char kernel[192];    /* kernel name or CPU method */
+    char kernel[192];    /* CUDA kernel name, or CPU method and blocks (fj_plan_info) */
 } cli_result;
 
 /* Plans d on ctx, fills random inputs (seeded), times `repeat` runs after
@@ -51,10 +51,22 @@ typedef struct cli_result {
 fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc *d, int warmup,
                       int repeat, bool with_lse, uint64_t seed, cli_result *r);
 
-/* "b1 h8/8 s1024/1024 d128 bf16 causal" */
+/* The problem key, "b1.hq8.hkv8.sq1024.sk1024.d128.bf16.causal_br" (n:
+ * FJ_PROBLEM_KEY_MAX). */
 void cli_shape_str(const fj_attention_desc *d, char *buf, size_t n);
 
 /* Bytes the problem must move at least (each input once, output once). */
 double cli_min_bytes(const fj_attention_desc *d, bool with_lse);
+
+/* bench's kernel column: the CUDA kernel's canonical name (its tiles in it),
+ * or the CPU backend's name and its tiles. */
+void cli_kernel_of(const fj_plan_info *info, char *out, size_t n);
+
+/* bench's table, one definition for every program that prints its rows
+ * (flashjit bench, the conformance driver's --perf): the header line, and a
+ * row (err: "-" or the relative error). */
+void cli_table_header(void);
+void cli_table_row(const char *backend, const char *key, double ms, double tflops, double gbps,
+                   int launches, const char *err, const char *kernel);
 
 #endif

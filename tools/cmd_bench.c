@@ -6,116 +6,69 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cli_grid.h"
 #include "cli_problem.h"
 #include "tune/target.h"
 #include "svg_plot.h"
 
-typedef struct grid_row {
-    int batch, hq, hkv, sq, sk, d;
-    fj_causal causal;
-} grid_row;
-
-/* ../shared/anchors.md's prefill grid: B*S = 16384, H = 2048 / D. */
-static int grid_prefill(grid_row *rows, int cap)
-{
-    static const int dims[] = {64, 128}, seqs[] = {1024, 4096, 16384};
-    int n = 0;
-    for (int a = 0; a < 2; a++)
-        for (int b = 0; b < 3; b++)
-            for (int c = 0; c < 2 && n < cap; c++)
-                rows[n++] = (grid_row){16384 / seqs[b], 2048 / dims[a], 2048 / dims[a], seqs[b],
-                                       seqs[b], dims[a], c ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE};
-    return n;
-}
-
-/* Head dims 96 and 256, and GQA 32/8 (anchors.md's second run). */
-static int grid_extra(grid_row *rows, int cap)
-{
-    static const grid_row extra[] = {
-        {4, 21, 21, 4096, 4096, 96, FJ_CAUSAL_NONE},   {4, 21, 21, 4096, 4096, 96, FJ_CAUSAL_BOTTOM_RIGHT},
-        {1, 21, 21, 16384, 16384, 96, FJ_CAUSAL_NONE}, {1, 21, 21, 16384, 16384, 96, FJ_CAUSAL_BOTTOM_RIGHT},
-        {4, 8, 8, 4096, 4096, 256, FJ_CAUSAL_NONE},    {4, 8, 8, 4096, 4096, 256, FJ_CAUSAL_BOTTOM_RIGHT},
-        {1, 8, 8, 16384, 16384, 256, FJ_CAUSAL_NONE},  {1, 8, 8, 16384, 16384, 256, FJ_CAUSAL_BOTTOM_RIGHT},
-        {4, 32, 8, 4096, 4096, 128, FJ_CAUSAL_NONE},   {4, 32, 8, 4096, 4096, 128, FJ_CAUSAL_BOTTOM_RIGHT},
-        {1, 32, 8, 16384, 16384, 128, FJ_CAUSAL_NONE}, {1, 32, 8, 16384, 16384, 128, FJ_CAUSAL_BOTTOM_RIGHT},
-    };
-    int n = 0;
-    for (size_t i = 0; i < sizeof extra / sizeof extra[0] && n < cap; i++) rows[n++] = extra[i];
-    return n;
-}
-
-/* Decode: one query row, D 128, 32 query heads over 32 or 8 kv heads. */
-static int grid_decode(grid_row *rows, int cap)
-{
-    static const grid_row dec[] = {
-        {1, 32, 32, 1, 4096, 128, FJ_CAUSAL_NONE},  {1, 32, 32, 1, 32768, 128, FJ_CAUSAL_NONE},
-        {1, 32, 8, 1, 4096, 128, FJ_CAUSAL_NONE},   {1, 32, 8, 1, 32768, 128, FJ_CAUSAL_NONE},
-        {8, 32, 32, 1, 4096, 128, FJ_CAUSAL_NONE},  {8, 32, 8, 1, 32768, 128, FJ_CAUSAL_NONE},
-        {64, 32, 32, 1, 32768, 128, FJ_CAUSAL_NONE}, {64, 32, 8, 1, 32768, 128, FJ_CAUSAL_NONE},
-    };
-    int n = 0;
-    for (size_t i = 0; i < sizeof dec / sizeof dec[0] && n < cap; i++) rows[n++] = dec[i];
-    return n;
-}
-
-/* The CPU's grid: the foundation's benchmark shape and its neighbours. */
-static int grid_cpu(grid_row *rows, int cap)
-{
-    static const int seqs[] = {512, 2048, 4096}, dims[] = {64, 128};
-    int n = 0;
-    for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 2; b++)
-            for (int c = 0; c < 2 && n < cap; c++)
-                rows[n++] = (grid_row){1, 8, 8, seqs[a], seqs[a], dims[b],
-                                       c ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE};
-    if (n < cap) rows[n++] = (grid_row){1, 32, 8, 1, 8192, 128, FJ_CAUSAL_NONE};
-    return n;
-}
-
-/* Tiny problems that run in milliseconds even under sanitizers: for tests
- * and a quick look at a build. One of each kind: plain, causal, GQA decode. */
-static int grid_smoke(grid_row *rows, int cap)
-{
-    static const grid_row smoke[] = {
-        {1, 2, 2, 64, 64, 64, FJ_CAUSAL_NONE},
-        {1, 2, 2, 64, 64, 64, FJ_CAUSAL_BOTTOM_RIGHT},
-        {1, 4, 2, 1, 128, 64, FJ_CAUSAL_NONE},
-    };
-    int n = 0;
-    for (size_t i = 0; i < sizeof smoke / sizeof smoke[0] && n < cap; i++) rows[n++] = smoke[i];
-    return n;
-}
-
-#define MAX_ROWS 64
+#define MAX_ROWS 128
 #define MAX_BACKENDS 4
 #define MAX_DTYPES 3
 
-static int grid_rows(const char *grid, grid_row *rows)
+/* A grid's shapes (its keys without the dtype) in order, and its dtypes in
+ * order of first appearance: bench runs every shape in every dtype (the
+ * grid's, or --dtypes), dtype by dtype. */
+typedef struct bench_grid {
+    fj_attention_desc shapes[MAX_ROWS];
+    int nshapes;
+    fj_dtype dtypes[MAX_DTYPES];
+    int ndtypes;
+} bench_grid;
+
+/* 0, or 2 with a message (an unknown grid, a bad line, too many shapes). */
+static int grid_rows(const char *name, bench_grid *bg)
 {
-    int n = 0;
-    bool gpu = !strcmp(grid, "gpu");
-    if (gpu || !strcmp(grid, "prefill")) n += grid_prefill(rows + n, MAX_ROWS - n);
-    if (gpu || !strcmp(grid, "extra")) n += grid_extra(rows + n, MAX_ROWS - n);
-    if (gpu || !strcmp(grid, "decode")) n += grid_decode(rows + n, MAX_ROWS - n);
-    if (!strcmp(grid, "cpu")) n += grid_cpu(rows + n, MAX_ROWS - n);
-    if (!strcmp(grid, "smoke")) n += grid_smoke(rows + n, MAX_ROWS - n);
-    return n;
+    cli_grid g;
+    int rc = cli_grid_load("bench", "--grid", name, &g);
+    if (rc) return rc;
+    memset(bg, 0, sizeof *bg);
+    for (int i = 0; i < g.count && !rc; i++) {
+        fj_attention_desc d = g.rows[i];
+        bool have = false;
+        for (int t = 0; t < bg->ndtypes; t++) have |= bg->dtypes[t] == d.dtype;
+        if (!have) bg->dtypes[bg->ndtypes++] = d.dtype;
+        d.dtype = FJ_F32; /* the shape alone */
+        have = false;
+        for (int j = 0; j < bg->nshapes; j++) have |= !memcmp(&bg->shapes[j], &d, sizeof d);
+        if (have) continue;
+        if (bg->nshapes == MAX_ROWS)
+            rc = cli_usage_error("bench", "--grid %s: more than %d shapes", name, MAX_ROWS);
+        else bg->shapes[bg->nshapes++] = d;
+    }
+    cli_grid_free(&g);
+    return rc;
 }
 
 static void help(void)
 {
     printf("usage: flashjit bench [--grid NAME] [--backends LIST] [--dtypes LIST] [--repeat N]\n"
-           "                      [--warmup N] [--check] [--json | --csv] [--plot FILE.svg]\n\n"
+           "                      [--warmup N] [--check] [--json | --csv] [--plot FILE.svg]\n"
+           "                      [--list]\n\n"
            "Times a grid of problems: median ms, TFLOP/s (4*B*H*Sq*Sk*D, halved for causal\n"
            "when Sq == Sk), GB/s of the fewest bytes (q, k, v read once, o written once),\n"
-           "kernel launches per call, and the kernel or CPU method.\n\n"
-           "  --grid prefill|extra|decode|gpu|cpu|smoke   gpu = prefill + extra + decode;\n"
-           "         smoke = three tiny problems (default: gpu on a CUDA context, cpu otherwise)\n"
+           "kernel launches per call, and the kernel or CPU method. Each row is named by its\n"
+           "problem key (b4.hq16.hkv16.sq4096.sk4096.d128.bf16.causal_br).\n\n"
+           "  --grid NAME   tools/grids/NAME.txt (%s), or a file\n"
+           "         (a path with a '/'), one problem key per line: every shape of the grid in\n"
+           "         every dtype it lists (default: gpu on a CUDA context, cpu otherwise;\n"
+           "         gpu = anchors = prefill + extra + decode; smoke = three tiny problems)\n"
            "  --backends auto,cuda,cpu,reference    (default: auto)\n"
-           "  --dtypes bf16,f16,f32                 (default: bf16,f16 on CUDA; f32,bf16 on CPU)\n"
+           "  --dtypes bf16,f16,f32   instead of the grid's dtypes\n"
+           "  --list        print the grid's problem keys (after --dtypes) and exit\n"
            "  --plot FILE.svg   also write a bar chart of TFLOP/s: one group per shape and\n"
            "         dtype, one bar per backend (a self-contained SVG, replaced atomically;\n"
-           "         combines with --json and --csv)\n");
+           "         combines with --json and --csv)\n",
+           cli_grid_names());
 }
 
 static bool parse_list(const char *cmd, const char *val, const char *what, int *n, int cap,
@@ -152,7 +105,7 @@ typedef struct bench_options {
     const char *plot_path; /* NULL: no plot */
     int nb, nd, repeat, warmup;
     output_format format;
-    bool check;
+    bool check, list;
 } bench_options;
 
 /* -1: go on; otherwise the exit status (0 after --help, 2 on a usage error). */
@@ -189,6 +142,8 @@ static int parse_options(int argc, char **argv, bench_options *o)
             csv = true;
         } else if (!strcmp(a, "--check")) {
             o->check = true;
+        } else if (!strcmp(a, "--list")) {
+            o->list = true;
         } else {
             return cli_usage_error("bench", "unknown option '%s' (flashjit bench --help)", a);
         }
@@ -315,32 +270,34 @@ static int write_plot(const bench_plot *p, const char *path, const char *subtitl
 static void print_header(output_format format)
 {
     if (format == OUTPUT_JSON) printf("[\n");
-    else if (format == OUTPUT_CSV) printf("backend,dtype,batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal,ms,tflops,gbps,launches,rel_err,kernel\n");
-    else printf("%-14s %-38s %10s %9s %9s %4s %9s  %s\n", "backend", "shape", "ms", "TFLOP/s", "GB/s", "lnch", "rel.err", "kernel");
+    else if (format == OUTPUT_CSV) printf("backend,dtype,batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal,ms,tflops,gbps,launches,rel_err,kernel,problem\n");
+    else cli_table_header();
 }
 
 static void print_result(output_format format, bool first, const fj_attention_desc *d, const cli_result *res)
 {
+    char key[FJ_PROBLEM_KEY_MAX];
+    cli_shape_str(d, key, sizeof key);
     if (format == OUTPUT_JSON) {
-        printf("%s  {\"backend\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, \"heads_q\": %d, "
-               "\"heads_kv\": %d, \"seqlen_q\": %d, \"seqlen_k\": %d, \"head_dim\": %d, "
-               "\"causal\": \"%s\", \"ms\": %.6f, \"ms_min\": %.6f, \"tflops\": %.4f, "
-               "\"gbps\": %.2f, \"launches\": %d, \"rel_err\": %.3e, \"kernel\": \"%s\"}",
-               first ? "" : ",\n", res->backend, fj_dtype_name(d->dtype), d->batch, d->heads_q,
-               d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim, fj_causal_name(d->causal),
-               res->ms_median, res->ms_min, res->tflops, res->gbps, res->launches, res->rel_err,
-               res->kernel);
+        printf("%s  {\"problem\": \"%s\", \"backend\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, "
+               "\"heads_q\": %d, \"heads_kv\": %d, \"seqlen_q\": %d, \"seqlen_k\": %d, "
+               "\"head_dim\": %d, \"causal\": \"%s\", \"ms\": %.6f, \"ms_min\": %.6f, "
+               "\"tflops\": %.4f, \"gbps\": %.2f, \"launches\": %d, \"rel_err\": %.3e, "
+               "\"kernel\": \"%s\"}",
+               first ? "" : ",\n", key, res->backend, fj_dtype_name(d->dtype), d->batch,
+               d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
+               fj_causal_name(d->causal), res->ms_median, res->ms_min, res->tflops, res->gbps,
+               res->launches, res->rel_err, res->kernel);
     } else if (format == OUTPUT_CSV) {
-        printf("%s,%s,%d,%d,%d,%d,%d,%d,%s,%.6f,%.4f,%.2f,%d,%.3e,%s\n", res->backend,
+        printf("%s,%s,%d,%d,%d,%d,%d,%d,%s,%.6f,%.4f,%.2f,%d,%.3e,%s,%s\n", res->backend,
                fj_dtype_name(d->dtype), d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k,
                d->head_dim, fj_causal_name(d->causal), res->ms_median, res->tflops, res->gbps,
-               res->launches, res->rel_err, res->kernel);
+               res->launches, res->rel_err, res->kernel, key);
     } else {
-        char shape[128], err[32] = "-";
-        cli_shape_str(d, shape, sizeof shape);
+        char err[32] = "-";
         if (res->rel_err >= 0) snprintf(err, sizeof err, "%.2e%s", res->rel_err, res->ok ? "" : "!");
-        printf("%-14s %-38s %10.4f %9.2f %9.1f %4d %9s  %s\n", res->backend, shape,
-               res->ms_median, res->tflops, res->gbps, res->launches, err, res->kernel);
+        cli_table_row(res->backend, key, res->ms_median, res->tflops, res->gbps, res->launches, err,
+                      res->kernel);
     }
     fflush(stdout);
 }
@@ -385,7 +342,7 @@ static fj_status create_contexts(const bench_options *o, fj_context **ctxs, fj_c
 }
 
 /* Every dtype, shape and backend in that nesting; fills plot as it goes. */
-static int run_grid(fj_context *const *ctxs, fj_context *ref, const grid_row *rows, int nrows,
+static int run_grid(fj_context *const *ctxs, fj_context *ref, const bench_grid *bg,
                     const bench_options *o, bench_plot *plot)
 {
     int rc = 0;
@@ -393,17 +350,39 @@ static int run_grid(fj_context *const *ctxs, fj_context *ref, const grid_row *ro
     print_header(o->format);
     plot->groups = 0;
     for (int t = 0; t < o->nd; t++)
-        for (int r = 0; r < nrows; r++) {
-            fj_attention_desc d;
-            fj_attention_desc_init(&d, rows[r].batch, rows[r].hq, rows[r].hkv, rows[r].sq, rows[r].sk,
-                                   rows[r].d, dtypes[t]);
-            d.causal = rows[r].causal;
+        for (int r = 0; r < bg->nshapes; r++) {
+            fj_attention_desc d = bg->shapes[r];
+            d.dtype = dtypes[t];
             int g = plot->groups++;
             plot_label(&d, plot->labels[g], sizeof plot->labels[g]);
             for (int b = 0; b < o->nb; b++)
                 rc |= bench_one(ctxs[b], ref, &d, o, &first, &plot->tflops[g * o->nb + b]);
         }
     if (o->format == OUTPUT_JSON) printf("\n]\n");
+    return rc;
+}
+
+/* --list: the rows bench would run, by their problem keys. */
+static void list_rows(const bench_grid *bg, const bench_options *o)
+{
+    for (int t = 0; t < o->nd; t++)
+        for (int r = 0; r < bg->nshapes; r++) {
+            fj_attention_desc d = bg->shapes[r];
+            d.dtype = dtypes[t];
+            char key[FJ_PROBLEM_KEY_MAX];
+            cli_shape_str(&d, key, sizeof key);
+            printf("%s\n", key);
+        }
+}
+
+/* The grid's rows, and its dtypes unless --dtypes gave them. */
+static int load_grid(bench_options *o, bench_grid *bg)
+{
+    int rc = grid_rows(o->grid, bg);
+    if (!rc && !o->nd) {
+        o->nd = bg->ndtypes;
+        memcpy(dtypes, bg->dtypes, sizeof bg->dtypes);
+    }
     return rc;
 }
 
@@ -417,40 +396,42 @@ int cmd_bench(int argc, char **argv)
     if (err) return cli_usage_error("bench", "--plot %s: cannot create a file there: %s", o.plot_path, strerror(err));
 
     fj_context *ctxs[MAX_BACKENDS] = {0}, *ref = NULL;
-    bench_plot *plot = NULL;
-    rc = 0;
+    /* ~30 KB each: kept off the stack */
+    bench_plot *plot = calloc(1, sizeof *plot);
+    bench_grid *bg = calloc(1, sizeof *bg);
+    if (!plot || !bg) {
+        fprintf(stderr, "flashjit bench: out of memory\n");
+        rc = 1;
+        goto out;
+    }
+    /* A named grid is read before any device work. */
+    if (o.grid && (rc = load_grid(&o, bg))) goto out;
+    if (o.grid && o.list) {
+        list_rows(bg, &o);
+        goto out;
+    }
     fj_status s = create_contexts(&o, ctxs, &ref);
     if (s) {
         rc = cli_fail("bench", s);
         goto out;
     }
-    bool on_cuda = fj_context_backend(ctxs[0]) == FJ_BACKEND_CUDA;
-    if (!o.grid) o.grid = on_cuda ? "gpu" : "cpu";
-    if (!o.nd) {
-        o.nd = 2;
-        dtypes[0] = on_cuda ? FJ_BF16 : FJ_F32;
-        dtypes[1] = on_cuda ? FJ_F16 : FJ_BF16;
-    }
-    grid_row rows[MAX_ROWS];
-    int nrows = grid_rows(o.grid, rows);
-    if (!nrows) {
-        rc = cli_usage_error("bench", "--grid: '%s' is not one of prefill, extra, decode, gpu, cpu, smoke", o.grid);
-        goto out;
-    }
-    plot = calloc(1, sizeof *plot); /* ~30 KB: kept off the stack */
-    if (!plot) {
-        fprintf(stderr, "flashjit bench: out of memory\n");
-        rc = 1;
-        goto out;
+    if (!o.grid) {
+        o.grid = fj_context_backend(ctxs[0]) == FJ_BACKEND_CUDA ? "gpu" : "cpu";
+        if ((rc = load_grid(&o, bg))) goto out;
+        if (o.list) {
+            list_rows(bg, &o);
+            goto out;
+        }
     }
     plot_series(plot, ctxs, o.nb);
-    rc = run_grid(ctxs, ref, rows, nrows, &o, plot);
+    rc = run_grid(ctxs, ref, bg, &o, plot);
     if (o.plot_path) {
         char subtitle[1024];
         plot_subtitle(ctxs, o.nb, o.repeat, subtitle, sizeof subtitle);
         rc |= write_plot(plot, o.plot_path, subtitle);
     }
 out:
+    free(bg);
     free(plot);
     for (int b = 0; b < o.nb; b++) fj_context_destroy(ctxs[b]);
     fj_context_destroy(ref);

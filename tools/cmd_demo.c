@@ -30,7 +30,7 @@ int cmd_demo(int argc, char **argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: flashjit demo\n\nRuns a few representative attention problems on the best\n"
                    "available backend (FLASHJIT_BACKEND overrides), checks each against the CPU\n"
-                   "reference, and prints backend, shape, ms, TFLOP/s and the relative error.\n"
+                   "reference, and prints backend, problem key, ms, TFLOP/s and the relative error.\n"
                    "Exits 1 if any check fails.\n");
             return 0;
         }
@@ -51,7 +51,7 @@ int cmd_demo(int argc, char **argv)
     const char *line = strstr(d, "backend: ");
     printf("flashjit %s demo. %.*s\n\n", FLASHJIT_VERSION_STRING,
            line ? (int)strcspn(line, "\n") : 0, line ? line : "");
-    printf("%-22s %-14s %-36s %9s %9s %10s  %s\n", "case", "backend", "shape", "ms", "TFLOP/s",
+    printf("%-22s %-14s %-44s %9s %9s %10s  %s\n", "case", "backend", "problem", "ms", "TFLOP/s",
            "rel.err", "check");
     int failed = 0, total = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -73,7 +73,7 @@ int cmd_demo(int argc, char **argv)
             failed++;
             continue;
         }
-        printf("%-22s %-14s %-36s %9.3f %9.3f %10.2e  %s\n", c->what, r.backend, shape, r.ms_median,
+        printf("%-22s %-14s %-44s %9.3f %9.3f %10.2e  %s\n", c->what, r.backend, shape, r.ms_median,
                r.tflops, r.rel_err, r.ok ? "ok" : "FAILED");
         if (!r.ok) failed++;
     }

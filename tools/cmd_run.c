@@ -71,11 +71,11 @@ int cmd_run(int argc, char **argv)
             fj_plan_destroy(plan);
         }
         if (r.host_us > 0) printf("host time per fj_plan_execute call: %.1f us\n", r.host_us);
-        printf("%-14s %-40s %10s %10s %9s %9s %s\n", "backend", "shape", "ms", "TFLOP/s", "GB/s",
+        printf("%-14s %-46s %10s %10s %9s %9s %s\n", "backend", "problem", "ms", "TFLOP/s", "GB/s",
                "rel.err", "kernel");
         char err[32] = "-";
         if (r.rel_err >= 0) snprintf(err, sizeof err, "%.2e", r.rel_err);
-        printf("%-14s %-40s %10.4f %10.3f %9.1f %9s %s\n", r.backend, shape, r.ms_median, r.tflops,
+        printf("%-14s %-46s %10.4f %10.3f %9.1f %9s %s\n", r.backend, shape, r.ms_median, r.tflops,
                r.gbps, err, r.kernel);
         printf("(median of %d runs after %d warm-up; min %.4f ms, max %.4f ms)\n", r.runs, f.warmup,
                r.ms_min, r.ms_max);

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""flashjit next to PyTorch SDPA's backends (math, efficient, flash, cudnn) on
+"""flashjit next to PyTorch SDPA's backends (math, efficient, flash, cudnn) and
+FlashAttention-3 (fa3: the fa3_fwd wheel, bf16 on Hopper, when importable) on
 the same tensors, in one process, timed the same way (CUDA events around each
 call after warm-up, median of many runs).
 
 libflashjit.so is loaded with ctypes; the tensors are PyTorch's dense
 [batch, heads, seq, head_dim] ones, passed to flashjit with BHSD strides.
 
-usage: compare_torch.py [--lib build/libflashjit.so] [--grid prefill|extra|hopper|decode|decode64|all]
+usage: compare_torch.py [--lib build/libflashjit.so] [--grid NAME[,NAME...]]
                         [--dtypes bf16,fp16] [--json FILE] [--backends math,efficient,flash,cudnn,fa3]
                         [--match REGEX] [--rounds R] [--seed N] [--layout bhsd|bshd]
 
@@ -14,6 +15,10 @@ usage: compare_torch.py [--lib build/libflashjit.so] [--grid prefill|extra|hoppe
 FlashAttention and of ../shared/anchors.md): FlashAttention-3 (backend fa3,
 the fa3_fwd wheel, bf16 only) takes them as they are, PyTorch's SDPA their
 [batch, heads, seq, head_dim] views, flashjit their strides.
+
+--grid takes the grids of tools/grids/ (prefill, extra, hopper, decode,
+decode64, anchors; "all" = anchors), the files `flashjit bench --grid` reads; rows are
+printed as problem keys, which --match searches.
 
 --rounds R measures each row R times. Every round allocates the row's tensors
 anew behind a spacer of random size, so they land elsewhere in memory, and
@@ -38,6 +43,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashjit_ctypes import FJ_BACKEND_CUDA, FJ_BF16, FJ_F16, Library
+from problem_key import Problem, format_key, read_grid, shapes_and_dtypes
 
 
 # An empty graph means the calls ran outside the capture and the timing would
@@ -86,49 +92,28 @@ def time_ms(fn, reps=30):
 
 
 def grid(names):
-    """The rows of one or more grids: "prefill,extra", "decode", "decode64",
-    "all" (prefill, extra and decode)."""
-    names = set(names.split(","))
-    if "all" in names:
-        names |= {"prefill", "extra", "decode"}
+    """The rows (b, hq, hkv, sq, sk, d, causal) of one or more grids of
+    tools/grids/ ("prefill,extra", "decode", "decode64", "anchors"; "all" is
+    anchors): each distinct shape once, in order, the dtype left to --dtypes."""
     rows = []
-    if "prefill" in names:
-        for d in (64, 128):
-            for s in (1024, 4096, 16384):
-                for c in (False, True):
-                    rows.append((16384 // s, 2048 // d, 2048 // d, s, s, d, c))
-    # hopper: the Hopper prefill issue's grid: every head dim it names, S 1k,
-    # 4k and 16k, causal and not, MHA and GQA 4:1, B * S = 16k, H * D = 2048
-    if "hopper" in names:
-        for d in (64, 80, 96, 112, 128, 160, 192, 256):
-            h = 2048 // d
-            for s in (1024, 4096, 16384):
-                for c in (False, True):
-                    rows.append((16384 // s, h, h, s, s, d, c))
-                    if h % 4 == 0:
-                        rows.append((16384 // s, h, h // 4, s, s, d, c))
-    if "extra" in names:
-        for d, h in ((96, 21), (256, 8)):
-            for s in (4096, 16384):
-                for c in (False, True):
-                    rows.append((16384 // s, h, h, s, s, d, c))
-        for s in (4096, 16384):
-            for c in (False, True):
-                rows.append((16384 // s, 32, 8, s, s, 128, c))
-    # decode64: the anchors' decode rows at head dim 64 (not in the anchors;
-    # they check the d64 decode entries of the tuning table)
-    for name, d in (("decode", 128), ("decode64", 64)):
-        if name in names:
-            for b, hkv, sk in ((1, 32, 4096), (1, 32, 32768), (1, 8, 4096), (1, 8, 32768),
-                               (8, 32, 4096), (8, 8, 32768), (64, 32, 32768), (64, 8, 32768)):
-                rows.append((b, 32, hkv, 1, sk, d, False))
+    for name in names.split(","):
+        shapes, _ = shapes_and_dtypes(read_grid("anchors" if name == "all" else name))
+        for p in shapes:
+            if p.window_left >= 0 or p.window_right >= 0 or (p.causal == "top-left" and p.seqlen_q != p.seqlen_k):
+                sys.exit("grid %s: %s: compare_torch.py runs no window and bottom-right causal "
+                         "only where PyTorch's is_causal agrees" % (name, format_key(p)))
+            row = (p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, p.causal != "none")
+            if row not in rows:
+                rows.append(row)
     return rows
 
 
-def label(row):
-    """A grid row as printed: "b1 h32/8 s1/4096 d128" (" causal" after)."""
+def label(row, dtype="bf16"):
+    """A grid row as printed: its problem key (include/flashjit.h), as
+    `flashjit bench` prints it; dtype "fp16" is written f16."""
     b, hq, hkv, sq, sk, d, causal = row
-    return "b%d h%d/%d s%d/%d d%d%s" % (b, hq, hkv, sq, sk, d, " causal" if causal else "")
+    return format_key(Problem(b, hq, hkv, sq, sk, d, "f16" if dtype == "fp16" else dtype,
+                              "bottom-right" if causal else "none"))
 
 
 SDPA = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -208,7 +193,7 @@ def main():
     ap.add_argument("--grid", default="all")
     ap.add_argument("--dtypes", default="bf16,fp16")
     ap.add_argument("--backends", default="efficient,flash,cudnn")
-    ap.add_argument("--match", help="only the rows whose shape label (as printed) matches this regex")
+    ap.add_argument("--match", help="only the rows whose problem key (as printed) matches this regex")
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure each row this many times, on fresh tensors behind a spacer of "
                          "random size, alternating which library goes first; print the medians")
@@ -231,20 +216,20 @@ def main():
     results = []
     names = [n for n in args.backends.split(",") if n]
     ratio = args.rounds > 1 and "cudnn" in names
-    print("%-5s %-32s %9s %9s" % ("dtype", "shape", "flashjit", "err") +
+    print("%-5s %-44s %9s %9s" % ("dtype", "problem", "flashjit", "err") +
           "".join(" %9s" % n for n in names) + (" %6s" % "ratio" if ratio else "") +
           "  (TFLOP/s; decode rows: TB/s of K+V)  kernel")
     for dt in args.dtypes.split(","):
         dtype = torch.bfloat16 if dt == "bf16" else torch.float16
         for (b, hq, hkv, sq, sk, d, causal) in grid(args.grid):
-            shape = label((b, hq, hkv, sq, sk, d, causal))
+            shape = label((b, hq, hkv, sq, sk, d, causal), dt)
             if match and not match.search(shape):
                 continue
             decode = sq <= 16
             flops = 4.0 * b * hq * sq * sk * d * (0.5 if causal and sq == sk else 1.0)
             kv_bytes = 2.0 * b * hkv * sk * d * 2  # K and V, 2-byte elements
             rate = (lambda ms: kv_bytes / ms / 1e9) if decode else (lambda ms: flops / ms / 1e9)
-            row = {"dtype": dt, "batch": b, "heads_q": hq, "heads_kv": hkv, "seqlen_q": sq,
+            row = {"problem": shape, "dtype": dt, "batch": b, "heads_q": hq, "heads_kv": hkv, "seqlen_q": sq,
                    "seqlen_k": sk, "head_dim": d, "causal": causal, "unit": "TB/s" if decode else "TFLOP/s"}
             rounds = []
             for r in range(args.rounds):
@@ -292,13 +277,13 @@ def main():
                 row["ratio_cudnn"] = median([x["flashjit"] / x["cudnn"] for x in rounds])
             results.append(row)
             f = lambda x: "%9.2f" % x if isinstance(x, float) else "%9s" % "-"
-            print("%-5s %-32s %s %9.1e" % (dt, shape, f(row.get("flashjit")), row.get("rel_err", float("nan"))) +
+            print("%-5s %-44s %s %9.1e" % (dt, shape, f(row.get("flashjit")), row.get("rel_err", float("nan"))) +
                   "".join(" " + f(row.get(n)) for n in names) +
                   ((" %6.3f" % row["ratio_cudnn"] if "ratio_cudnn" in row else " %6s" % "-") if ratio else "") +
                   "  " + row.get("kernel", row.get("error", "")),
                   flush=True)
     copy = None
-    if any(g.startswith("decode") or g == "all" for g in args.grid.split(",")):
+    if any(g.startswith("decode") or g in ("all", "anchors", "gpu") for g in args.grid.split(",")):
         copy = copy_tbps()
         print("copy bandwidth: %.2f TB/s (device-to-device copy of 4 GiB, read + write bytes); "
               "decode rows at 80%% of it: %.2f TB/s" % (copy, 0.8 * copy))

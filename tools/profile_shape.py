@@ -21,7 +21,7 @@ def main():
     ap.add_argument("--shape", required=True, help="B,HQ,HKV,SQ,SK,D")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
-    ap.add_argument("--backends", default="flashjit,flash", help="flashjit,flash,cudnn")
+    ap.add_argument("--backends", default="flashjit,flash", help="flashjit,flash,cudnn,fa3")
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
     b, hq, hkv, sq, sk, d = (int(x) for x in a.shape.split(","))
@@ -40,6 +40,11 @@ def main():
             for _ in range(a.runs):
                 fj.execute(plan, q, k, v, o, stream)
             fj.destroy(plan)
+        elif name == "fa3":
+            from compare_torch import fa3_call
+            run = fa3_call(q, k, v, a.causal)
+            for _ in range(a.runs):
+                run()
         else:
             with sdpa_kernel([SDPA[name]]):
                 for _ in range(a.runs):

@@ -7,37 +7,44 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_grid.h"
 #include "tune.h"
+#include "tune/target.h"
 
 #define CMD "tune"
 
 static const char usage_text[] =
-    "usage: flashjit tune [--grid default] [--backend cuda|cpu] [--head-dims LIST]\n"
+    "usage: flashjit tune [--grid NAME] [--backend cuda|cpu] [--head-dims LIST]\n"
     "         [--dtypes LIST] [--causal LIST] [--seqlens LIST] [--decode]\n"
     "         [--decode-seqlen-k N] [--batch-heads N] [--configs LIST]\n"
     "         [--output FILE] [--force] [--repeat N] [--warmup N] [--jobs N]\n"
-    "         [--verbose]\n"
+    "         [--time-limit SECONDS] [--verbose]\n"
     "\n"
-    "Times every candidate configuration on each point of a problem space and\n"
-    "appends the fastest to the tuning file, which plans then use\n"
-    "(docs/tuning.md). Each candidate is first checked against the CPU reference\n"
-    "on a small problem of the point's head dim, dtype and mask; a wrong one is\n"
-    "rejected and fails the run. Entries are appended (fsync'd) as points\n"
-    "finish, so a stopped run resumes: points the output file already has for\n"
-    "this device are skipped.\n"
+    "Times every candidate configuration on each problem and appends the\n"
+    "fastest to the tuning file, which plans then use (docs/tuning.md). Each\n"
+    "candidate is first checked against the CPU reference on a small problem of\n"
+    "the problem's head dim, dtype and mask; a wrong one is rejected and fails\n"
+    "the run. Entries are appended (fsync'd) as problems finish, so a stopped run\n"
+    "resumes: points the output file already has for this device are skipped.\n"
+    "Problems are printed as problem keys (b4.hq16.hkv16.sq4096.sk4096.d128.bf16.nomask),\n"
+    "entries keyed by their tuning point (d128.bf16.nomask.sk4096).\n"
     "\n"
-    "problem space (a flag replaces that axis of the default grid):\n"
-    "  --grid default       CUDA: head dims 64,128; bf16,f16; causal\n"
-    "                       none,bottom-right; seqlens 1024,4096,16384 (24 points)\n"
-    "                       CPU: head dims 64,128; f32; none,bottom-right;\n"
-    "                       seqlens 512,2048 (8 points)\n"
+    "problems (without --grid or an axis flag: the backend's default grid):\n"
+    "  --grid NAME          the rows of tools/grids/NAME.txt, or of a file (a path\n"
+    "                       with a '/'), one problem key per line. 'default': CUDA\n"
+    "                       the anchors' prefill rows (head dims 64,128; bf16,f16;\n"
+    "                       causal none,bottom-right; S 1024,4096,16384; B*S = 16384,\n"
+    "                       H = 2048/D: 24 points), CPU default-cpu.txt (64,128;\n"
+    "                       f32; none,bottom-right; S 512,2048; b1 h8: 8 points)\n"
+    "  --decode             adds the decode bucket (one query row) of each head\n"
+    "                       dim, dtype and mask\n"
+    "  --decode-seqlen-k N  its keys (default 8192 on CUDA, 4096 on the CPU)\n"
+    "axes (each replaces that axis of the default grid; not with another grid):\n"
     "  --head-dims LIST     e.g. 64,128 (CUDA: multiples of 8 in 8..256)\n"
     "  --dtypes LIST        bf16,f16 (CUDA) or f32,f16,bf16 (CPU)\n"
     "  --causal LIST        none,bottom-right,top-left (the causal ones share an\n"
     "                       entry)\n"
     "  --seqlens LIST       seqlen_q = seqlen_k of each point; 1: the decode bucket\n"
-    "  --decode             adds the decode bucket (one query row)\n"
-    "  --decode-seqlen-k N  its keys (default 8192 on CUDA, 4096 on the CPU)\n"
     "  --batch-heads N      batch x heads of every point (default CUDA: B*S = 16384,\n"
     "                       H = 2048/D as in the anchors, decode 8 x 32; CPU: 8,\n"
     "                       decode 32)\n"
@@ -55,6 +62,8 @@ static const char usage_text[] =
     "  --repeat N           timed runs per candidate, median kept (CUDA 25, CPU 5)\n"
     "  --warmup N           untimed runs first (CUDA 5, CPU 1)\n"
     "  --jobs N             threads compiling CUDA candidates (default: the cores)\n"
+    "  --time-limit S       seconds one problem's checks and timing may take;\n"
+    "                       candidates left then are not timed (default: no limit)\n"
     "  --verbose            also print each candidate's check error and timings\n"
     "output:\n"
     "  --output FILE        (default: FLASHJIT_TUNING_FILE, else tuning.txt in the\n"
@@ -231,9 +240,17 @@ static int word_flag(int argc, char **argv, int *i, tune_options *o)
 {
     const char *a = argv[*i], *val = value_of(argc, argv, *i);
     if (!strcmp(a, "--grid")) {
-        if (!val || strcmp(val, "default"))
-            return cli_usage_error(CMD, "--grid: '%s' is not 'default' (the grid in --help)",
+        if (!val || !*val)
+            return cli_usage_error(CMD, "--grid needs a grid name (%s) or a file",
+                                   cli_grid_names());
+        o->space.grid = val;
+    } else if (!strcmp(a, "--time-limit")) {
+        char *end;
+        double t = val ? strtod(val, &end) : 0;
+        if (!val || *end || !(t > 0) || t > 1e7)
+            return cli_usage_error(CMD, "--time-limit: '%s' is not a number of seconds > 0",
                                    val ? val : "");
+        o->time_limit = t;
     } else if (!strcmp(a, "--backend")) {
         if (!val || (strcmp(val, "cuda") && strcmp(val, "cpu")))
             return cli_usage_error(CMD, "--backend: '%s' is not cuda or cpu", val ? val : "");
@@ -280,6 +297,32 @@ int tune_parse_flags(int argc, char **argv, tune_options *o)
             continue;
         }
         return cli_usage_error(CMD, "unknown option '%s' (flashjit tune --help)", a);
+    }
+    return 0;
+}
+
+/* ---- what the backend takes ------------------------------------------------------ */
+
+int tune_space_validate(const tune_space *s, fj_backend b)
+{
+    bool cuda = b == FJ_BACKEND_CUDA;
+    for (int i = 0; cuda && i < s->n_head_dims; i++)
+        if (s->head_dims[i] % 8 || s->head_dims[i] < 8)
+            return cli_usage_error(CMD,
+                                   "--head-dims: %d is not a multiple of 8 in 8..%d, which the "
+                                   "CUDA kernels need (--backend cpu takes any head dim)",
+                                   s->head_dims[i], FJ_MAX_HEAD_DIM);
+    for (int i = 0; cuda && i < s->n_dtypes; i++)
+        if (s->dtypes[i] == FJ_F32)
+            return cli_usage_error(CMD, "--dtypes: the CUDA kernels compute f16 and bf16, not f32 "
+                                        "(--backend cpu tunes f32)");
+    const fj_backend_tuning *row = fj_backend_tuning_of_kind(b);
+    for (int i = 0; i < s->n_configs; i++) {
+        int rows, keys;
+        if (!row || row->tiles_parse(s->configs[i], &rows, &keys))
+            return cli_usage_error(CMD, "--configs: '%s' is not a %s configuration (%s)",
+                                   s->configs[i], cuda ? "CUDA" : "CPU",
+                                   row ? row->tiles_grammar : "this backend tunes nothing");
     }
     return 0;
 }

@@ -46,6 +46,34 @@ static void tiled_tuning_target(const fj_context *ctx, fj_tuning_target *t)
     snprintf(t->template_name, sizeof t->template_name, "cpu_tiled");
 }
 
+/* The tuner's candidates: query blocks 64..512 by key blocks 128..1024. */
+static const char *const tiled_candidates[] = {
+    "q64k128",  "q64k256",  "q64k512",  "q64k1024",  "q128k128", "q128k256",
+    "q128k512", "q128k1024", "q256k128", "q256k256", "q256k512", "q256k1024",
+    "q512k128", "q512k256", "q512k512", "q512k1024", NULL,
+};
+
+/* The blocks the tiles name, through the parser plans use. */
+static fj_status tiled_tiles_parse(const char *tiles, int *rows, int *keys)
+{
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 1, 1, 1, 1, 64, FJ_F32);
+    fj_problem p;
+    fj_status s = fj_problem_init(&p, &d);
+    if (s) return s;
+    /* On a 1 x 1 problem the blocks come back capped: read them from the text. */
+    fj_cpu_tiled_blocks b;
+    if ((s = fj_cpu_tiled_choose_blocks(NULL, &p, tiles, 1, &b))) return s;
+    if (sscanf(tiles, "q%dk%d", rows, keys) != 2) *rows = *keys = 0;
+    return FJ_OK;
+}
+
+const fj_backend_tuning fj_cpu_tiled_tuning = {
+    .candidates = tiled_candidates,
+    .tiles_grammar = "q<query block>k<key block>, e.g. q256k512",
+    .tiles_parse = tiled_tiles_parse,
+};
+
 const fj_backend_entry fj_cpu_tiled_backend_entry = {
     .kind = FJ_BACKEND_CPU,
     .name = "cpu",
@@ -55,6 +83,7 @@ const fj_backend_entry fj_cpu_tiled_backend_entry = {
     .probe = tiled_probe,
     .supports = cpu_supports,
     .tuning_target = tiled_tuning_target,
+    .tuning = &fj_cpu_tiled_tuning,
     .ops = &fj_cpu_tiled_ops,
 };
 

@@ -163,12 +163,13 @@ fj_status fj_cpu_tiled_choose_blocks(const fj_context *ctx, const fj_problem *p,
         out->from = FJ_TILES_HEURISTIC;
         heuristic(p->head_dim, &bq, &bk);
         if (!out->source[0])
-            snprintf(out->source, sizeof out->source, "heuristic: head dim, window, workers");        /* Under a mask, a block of rows sees up to W + block_q - 1 keys (W:
+            snprintf(out->source, sizeof out->source, "heuristic: head dim, window, workers");
+        /* Under a mask, a block of rows sees up to W + block_q - 1 keys (W:
            the keys a row sees, at most seqlen_k), and the block_q - 1 across
            each edge of the band go by in narrow masked blocks. Keeping
            block_q <= W / 2 under a causal mask (one edge) and <= W / 4 under
-           a window (two) leaves most keys in wide unmasked blocks; at S = 512
-           causal, block_q 256 measured 3% faster than 512 or 128. */
+           a window (two) leaves most keys in wide unmasked blocks
+           (docs/benchmarks.md, "CPU", "Block sizes and the row softmax"). */
         if (p->masked) {
             int64_t limit = mask_band(p) / (p->window_left >= 0 || p->window_right >= 0 ? 4 : 2);
             while (bq / 2 >= MIN_AUTO_BLOCK_Q && bq > limit) bq /= 2;

@@ -4,10 +4,8 @@
  * The backend folds log2(e) into the sgemm's alpha, so scores arrive as
  * log2(e) * scale * q.k and the exponential is a plain 2^x of a non-positive
  * argument: no range reduction by ln 2, no upper clamp, no NaN handling, and
- * FMA in the AVX2 and AVX-512 clones. On rows of 512 scores it takes 0.38 ns
- * a score on the development machine, a general online-softmax step on vmath.h's fj_expf (since removed)
- * 0.86 ns: the difference between about 7% and 15% of the backend's time at
- * head dim 128.
+ * FMA in the AVX2 and AVX-512 clones: under half the time per score of a
+ * general e^x step (docs/benchmarks.md, "CPU", "Block sizes and the row softmax").
  *
  * 2^x: x = n + r with n = round(x), |r| <= 1/2, 2^r by its degree-7 Taylor
  * polynomial, 2^n in the exponent bits: relative error within 2e-7 of 2^x

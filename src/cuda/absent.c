@@ -23,6 +23,7 @@ const fj_backend_entry fj_cuda_backend_entry = {
     .usable_when = "",
     .auto_choice = true,
     .probe = absent_probe,
+    .tuning = &fj_cuda_tuning, /* CUDA tiles still parse: flags are checked the same */
 };
 
 fj_status fj_cuda_nvrtc(const fj_cuda_api **api)

@@ -88,5 +88,6 @@ const fj_backend_entry fj_cuda_backend_entry = {
     .release = cuda_release,
     .supports = fj_cuda_supports,
     .tuning_target = cuda_tuning_target,
+    .tuning = &fj_cuda_tuning,
     .ops = &cuda_ops,
 };

@@ -253,9 +253,8 @@ static fj_status choose_tiles(const fj_context *ctx, const fj_problem *p, const 
     if (e && fj_kernel_desc_parse_tiles(e->config, &tuned) == FJ_OK &&
         fj_kernel_desc_check(&tuned, smem) == FJ_OK) {
         *k = tuned;
-        snprintf(why, n, "tuned: %s entry for %s %s d%d %s %s bucket %d (%.4g ms, %s)",
-                 fj_tuning_source_text(*from), key.device, key.arch, key.head_dim, key.dtype,
-                 key.mask, key.bucket, e->ms, e->date);
+        snprintf(why, n, "tuned: %s entry for %s %s %s (%.4g ms, %s)",
+                 fj_tuning_source_text(*from), key.device, key.arch, key.point, e->ms, e->date);
         return FJ_OK;
     }
     fj_clear_error();
@@ -263,9 +262,8 @@ static fj_status choose_tiles(const fj_context *ctx, const fj_problem *p, const 
         snprintf(why, n, "heuristic for d%u on sm_%u (%s entry '%s' is unusable here)", k->head_dim,
                  k->arch, fj_tuning_source_text(*from), e->config);
     else
-        snprintf(why, n, "heuristic for d%u on sm_%u (no tuning entry for %s %s d%d %s %s bucket %d)",
-                 k->head_dim, k->arch, key.device, key.arch, key.head_dim, key.dtype, key.mask,
-                 key.bucket);
+        snprintf(why, n, "heuristic for d%u on sm_%u (no tuning entry for %s %s %s)", k->head_dim,
+                 k->arch, key.device, key.arch, key.point);
     *from = FJ_TILES_HEURISTIC;
     return fj_kernel_desc_check(k, smem);
 }

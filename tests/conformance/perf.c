@@ -9,25 +9,7 @@
 #include "harness.h"
 #include "tune/measure.h"
 
-void fjt_perf_header(void)
-{
-    printf("%-14s %-38s %10s %9s %9s %4s %9s  %s\n", "backend", "shape", "ms", "TFLOP/s", "GB/s",
-           "lnch", "rel.err", "kernel");
-}
-
-/* bench's kernel column: the plan's "kernel:" (CUDA) or "method:" (CPU) line. */
-static void kernel_column(const char *describe, char *out, size_t n)
-{
-    static const char *const keys[] = {"kernel: ", "method: "};
-    out[0] = '\0';
-    for (int k = 0; k < 2; k++) {
-        const char *s = strstr(describe, keys[k]);
-        if (!s) continue;
-        s += strlen(keys[k]);
-        snprintf(out, n, "%.*s", (int)strcspn(s, "\n"), s);
-        return;
-    }
-}
+void fjt_perf_header(void) { cli_table_header(); }
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -70,11 +52,10 @@ fj_status fjt_perf_row(const fjt_case *c, fj_context *ctx, uint64_t suite_seed, 
         fj_plan_get_info(plan, &info);
         char shape[128], kernel[192];
         cli_shape_str(d, shape, sizeof shape);
-        kernel_column(fj_plan_describe(plan), kernel, sizeof kernel);
-        printf("%-14s %-38s %10.4f %9.2f %9.1f %4d %9s  %s\n",
-               fj_backend_name(fj_context_backend(ctx)), shape, median,
-               fj_attention_flops(d) / (median * 1e-3) / 1e12,
-               cli_min_bytes(d, c->lse) / (median * 1e-3) / 1e9, info.launches, "-", kernel);
+        cli_kernel_of(&info, kernel, sizeof kernel);
+        cli_table_row(fj_backend_name(fj_context_backend(ctx)), shape, median,
+                      fj_attention_flops(d) / (median * 1e-3) / 1e12,
+                      cli_min_bytes(d, c->lse) / (median * 1e-3) / 1e9, info.launches, "-", kernel);
         fflush(stdout);
     } else {
         snprintf(why, why_n, "%s", fj_last_error());

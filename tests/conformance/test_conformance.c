@@ -333,7 +333,7 @@ typedef struct bench_row {
 static int parse_rows(const char *text, char *header, size_t header_n, bench_row *rows, int cap)
 {
     regex_t re;
-    assert_int_equal(regcomp(&re, "^(.{14}) (.{38}) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9]+) +([^ ]+)  (.*)$",
+    assert_int_equal(regcomp(&re, "^(.{14}) ([^ ]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9]+) +([^ ]+)  (.*)$",
                              REG_EXTENDED), 0);
     int n = 0;
     header[0] = '\0';

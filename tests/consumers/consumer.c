@@ -20,8 +20,8 @@ static int fail(const char *what, fj_status s)
 
 int main(void)
 {
-    unsigned want = FLASHJIT_VERSION_MAJOR * 10000u + FLASHJIT_VERSION_MINOR * 100u +
-                    FLASHJIT_VERSION_PATCH;
+    unsigned want =
+        FLASHJIT_VERSION_MAJOR * 10000u + FLASHJIT_VERSION_MINOR * 100u + FLASHJIT_VERSION_PATCH;
     if (fj_version() != want) {
         fprintf(stderr, "consumer: header %s but library %u\n", FLASHJIT_VERSION_STRING,
                 fj_version());
@@ -45,7 +45,8 @@ int main(void)
     static float q[SQ * HQ * D], k[SK * HKV * D], v[SK * HKV * D], o32[SQ * HQ * D];
     static uint16_t qb[SQ * HQ * D], kb[SK * HKV * D], vb[SK * HKV * D], ob[SQ * HQ * D];
     for (int i = 0; i < SQ * HQ * D; i++) q[i] = (float)sin(0.37 * i);
-    for (int i = 0; i < SK * HKV * D; i++) k[i] = (float)cos(0.11 * i), v[i] = (float)sin(0.05 * i + 1);
+    for (int i = 0; i < SK * HKV * D; i++)
+        k[i] = (float)cos(0.11 * i), v[i] = (float)sin(0.05 * i + 1);
     if ((s = fj_convert(FJ_BF16, qb, FJ_F32, q, SQ * HQ * D)) ||
         (s = fj_convert(FJ_BF16, kb, FJ_F32, k, SK * HKV * D)) ||
         (s = fj_convert(FJ_BF16, vb, FJ_F32, v, SK * HKV * D)))
@@ -65,7 +66,8 @@ int main(void)
             double p[SK], sum = 0, mx = -INFINITY;
             for (int j = 0; j <= last; j++) {
                 double dot = 0;
-                for (int c = 0; c < D; c++) dot += (double)q[(i * HQ + h) * D + c] * k[(j * HKV + kvh) * D + c];
+                for (int c = 0; c < D; c++)
+                    dot += (double)q[(i * HQ + h) * D + c] * k[(j * HKV + kvh) * D + c];
                 p[j] = dot / sqrt((double)D);
                 if (p[j] > mx) mx = p[j];
             }

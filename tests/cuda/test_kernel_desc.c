@@ -993,7 +993,7 @@ static void test_codegen_layout(void **state)
     assert_memory_equal(a, b, na);
     /* The templates, whole and in order, each after its #line marker. */
     static const char *const files[] = {"fwd_params.h", "common.cuh", "attention_rows.cuh",
-                                        "flash_fwd.cu"};
+                                        "softmax.cuh", "mask.cuh", "tile_io.cuh", "flash_fwd.cu"};
     const char *at = a;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const fj_embedded_file *t = fj_template_find(files[i]);
@@ -1040,7 +1040,7 @@ static void test_codegen_wgmma(void **state)
     assert_int_equal(macro_value(src, "FJ_SMEM_BYTES"), 164864);
     /* The shared files, then flash_wgmma.cu whole, and not flash_fwd.cu. */
     static const char *const files[] = {"fwd_params.h", "common.cuh", "attention_rows.cuh",
-                                        "flash_wgmma.cu"};
+                                        "softmax.cuh", "mask.cuh", "tile_io.cuh", "flash_wgmma.cu"};
     const char *at = src;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const fj_embedded_file *t = fj_template_find(files[i]);
@@ -1100,6 +1100,9 @@ static void test_codegen_wgmma(void **state)
     assert_contains(src, "#line 1 \"common.cuh\"\n");
     assert_contains(src, "#line 1 \"combine.cu\"\n");
     assert_null(strstr(src, "attention_rows.cuh"));
+    assert_null(strstr(src, "softmax.cuh"));
+    assert_null(strstr(src, "mask.cuh"));
+    assert_null(strstr(src, "tile_io.cuh"));
     free(src);
     /* The rules hold for rendering too, the shared memory limit aside. */
     k.arch = 80;

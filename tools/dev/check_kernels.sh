@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Renders kernel sources the way src/codegen.c does (a comment, the descriptor
-# macros, then fwd_params.h, common.cuh, attention_rows.cuh (not for the
+# macros, then fwd_params.h, common.cuh, the attention headers (not for the
 # combine kernel) and the template, each after a #line
 # directive), compiles each with nvcc
 # (-std=c++17 -cubin -Xptxas -v) for sm_80 and sm_90, optionally with NVRTC
@@ -197,7 +197,7 @@ render() {
         local def
         for def in "${extra_defs[@]+"${extra_defs[@]}"}"; do echo "#define ${def%%=*} ${def#*=}"; done
         local f
-        local shared=attention_rows.cuh
+        local shared="attention_rows.cuh softmax.cuh mask.cuh tile_io.cuh"
         [ $template = combine.cu ] && shared=""
         for f in fwd_params.h common.cuh $shared "$template"; do
             echo "#line 1 \"$f\""

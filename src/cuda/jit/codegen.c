@@ -1,7 +1,7 @@
 /* Renders a kernel's CUDA source (kernel_templates/README.md): a comment
  * naming the kernel, the descriptor as macros, then the embedded templates
- * fwd_params.h, common.cuh, attention_rows.cuh (attention kernels only) and
- * the kernel template. The output depends on the descriptor and the
+ * fwd_params.h, common.cuh, the attention headers (attention kernels only)
+ * and the kernel template. The output depends on the descriptor and the
  * embedded text only, so equal descriptors give equal bytes and equal cache
  * keys. */
 #include "cuda/jit/codegen.h"
@@ -18,6 +18,12 @@ const char *fj_codegen_entry(const fj_kernel_desc *k)
     const fj_template_row *r = fj_template_row_of(k->template_id);
     return r ? r->entry : NULL;
 }
+
+/* The device code the attention templates share, in the order it is pasted
+ * (each header uses the ones before it). */
+static const char *const attention_headers[] = {"attention_rows.cuh", "softmax.cuh",
+                                                "mask.cuh", "tile_io.cuh"};
+#define N_ATTENTION_HEADERS (sizeof attention_headers / sizeof attention_headers[0])
 
 bool fj_codegen_arch_specific(const fj_kernel_desc *k)
 {
@@ -75,12 +81,17 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
                      window, (unsigned)k->block_m, (unsigned)k->block_n, (unsigned)k->warps,
                      (unsigned)k->stages, (unsigned)k->split_kv, fj_kernel_desc_smem_bytes(k));
 
-    /* attention_rows.cuh: what the attention templates share */
     const fj_template_row *row = fj_template_row_of(k->template_id);
-    const char *files[] = {"fwd_params.h", "common.cuh",
-                           row->attention ? "attention_rows.cuh" : NULL, row->header, row->file};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        if (files[i] && (s = paste(&b, files[i])) != FJ_OK) {
+    const char *files[4 + N_ATTENTION_HEADERS];
+    size_t n_files = 0;
+    files[n_files++] = "fwd_params.h";
+    files[n_files++] = "common.cuh";
+    if (row->attention)
+        for (size_t i = 0; i < N_ATTENTION_HEADERS; i++) files[n_files++] = attention_headers[i];
+    if (row->header) files[n_files++] = row->header;
+    files[n_files++] = row->file;
+    for (size_t i = 0; i < n_files; i++) {
+        if ((s = paste(&b, files[i])) != FJ_OK) {
             fj_strbuf_free(&b);
             return s;
         }

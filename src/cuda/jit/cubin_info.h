@@ -24,9 +24,9 @@ typedef struct fj_cubin_resources {
  * test accept in a generated kernel: none. The template sizes its register
  * use so that every heuristic tile compiles without spills (measured over
  * every head dim, dtype and mask for sm_80 and sm_90); a frame appearing is a
- * regression to catch. `--max-spill N` relaxes it for experiments (an
- * FA2-like d128 tile holding all 64 keys spills 12-24 bytes and ran 4%
- * faster on the H200). */
+ * regression to catch. `--max-spill N` relaxes it for experiments, such as
+ * the spilling d128 tile that holds all 64 keys (docs/benchmarks.md, the
+ * first "GPU prefill" section). */
 #define FJ_CUBIN_MAX_SPILL_BYTES 0
 
 /* Reads the resources of kernel entry from a cubin (an ELF64 for EM_CUDA).

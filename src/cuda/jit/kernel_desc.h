@@ -110,8 +110,7 @@ fj_status fj_kernel_desc_parse_tiles(const char *tiles, fj_kernel_desc *k);
    take 122 registers a thread at d128: 2 blocks per SM), and a row has at
    most FJ_COMBINE_SPLITS_PER_WARP splits (8 above head dim 128), a row gets
    one warp instead, which issues all of its loads at once (combine.cu's
-   UNROLL). H200: 2048 rows of 9 splits took 17.4 us with 8 warps and 4.9
-   with one; 256 rows of 10 splits 2.5 with 8 and 3.7 with one. */
+   UNROLL); the combine rows of docs/benchmarks.md, "GPU decode, third pass". */
 #define FJ_COMBINE_WARPS 8
 #define FJ_COMBINE_SPLITS_PER_WARP 16
 

@@ -1,0 +1,58 @@
+/* mask.cuh: the masking of a score fragment in the attention templates: the
+ * scores of keys outside each row's band (causal diagonal, window edges,
+ * seqlen_k) become -inf, in a warp's C fragments s[mt][nt][e] as softmax.cuh
+ * describes them (MT m tiles of 16 rows, NT n8 tiles of keys). The band is
+ * fj_visible_keys's (src/problem.h) and attention_rows.cuh's row_band, here
+ * per element. Pasted after softmax.cuh for the attention templates. */
+#ifndef FJ_MASK_CUH
+#define FJ_MASK_CUH
+
+namespace fja {
+
+/* row0: the query row of this thread's first element (m tile 0, row g);
+ * col0: the key of its first column (n8 tile 0, column 2t). The band moves by
+ * exactly one key per row, so it is worked out once in 64 bits for row0,
+ * relative to col0, then clamped to +-2^24 (far beyond the few hundred keys
+ * and rows a tile spans, which is all that can change a comparison) and
+ * shifted per row in 32 bits. */
+template <int MT, int NT>
+__device__ __forceinline__ void mask_scores(const fj_fwd_params &p, long long row0, int col0,
+                                            float (&s)[MT][NT][4])
+{
+    const long long d = row0 + p.diag_offset - col0; /* diagonal key of row0, relative */
+    constexpr long long BIG = 1ll << 24;
+    long long lo = -BIG, hi = BIG; /* visible: lo <= j < hi, j relative to col0 */
+#if FJ_CAUSAL
+    hi = d + 1;
+#endif
+#if FJ_HAS_WINDOW
+    if (p.window_right >= 0 && d + p.window_right + 1 < hi) hi = d + p.window_right + 1;
+    if (p.window_left >= 0) lo = d - p.window_left;
+#endif
+    (void)d;
+    lo = lo < -BIG ? -BIG : (lo > BIG ? BIG : lo);
+    hi = hi < -BIG ? -BIG : (hi > BIG ? BIG : hi);
+    const int lo0 = (int)lo, hi0 = (int)hi, end = p.seqlen_k - col0;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = mt * 16 + hh * 8;
+            const int lo_r = lo0 + r, hi_r = hi0 + r < end ? hi0 + r : end;
+            /* lo_r <= j < hi_r as one unsigned compare: (j - lo_r) wraps to a
+               huge value below the band. Two compares per score cost ptxas
+               enough predicate temporaries to spill at D = 96..128. */
+            const unsigned width = hi_r > lo_r ? (unsigned)(hi_r - lo_r) : 0u;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int j = nt * 8 + e;
+                    if ((unsigned)(j - lo_r) >= width) s[mt][nt][2 * hh + e] = FJ_NEG_INF;
+                }
+        }
+}
+
+} /* namespace fja */
+
+#endif

@@ -1,0 +1,214 @@
+/* softmax.cuh: the online softmax of the attention templates, on the score
+ * and output fragments one warp holds in mma.sync's C layout (common.cuh):
+ * s[mt][nt][e] is element e of n8 tile nt of the warp's 16-row m tile mt,
+ * rows g and g+8 (hh 0 and 1) of the m tile, columns 2t, 2t+1 of the n8
+ * tile, with g = lane / 4, t = lane % 4; e = 2 * hh + (column & 1). A row's
+ * values sit in the 4 lanes of a quad. flash_fwd's warps hold MT m tiles,
+ * flash_wgmma's one (a wgmma m64nN accumulator gives each warp of the
+ * warpgroup exactly these fragments); NT and NDT are the n8 tiles of S and of
+ * O. Pasted after attention_rows.cuh for the attention templates (src/cuda/
+ * jit/codegen.c).
+ *
+ * Base 2: the scores arrive unscaled, and the running row max m is kept in
+ * the scaled log2 domain (scale = |scale * log2 e|), so P = exp2(s * scale -
+ * m) is one FMA and one ex2 per score.
+ *
+ * Lazy rescaling (as in FlashAttention-4): m only moves when some row of the
+ * warp sees a score above m + FJ_RESCALE_LOG2; then every row of the warp
+ * moves to its true max and O and l are rescaled by exp2(m_old - m_new).
+ * Otherwise m stays a stale lower bound, P <= 2^FJ_RESCALE_LOG2, and the
+ * multiplies of the rescale are skipped (measured in flash_fwd: +3 % at
+ * D = 128). The result is the same function: O
+ * and l always share one m, and O / l and lse = m + log2(l) do not depend on
+ * which m it is. The test is a warp vote, so the branch is uniform.
+ *
+ * MASKED sub-tiles may hold rows whose every score so far is -inf; such a
+ * row keeps m = -inf and uses 0 in the subtraction, so exp2 gives 0, never
+ * NaN (and a row leaving -inf always triggers the rescale, with alpha 0).
+ *
+ * The pieces are separate so that a kernel whose O is still being written by
+ * an asynchronous MMA (flash_wgmma's pipelined loop) can apply the rescale
+ * to O later (online_softmax_deferred, then rescale_o); the others rescale in
+ * place (online_softmax). */
+#ifndef FJ_SOFTMAX_CUH
+#define FJ_SOFTMAX_CUH
+
+#ifndef FJ_RESCALE_LOG2
+#define FJ_RESCALE_LOG2 8.0f
+#endif
+
+namespace fja {
+
+/* The state before the first key: m = -inf, l = 0, O = 0. */
+template <int MT, int NDT>
+__device__ __forceinline__ void softmax_init(float (&m)[MT][2], float (&l)[MT][2],
+                                             float (&o)[MT][NDT][4])
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            m[mt][hh] = FJ_NEG_INF;
+            l[mt][hh] = 0.f;
+        }
+#pragma unroll
+        for (int dt = 0; dt < NDT; ++dt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
+    }
+}
+
+/* The new row maxima m_new = max(m, scale * row max of s) (rows g, g+8 of
+ * each m tile); returns, the same in every lane, whether some row of the warp
+ * exceeds its m by more than FJ_RESCALE_LOG2. */
+template <int MT, int NT>
+__device__ __forceinline__ bool new_row_max(const float (&s)[MT][NT][4], const float (&m)[MT][2],
+                                            float scale, float (&m_new)[MT][2])
+{
+    bool grow = false;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            float mx = s[mt][0][2 * hh];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[mt][nt][2 * hh + e]);
+            mx = fj_quad_max(mx) * scale;
+            m_new[mt][hh] = fmaxf(m[mt][hh], mx);
+            grow |= mx > m[mt][hh] + FJ_RESCALE_LOG2;
+        }
+    return __any_sync(0xffffffffu, grow);
+}
+
+/* One row's max moves to m_new: l is rescaled, and the factor alpha =
+ * exp2(m_old - m_new) that O's row needs is returned. */
+template <bool MASKED>
+__device__ __forceinline__ float move_row_max(float m_new, float &m, float &l)
+{
+    const float m_use = (MASKED && m_new == FJ_NEG_INF) ? 0.f : m_new;
+    const float alpha = fj_exp2(m - m_use);
+    m = m_new;
+    l *= alpha;
+    return alpha;
+}
+
+/* O's row hh (of one m tile) times alpha. */
+template <int NDT>
+__device__ __forceinline__ void rescale_o_row(float (&o)[NDT][4], int hh, float alpha)
+{
+#pragma unroll
+    for (int dt = 0; dt < NDT; ++dt) {
+        o[dt][2 * hh] *= alpha;
+        o[dt][2 * hh + 1] *= alpha;
+    }
+}
+
+/* Every row of O times its alpha (after online_softmax_deferred). */
+template <int MT, int NDT>
+__device__ __forceinline__ void rescale_o(float (&o)[MT][NDT][4], const float (&alpha)[MT][2])
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) rescale_o_row(o[mt], hh, alpha[mt][hh]);
+}
+
+/* P = exp2(s * scale - m) in place, and l += this thread's part of P's row
+ * sums. */
+template <bool MASKED, int MT, int NT>
+__device__ __forceinline__ void exp_scores(float (&s)[MT][NT][4], const float (&m)[MT][2],
+                                           float (&l)[MT][2], float scale)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const float m_use = (MASKED && m[mt][hh] == FJ_NEG_INF) ? 0.f : m[mt][hh];
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float pv = fj_exp2(fmaf(s[mt][nt][2 * hh + e], scale, -m_use));
+                    s[mt][nt][2 * hh + e] = pv;
+                    sum += pv;
+                }
+            l[mt][hh] += sum;
+        }
+}
+
+/* The online softmax update for one sub-tile of scores, O rescaled in place
+ * when the max moves: P left in s, m, l and O updated. */
+template <bool MASKED, int MT, int NT, int NDT>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2],
+                                               float (&l)[MT][2], float (&o)[MT][NDT][4],
+                                               float scale)
+{
+    float m_new[MT][2];
+    if (new_row_max(s, m, scale, m_new)) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+                rescale_o_row(o[mt], hh, move_row_max<MASKED>(m_new[mt][hh], m[mt][hh], l[mt][hh]));
+    }
+    exp_scores<MASKED>(s, m, l, scale);
+}
+
+/* The same update with O left alone: returns whether the max moved, in which
+ * case the caller must apply rescale_o(o, alpha) before O is next read or
+ * accumulated into. */
+template <bool MASKED, int MT, int NT>
+__device__ __forceinline__ bool online_softmax_deferred(float (&s)[MT][NT][4], float (&m)[MT][2],
+                                                        float (&l)[MT][2], float (&alpha)[MT][2],
+                                                        float scale)
+{
+    float m_new[MT][2];
+    const bool rescale = new_row_max(s, m, scale, m_new);
+    if (rescale) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+                alpha[mt][hh] = move_row_max<MASKED>(m_new[mt][hh], m[mt][hh], l[mt][hh]);
+    }
+    exp_scores<MASKED>(s, m, l, scale);
+    return rescale;
+}
+
+/* After the key loop: full row sums (over the quad), the factor 1/l that O's
+ * rows are multiplied by (0 for a row that saw no key) and lse = (m +
+ * log2 l) * ln 2 (-inf for such a row). */
+template <int MT>
+__device__ __forceinline__ void finish_rows(const float (&m)[MT][2], const float (&l)[MT][2],
+                                            float (&inv)[MT][2], float (&lse)[MT][2])
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const float sum = fj_quad_sum(l[mt][hh]);
+            const bool any = sum > 0.f;
+            inv[mt][hh] = any ? fj_rcp(sum) : 0.f; /* sum >= 1: its largest term is 2^(max - m) */
+            lse[mt][hh] = any ? (m[mt][hh] + fj_log2(sum)) * FJ_LN2 : FJ_NEG_INF;
+        }
+}
+
+/* P (the exp2 of S, in C fragments) as the A fragments of O += P V: the C
+ * fragments of n tiles 2kk and 2kk+1 are exactly the A fragment of k step kk
+ * (same rows g, g+8; columns 2t..2t+1 and 2t+8..2t+9 of its 16 keys), so P is
+ * only rounded and packed, never moved between lanes. */
+template <int NT>
+__device__ __forceinline__ void pack_p_step(const float (&s)[NT][4], int kk, unsigned (&a)[4])
+{
+    a[0] = fj_pack2(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = fj_pack2(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = fj_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = fj_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+} /* namespace fja */
+
+#endif

@@ -1,0 +1,20 @@
+"""flashjit: the forward pass of scaled dot-product attention,
+O = softmax(scale * Q K^T + mask) V, on torch tensors (CPU or CUDA) and
+DLPack arrays (numpy).
+
+On CUDA it runs a kernel generated and compiled (NVRTC) for the exact problem
+and cached on disk; on the CPU it computes with OpenBLAS. See docs/python.md.
+
+    import flashjit
+    out = flashjit.attention(q, k, v, causal="bottom-right")   # BSHD
+    out = flashjit.sdpa(query, key, value, is_causal=True)      # BHSD, torch's signature
+    print(flashjit.describe(q, k, v))                           # what the plan chose, and why
+
+flashjit.transformers registers attn_implementation="flashjit" with Hugging
+Face transformers.
+"""
+from ._api import attention, describe, info, sdpa
+from ._lib import ArgumentError, Error, version as _library_version
+
+__version__ = _library_version()
+__all__ = ["attention", "sdpa", "describe", "info", "Error", "ArgumentError"]

@@ -1,0 +1,173 @@
+"""The public functions: attention (BSHD, torch tensors or DLPack arrays),
+sdpa (torch's scaled_dot_product_attention signature, BHSD), describe and
+info."""
+from . import _dlpack, _execute, _lib, _problem
+
+try:
+    import torch
+except ImportError:  # the package works on DLPack arrays without torch
+    torch = None
+if torch is not None:
+    from . import _torch_ops
+
+
+def _is_torch(x):
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def attention(q, k, v, *, causal=None, window=(-1, -1), scale=None, return_lse=False, out=None,
+              backend="auto"):
+    """Scaled dot-product attention, forward: softmax(scale * q k^T + mask) v.
+
+    q: [batch, seqlen_q, heads_q, head_dim]; k, v: [batch, seqlen_k,
+    heads_kv, head_dim] (BSHD, as flash_attn_func), with heads_q a multiple
+    of heads_kv (GQA, MQA). torch tensors (CPU or CUDA) or any array with
+    __dlpack__ in host memory (numpy). Any strides >= 0 whose last dimension
+    is contiguous (CUDA: strides a multiple of 8 elements, data 16-byte
+    aligned). dtype: float32, float16 or bfloat16, one for q, k, v and out
+    (CUDA: float16 and bfloat16; the CPU computes in float32 and rounds).
+
+    causal: None (no mask), "bottom-right" (FlashAttention's causal=True:
+    query i sees key j when j <= i + seqlen_k - seqlen_q) or "top-left"
+    (PyTorch's is_causal=True: j <= i). They agree when seqlen_q == seqlen_k.
+    window: (left, right) sliding window around that diagonal, -1 for
+    unbounded. scale: None for 1/sqrt(head_dim). A query row that sees no key
+    gets zeros (and lse -inf).
+
+    return_lse: also return the float32 [batch, heads_q, seqlen_q] natural
+    log of each row's softmax denominator. out: write the result there
+    (shape of q, same dtype and device, rows not overlapping, not sharing
+    memory with q, k or v) instead of a new dense tensor.
+
+    backend: "auto" (CUDA for CUDA tensors, "cpu" for host memory), "cpu"
+    (tiled online softmax), "cpu-reference" (the yardstick), or "cuda".
+
+    On CUDA the call is asynchronous on torch's current stream. The first call
+    of a shape chooses its kernel and compiles it (or loads it from the disk
+    cache); later calls reuse the plan. Returns out, or (out, lse).
+
+    Raises TypeError or ValueError naming the argument and the rule, before
+    anything is written; flashjit.Error when the library fails (no device,
+    compile error, ...)."""
+    where = "flashjit.attention"
+    if not isinstance(return_lse, bool):
+        raise TypeError("%s: return_lse must be a bool, not %s" % (where, type(return_lse).__name__))
+    if _is_torch(q):
+        return _torch_ops.attention(q, k, v, causal, window, scale, return_lse, out, backend,
+                                    "attention")
+    return _attention_dlpack(q, k, v, causal, window, scale, return_lse, out, backend, where)
+
+
+def _attention_dlpack(q, k, v, causal, window, scale, return_lse, out, backend, where):
+    if not _dlpack.is_array(q):
+        raise TypeError("%s: q must be a torch.Tensor or an array with __dlpack__ (numpy, ...), "
+                        "not %s" % (where, type(q).__name__))
+    for x, n in ((k, "k"), (v, "v"), (out, "out")):
+        if _is_torch(x):
+            raise TypeError("%s: %s is a torch.Tensor but q is a %s: pass tensors of one kind "
+                            "(torch.from_dlpack(q), or %s.numpy())" % (where, n, type(q).__name__, n))
+    exported = [_dlpack.export(x, n, where) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+    ops = [e.operand for e in exported]
+    if out is not None:
+        eo = _dlpack.export(out, "out", where)
+        if eo.read_only:
+            raise ValueError("%s: out is read-only" % where)
+        exported.append(eo)
+    problem = _problem.check(*ops, exported[3].operand if out is not None else None,
+                             causal=causal, window=window, scale=scale, backend=backend,
+                             where=where)
+    if out is None:
+        out = _dlpack.empty_like_namespace(q, problem.out_shape, None, where, "the output")
+        eo = _dlpack.export(out, "out", where)
+        exported.append(eo)
+        # Checked again with the new array's own strides (a namespace may
+        # not allocate dense rows).
+        problem = _problem.check(*ops, eo.operand, causal=causal, window=window, scale=scale,
+                                 backend=backend, where=where)
+    lse_ptr, lse = None, None
+    if return_lse:
+        lse = _dlpack.empty_like_namespace(q, problem.lse_shape, "float32", where, "lse")
+        el = _dlpack.export(lse, "lse", where)
+        exported.append(el)
+        n = problem.lse_shape
+        if el.operand.itemsize != 4 or el.operand.strides != (n[1] * n[2], n[2], 1):
+            raise TypeError("%s: the lse array made by %s is not dense float32"
+                            % (where, type(q).__name__))
+        lse_ptr = el.operand.ptr
+    _execute.run(problem, ops[0].ptr, ops[1].ptr, ops[2].ptr, eo.operand.ptr, lse_ptr, None, where)
+    del exported  # now the producers may free their exports
+    return (out, lse) if return_lse else out
+
+
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+         enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention's signature on
+    flashjit: query [batch, heads_q, seqlen_q, head_dim], key and value
+    [batch, heads_kv, seqlen_k, head_dim] (BHSD) torch tensors; returns
+    [batch, heads_q, seqlen_q, head_dim] (a view of a dense BSHD tensor).
+
+    is_causal is PyTorch's (top-left: query i sees keys 0..i). attn_mask must
+    be None and dropout_p 0 (flashjit computes causal and window masks only,
+    forward only); heads_q != heads_kv needs enable_gqa=True, as in PyTorch.
+    scale and enable_gqa are keyword-only, as in torch. Raises ValueError for
+    what it cannot express."""
+    where = "flashjit.sdpa"
+    if not _is_torch(query):
+        raise TypeError("%s: query must be a torch.Tensor (flashjit.attention takes DLPack arrays), "
+                        "not %s" % (where, type(query).__name__))
+    for x, n in ((key, "key"), (value, "value")):
+        if not _is_torch(x):
+            raise TypeError("%s: %s must be a torch.Tensor, not %s" % (where, n, type(x).__name__))
+    if attn_mask is not None:
+        raise ValueError("%s: attn_mask must be None: flashjit computes no mask given as a tensor, "
+                         "only causal masks (is_causal=True here; flashjit.attention also has "
+                         "bottom-right causal and sliding windows)" % where)
+    if dropout_p != 0.0:
+        raise ValueError("%s: dropout_p (%r) must be 0: flashjit has no dropout" % (where, dropout_p))
+    if not isinstance(is_causal, bool) or not isinstance(enable_gqa, bool):
+        raise TypeError("%s: is_causal and enable_gqa must be bools" % where)
+    for x, n in ((query, "query"), (key, "key"), (value, "value")):
+        if x.dim() != 4:
+            raise ValueError("%s: %s must be 4-D [batch, heads, seqlen, head_dim], got shape %s"
+                             % (where, n, tuple(x.shape)))
+    if not enable_gqa and query.shape[1] != key.shape[1]:
+        raise ValueError("%s: query has %d heads and key %d: pass enable_gqa=True for grouped-query "
+                         "attention (as torch's SDPA requires)" % (where, query.shape[1], key.shape[1]))
+    out = _torch_ops.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                               "top-left" if is_causal else None, (-1, -1), scale, False, None,
+                               "auto", "sdpa")
+    return out.transpose(1, 2)
+
+
+def _problem_of(q, k, v, causal, window, scale, backend, where):
+    if _is_torch(q):
+        for x, n in ((k, "k"), (v, "v")):
+            if not _is_torch(x):
+                raise TypeError("%s: q is a torch.Tensor, so %s must be one too" % (where, n))
+        ops = [_torch_ops.operand(t, n, False) for t, n in ((q, "q"), (k, "k"), (v, "v"))]
+        return _problem.check(*ops, None, causal=causal, window=window, scale=scale,
+                              backend=backend, where=where)
+    exported = [_dlpack.export(x, n, where) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+    return _problem.check(*(e.operand for e in exported), None, causal=causal, window=window,
+                          scale=scale, backend=backend, where=where)
+
+
+def describe(q, k, v, *, causal=None, window=(-1, -1), scale=None, backend="auto"):
+    """What flashjit.attention would do with these arguments, as text: the
+    context (what was found on this machine: CPU, BLAS, CUDA driver, NVRTC,
+    device) and the plan (backend, kernel or CPU method, tiles, and why they
+    were chosen). Creates the plan (compiling its kernel if it is not cached)
+    but computes nothing."""
+    where = "flashjit.describe"
+    return _execute.describe(_problem_of(q, k, v, causal, window, scale, backend, where), where)
+
+
+def info(backend="cpu", device=0):
+    """The description of this process's context for backend ("cpu",
+    "cpu-reference" or "cuda") and CUDA device: what was found (CPU threads,
+    BLAS, CUDA driver, NVRTC, the device), the cache directory and the tuning
+    file. Raises flashjit.Error saying why when CUDA is not usable."""
+    if backend not in _lib.BACKENDS:
+        raise ValueError("flashjit.info: backend must be one of %s, not %r"
+                         % (", ".join(sorted(_lib.BACKENDS)), backend))
+    return _lib.context_describe(_lib.context(backend, device))

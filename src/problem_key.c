@@ -1,0 +1,218 @@
+/* The problem key: the one text form of a problem (include/flashjit.h,
+ * "Problem keys"), printed by plan describe texts, logs, bench rows, the
+ * tuner and the grids in tools/grids/, and parsed back exactly. The fields
+ * and their order are fixed, so two spellings of one problem cannot exist:
+ *
+ *     b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>
+ *
+ * <mask>: "nomask", or causal_br|causal_tl, wl<N>, wr<N> in that order, each
+ * optional, at least one. */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "problem.h"
+#include "status.h"
+
+#define KEY_FORM                                                                           \
+    "b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>"
+
+/* The mask fields after the dtype, as one string ("nomask", "causal_br.wl256"). */
+static void mask_text(fj_causal causal, int window_left, int window_right, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    if (causal != FJ_CAUSAL_NONE)
+        len += (size_t)snprintf(buf + len, n - len, "%s",
+                                causal == FJ_CAUSAL_TOP_LEFT ? "causal_tl" : "causal_br");
+    if (window_left >= 0 && len < n)
+        len += (size_t)snprintf(buf + len, n - len, "%swl%d", len ? "." : "", window_left);
+    if (window_right >= 0 && len < n)
+        len += (size_t)snprintf(buf + len, n - len, "%swr%d", len ? "." : "", window_right);
+    if (!len) snprintf(buf, n, "nomask");
+}
+
+static int key_text(int batch, int hq, int hkv, int sq, int sk, int d, fj_dtype dtype,
+                    fj_causal causal, int wl, int wr, char *buf, size_t n)
+{
+    char mask[64];
+    mask_text(causal, wl, wr, mask, sizeof mask);
+    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s", batch, hq, hkv, sq, sk, d,
+                    fj_dtype_name(dtype), mask);
+}
+
+void fj_problem_key_of(const fj_problem *p, char *buf, size_t n)
+{
+    key_text(p->batch, p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim, p->dtype,
+             p->causal, p->window_left, p->window_right, buf, n);
+}
+
+void fj_problem_format(const fj_problem *p, char *buf, size_t n)
+{
+    char key[FJ_PROBLEM_KEY_MAX];
+    fj_problem_key_of(p, key, sizeof key);
+    snprintf(buf, n, "%s scale=%g", key, (double)p->scale);
+}
+
+fj_status fj_problem_key(const fj_attention_desc *d, char *buf, size_t n)
+{
+    fj_clear_error();
+    if (!buf || !n) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_problem_key: buf is NULL or n is 0");
+    buf[0] = '\0';
+    fj_problem p;
+    fj_status s = fj_problem_init(&p, d);
+    if (s) return s;
+    char key[FJ_PROBLEM_KEY_MAX];
+    fj_problem_key_of(&p, key, sizeof key);
+    if (strlen(key) >= n)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_problem_key: the key has %zu characters, "
+                       "more than the buffer's %zu bytes hold (FJ_PROBLEM_KEY_MAX is enough)",
+                       strlen(key), n);
+    memcpy(buf, key, strlen(key) + 1);
+    return FJ_OK;
+}
+
+/* ---- parsing -------------------------------------------------------------- */
+
+typedef struct cursor {
+    const char *key; /* the whole key, for messages */
+    const char *at;  /* the next field */
+    int field;       /* 1-based number of the next field */
+} cursor;
+
+/* The next field (up to '.' or the end) into buf; false at the end of the key. */
+static bool next_field(cursor *c, char *buf, size_t n)
+{
+    if (!*c->at) return false;
+    size_t len = strcspn(c->at, ".");
+    if (len >= n) len = n - 1; /* a too-long field fails its own check */
+    memcpy(buf, c->at, len);
+    buf[len] = '\0';
+    c->at += strcspn(c->at, ".");
+    if (*c->at == '.') c->at++;
+    c->field++;
+    return true;
+}
+
+/* A decimal without sign or leading zeros, at most INT_MAX. */
+static bool parse_number(const char *s, int *out)
+{
+    if (!*s || (s[0] == '0' && s[1])) return false;
+    long long v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return false;
+        v = v * 10 + (*s - '0');
+        if (v > INT_MAX) return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+static fj_status bad(const cursor *c, const char *field, const char *expected)
+{
+    return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                   "problem key '%s': field %d ('%s') is not %s (a key is " KEY_FORM ")", c->key,
+                   c->field, field, expected);
+}
+
+/* "<prefix><number>" */
+static fj_status number_field(cursor *c, const char *prefix, const char *name, int *out)
+{
+    char f[32], expected[96];
+    snprintf(expected, sizeof expected, "%s<%s> (a decimal without sign or leading zeros)",
+             prefix, name);
+    if (!next_field(c, f, sizeof f))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "problem key '%s' ends before field %d, %s<%s> (a key is " KEY_FORM ")",
+                       c->key, c->field + 1, prefix, name);
+    size_t pl = strlen(prefix);
+    if (strncmp(f, prefix, pl) || !parse_number(f + pl, out)) return bad(c, f, expected);
+    return FJ_OK;
+}
+
+static fj_status dtype_field(cursor *c, fj_dtype *out)
+{
+    static const fj_dtype all[] = {FJ_F32, FJ_F16, FJ_BF16};
+    char f[32];
+    if (!next_field(c, f, sizeof f))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "problem key '%s' ends before field %d, the dtype (a key is " KEY_FORM ")",
+                       c->key, c->field + 1);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(f, fj_dtype_name(all[i]))) {
+            *out = all[i];
+            return FJ_OK;
+        }
+    return bad(c, f, "a dtype: f32, f16 or bf16");
+}
+
+/* "nomask" alone, or [causal_br|causal_tl][.wl<N>][.wr<N>] with at least one. */
+static fj_status mask_fields(cursor *c, fj_attention_desc *d)
+{
+    char f[32];
+    if (!next_field(c, f, sizeof f))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "problem key '%s' ends before field %d, the mask (nomask, causal_br, "
+                       "causal_tl, wl<N>, wr<N>; a key is " KEY_FORM ")",
+                       c->key, c->field + 1);
+    if (!strcmp(f, "nomask")) {
+        if (*c->at || c->at[-1] == '.')
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "problem key '%s': nothing may follow 'nomask' (field %d)", c->key,
+                           c->field);
+        return FJ_OK;
+    }
+    int stage = 0; /* 1: causal seen, 2: wl seen, 3: wr seen */
+    do {
+        int v;
+        if (stage < 1 && (!strcmp(f, "causal_br") || !strcmp(f, "causal_tl"))) {
+            d->causal = f[7] == 'b' ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_TOP_LEFT;
+            stage = 1;
+        } else if (stage < 2 && !strncmp(f, "wl", 2) && parse_number(f + 2, &v)) {
+            d->window_left = v;
+            stage = 2;
+        } else if (stage < 3 && !strncmp(f, "wr", 2) && parse_number(f + 2, &v)) {
+            d->window_right = v;
+            stage = 3;
+        } else {
+            return bad(c, f,
+                       stage ? "the next mask field (causal_br or causal_tl, then wl<N>, then "
+                               "wr<N>, each once, in that order)"
+                             : "a mask: nomask, or causal_br or causal_tl, then wl<N>, then "
+                               "wr<N>, in that order");
+        }
+    } while (next_field(c, f, sizeof f));
+    if (c->at[-1] == '.')
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "problem key '%s' ends with '.'", c->key);
+    return FJ_OK;
+}
+
+fj_status fj_problem_key_parse(const char *key, fj_attention_desc *out)
+{
+    fj_clear_error();
+    if (!key || !out)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_problem_key_parse: %s is NULL",
+                       key ? "the desc" : "the key");
+    if (strlen(key) >= FJ_PROBLEM_KEY_MAX)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "problem key '%.40s...' is longer than FJ_PROBLEM_KEY_MAX - 1 (%d) "
+                       "characters",
+                       key, FJ_PROBLEM_KEY_MAX - 1);
+    cursor c = {key, key, 0};
+    int b = 0, hq = 0, hkv = 0, sq = 0, sk = 0, hd = 0;
+    fj_dtype dtype = FJ_F32;
+    fj_status s;
+    if ((s = number_field(&c, "b", "batch", &b)) || (s = number_field(&c, "hq", "heads_q", &hq)) ||
+        (s = number_field(&c, "hkv", "heads_kv", &hkv)) ||
+        (s = number_field(&c, "sq", "seqlen_q", &sq)) ||
+        (s = number_field(&c, "sk", "seqlen_k", &sk)) ||
+        (s = number_field(&c, "d", "head_dim", &hd)) || (s = dtype_field(&c, &dtype)))
+        return s;
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, b, hq, hkv, sq, sk, hd, dtype);
+    if ((s = mask_fields(&c, &d))) return s;
+    fj_problem p;
+    if ((s = fj_problem_init(&p, &d))) return fj_fail_prefix(s, "problem key '%s'", key);
+    *out = d;
+    return FJ_OK;
+}

@@ -1,0 +1,209 @@
+/* The problem key (include/flashjit.h, "Problem keys"): random problems of
+ * every kind print and parse back to the same fields and the same text;
+ * every way a key can be malformed is refused naming the field, leaving the
+ * desc untouched; the buffer rules; and the tuning file's point (the key's
+ * bucketed form) reads back only in its canonical spelling. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "tune/tuning.h"
+
+static void expect_same_fields(const fj_attention_desc *a, const fj_attention_desc *b)
+{
+    assert_int_equal(a->batch, b->batch);
+    assert_int_equal(a->heads_q, b->heads_q);
+    assert_int_equal(a->heads_kv, b->heads_kv);
+    assert_int_equal(a->seqlen_q, b->seqlen_q);
+    assert_int_equal(a->seqlen_k, b->seqlen_k);
+    assert_int_equal(a->head_dim, b->head_dim);
+    assert_int_equal(a->dtype, b->dtype);
+    assert_int_equal(a->causal, b->causal);
+    assert_int_equal(a->window_left, b->window_left);
+    assert_int_equal(a->window_right, b->window_right);
+}
+
+static void test_random_problems_round_trip(void **state)
+{
+    (void)state;
+    static const int seqlens[] = {1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1000, 4096};
+    static const int dims[] = {1, 7, 8, 31, 32, 64, 96, 128, 255, 256};
+    static const fj_dtype dtypes[] = {FJ_F32, FJ_F16, FJ_BF16};
+    fjt_axes axes = {seqlens, 13, dims, 10, dtypes, 3, 1e9};
+    fjt_rng rng;
+    fjt_rng_init(&rng, fjt_seed());
+    int windows = 0, causal = 0;
+    for (int i = 0; i < 2000; i++) {
+        fj_attention_desc d, back;
+        fjt_random_desc(&rng, &axes, &d);
+        windows += d.window_left >= 0 || d.window_right >= 0;
+        causal += d.causal != FJ_CAUSAL_NONE;
+        char key[FJ_PROBLEM_KEY_MAX], again[FJ_PROBLEM_KEY_MAX];
+        assert_int_equal(fj_problem_key(&d, key, sizeof key), FJ_OK);
+        assert_null(strchr(key, ' '));
+        if (fj_problem_key_parse(key, &back) != FJ_OK)
+            fail_msg("%s does not parse back: %s", key, fj_last_error());
+        expect_same_fields(&d, &back);
+        assert_int_equal(fj_problem_key(&back, again, sizeof again), FJ_OK);
+        assert_string_equal(key, again);
+        /* What the key leaves out is fj_attention_desc_init's. */
+        assert_true(back.scale == 0.0f);
+        for (int a = 0; a < 3; a++) assert_true(back.q_stride[a] == 0 && back.o_stride[a] == 0);
+    }
+    assert_true(windows > 100 && causal > 100); /* the menus cover the mask kinds */
+}
+
+static void test_spellings(void **state)
+{
+    (void)state;
+    static const struct {
+        int b, hq, hkv, sq, sk, d;
+        fj_dtype t;
+        fj_causal c;
+        int wl, wr;
+        const char *key;
+    } cases[] = {
+        {4, 16, 4, 4096, 4096, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1,
+         "b4.hq16.hkv4.sq4096.sk4096.d128.bf16.causal_br"},
+        {1, 8, 8, 1, 8192, 64, FJ_F16, FJ_CAUSAL_NONE, -1, -1, "b1.hq8.hkv8.sq1.sk8192.d64.f16.nomask"},
+        {2, 2, 1, 10, 20, 32, FJ_F32, FJ_CAUSAL_TOP_LEFT, 0, 5,
+         "b2.hq2.hkv1.sq10.sk20.d32.f32.causal_tl.wl0.wr5"},
+        {1, 1, 1, 5, 5, 8, FJ_F32, FJ_CAUSAL_NONE, 256, -1, "b1.hq1.hkv1.sq5.sk5.d8.f32.wl256"},
+        {1, 1, 1, 5, 5, 8, FJ_F32, FJ_CAUSAL_NONE, -1, 3, "b1.hq1.hkv1.sq5.sk5.d8.f32.wr3"},
+        {2147483647 / 65536, 1, 1, 65536, 2147483647, 256, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT,
+         2147483647, 2147483647,
+         "b32767.hq1.hkv1.sq65536.sk2147483647.d256.bf16.causal_br.wl2147483647.wr2147483647"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj_attention_desc d, back;
+        fj_attention_desc_init(&d, cases[i].b, cases[i].hq, cases[i].hkv, cases[i].sq, cases[i].sk,
+                               cases[i].d, cases[i].t);
+        d.causal = cases[i].c;
+        d.window_left = cases[i].wl;
+        d.window_right = cases[i].wr;
+        char key[FJ_PROBLEM_KEY_MAX];
+        if (fj_problem_key(&d, key, sizeof key)) fail_msg("case %zu: %s", i, fj_last_error());
+        assert_string_equal(key, cases[i].key);
+        assert_int_equal(fj_problem_key_parse(cases[i].key, &back), FJ_OK);
+        expect_same_fields(&d, &back);
+    }
+}
+
+static void test_malformed_keys_are_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key, *message;
+    } cases[] = {
+        {"", "ends before field 1"},
+        {"b1", "ends before field 2"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16", "ends before field 8"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.", "ends before field 8"},
+        {"b01.hq8.hkv8.sq1.sk4.d64.bf16.nomask", "field 1 ('b01')"},
+        {"b+1.hq8.hkv8.sq1.sk4.d64.bf16.nomask", "field 1 ('b+1')"},
+        {"b 1.hq8.hkv8.sq1.sk4.d64.bf16.nomask", "field 1"},
+        {"B1.hq8.hkv8.sq1.sk4.d64.bf16.nomask", "field 1 ('B1')"},
+        {"b1.h8.hkv8.sq1.sk4.d64.bf16.nomask", "field 2 ('h8') is not hq<heads_q>"},
+        {"b1.hkv8.hq8.sq1.sk4.d64.bf16.nomask", "field 2 ('hkv8')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.fp16.nomask", "field 7 ('fp16') is not a dtype"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal", "field 8 ('causal')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.wl4", "nothing may follow 'nomask'"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.wl4.causal_br", "field 9 ('causal_br')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.wr4.wl4", "field 9 ('wl4')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.causal_tl", "field 9 ('causal_tl')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.", "ends with '.'"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.wl-1", "field 8 ('wl-1')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask ", "field 8"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.", "nothing may follow 'nomask'"},
+        {"b2147483648.hq8.hkv8.sq1.sk4.d64.bf16.nomask", "field 1"},
+        /* Well formed, but the desc's rules refuse it. */
+        {"b0.hq8.hkv8.sq1.sk4.d64.bf16.nomask", "batch (0) must be >= 1"},
+        {"b1.hq8.hkv3.sq1.sk4.d64.bf16.nomask", "heads_q (8) is not a multiple of heads_kv (3)"},
+        {"b1.hq8.hkv8.sq1.sk4.d512.bf16.nomask", "head_dim (512) must be <="},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj_attention_desc d;
+        fj_attention_desc_init(&d, 3, 3, 3, 3, 3, 3, FJ_F16);
+        fj_attention_desc before = d;
+        if (fj_problem_key_parse(cases[i].key, &d) != FJ_ERR_INVALID_ARGUMENT)
+            fail_msg("'%s' parsed", cases[i].key);
+        if (!strstr(fj_last_error(), cases[i].message))
+            fail_msg("'%s': message '%s' lacks '%s'", cases[i].key, fj_last_error(), cases[i].message);
+        assert_memory_equal(&d, &before, sizeof d); /* untouched */
+    }
+    assert_int_equal(fj_problem_key_parse(NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    char longer[300];
+    memset(longer, 'x', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    fj_attention_desc d;
+    assert_int_equal(fj_problem_key_parse(longer, &d), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "FJ_PROBLEM_KEY_MAX"));
+}
+
+static void test_buffer_and_invalid_desc(void **state)
+{
+    (void)state;
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 4, 16, 4, 4096, 4096, 128, FJ_BF16);
+    char small[10] = "junk";
+    assert_int_equal(fj_problem_key(&d, small, sizeof small), FJ_ERR_INVALID_ARGUMENT);
+    assert_string_equal(small, "");
+    assert_non_null(strstr(fj_last_error(), "FJ_PROBLEM_KEY_MAX"));
+    char key[FJ_PROBLEM_KEY_MAX];
+    d.heads_kv = 5;
+    assert_int_equal(fj_problem_key(&d, key, sizeof key), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "heads_q (16) is not a multiple of heads_kv (5)"));
+    assert_int_equal(fj_problem_key(NULL, key, sizeof key), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_problem_key(&d, NULL, 0), FJ_ERR_INVALID_ARGUMENT);
+}
+
+/* The tuning file's point: d<head_dim>.<dtype>.<mask kind>.sk<bucket> or .decode. */
+static void test_points(void **state)
+{
+    (void)state;
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 2, 8, 8, 3000, 5000, 128, FJ_BF16);
+    d.causal = FJ_CAUSAL_TOP_LEFT;
+    d.window_left = 100;
+    fj_problem p;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    fj_tuning_entry key, back;
+    fj_tuning_key_for(&p, "NVIDIA H200", "sm_90", "flash_fwd", &key);
+    assert_string_equal(key.point, "d128.bf16.causal_window.sk4096");
+    assert_string_equal(key.device, "NVIDIA_H200");
+    memset(&back, 0, sizeof back);
+    assert_null(fj_tuning_point_parse(key.point, &back));
+    assert_int_equal(back.head_dim, 128);
+    assert_int_equal(back.bucket, 4096);
+    assert_string_equal(back.mask, "causal_window");
+    d.seqlen_q = 16;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    fj_tuning_key_for(&p, "x", "sm_90", "flash_fwd", &key);
+    assert_string_equal(key.point, "d128.bf16.causal_window.decode");
+
+    static const char *const bad[] = {
+        "d128.bf16.causal.sk4000",  "d128.bf16.causal.sk1",    "d0128.bf16.causal.sk4096",
+        "d128.bf8.causal.sk4096",   "d128.bf16.masked.sk4096", "d128.bf16.causal.sk65536",
+        "d999.bf16.causal.sk4096",  "d128.bf16.causal",        "d128.bf16.causal.sk4096.x",
+        "d128.bf16.causal.decodex", "128.bf16.causal.sk4096",  "d128.bf16.causal.sk+4096",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (!fj_tuning_point_parse(bad[i], &back)) fail_msg("point '%s' parsed", bad[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_problems_round_trip),
+        cmocka_unit_test(test_spellings),
+        cmocka_unit_test(test_malformed_keys_are_refused),
+        cmocka_unit_test(test_buffer_and_invalid_desc),
+        cmocka_unit_test(test_points),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""The problem key (include/flashjit.h, "Problem keys") and the grids of
+tools/grids/ for the Python tools (compare_torch.py, dev/decode_timeline.py),
+so they name and list problems exactly as `flashjit bench` does:
+
+    b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>
+    b4.hq16.hkv4.sq4096.sk4096.d128.bf16.causal_br
+
+<mask>: "nomask", or causal_br|causal_tl, wl<N>, wr<N> in that order, each at
+most once. The C library's fj_problem_key_parse is the definition; this reader
+follows it, and `problem_key.py --check path/to/flashjit` (a meson test)
+compares the two on every grid: the keys this module lists for a grid must be
+those `flashjit bench --grid NAME --list` prints.
+
+usage: problem_key.py --check FLASHJIT   (exit 0 when C and Python agree)
+"""
+import collections
+import os
+import subprocess
+import sys
+
+GRIDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grids")
+INT_MAX = 2**31 - 1
+MAX_HEAD_DIM = 256
+DTYPES = ("f32", "f16", "bf16")
+
+Problem = collections.namedtuple(
+    "Problem", "batch heads_q heads_kv seqlen_q seqlen_k head_dim dtype causal window_left window_right")
+Problem.__new__.__defaults__ = ("none", -1, -1)
+
+
+def format_key(p):
+    """The key of a Problem (causal: "none", "bottom-right" or "top-left")."""
+    mask = []
+    if p.causal != "none":
+        mask.append("causal_br" if p.causal == "bottom-right" else "causal_tl")
+    if p.window_left >= 0:
+        mask.append("wl%d" % p.window_left)
+    if p.window_right >= 0:
+        mask.append("wr%d" % p.window_right)
+    return "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s" % (
+        p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, p.dtype,
+        ".".join(mask) or "nomask")
+
+
+def _number(field, prefix, what):
+    digits = field[len(prefix):]
+    if (not field.startswith(prefix) or not digits.isdigit() or not digits.isascii() or
+            (digits[0] == "0" and len(digits) > 1) or int(digits) > INT_MAX):
+        raise ValueError("field '%s' is not %s<%s>" % (field, prefix, what))
+    return int(digits)
+
+
+def parse_key(key):
+    """The Problem a key names; ValueError for anything fj_problem_key_parse refuses."""
+    fields = key.split(".")
+    if len(fields) < 8:
+        raise ValueError("problem key '%s' has %d fields, not 8 or more" % (key, len(fields)))
+    names = (("b", "batch"), ("hq", "heads_q"), ("hkv", "heads_kv"), ("sq", "seqlen_q"),
+             ("sk", "seqlen_k"), ("d", "head_dim"))
+    try:
+        n = [_number(f, prefix, what) for f, (prefix, what) in zip(fields, names)]
+        if fields[6] not in DTYPES:
+            raise ValueError("field '%s' is not a dtype" % fields[6])
+        causal, wl, wr = "none", -1, -1
+        mask = fields[7:]
+        if mask != ["nomask"]:
+            stage = 0
+            for f in mask:
+                if stage < 1 and f in ("causal_br", "causal_tl"):
+                    causal, stage = ("bottom-right" if f == "causal_br" else "top-left"), 1
+                elif stage < 2 and f.startswith("wl"):
+                    wl, stage = _number(f, "wl", "window_left"), 2
+                elif stage < 3 and f.startswith("wr"):
+                    wr, stage = _number(f, "wr", "window_right"), 3
+                else:
+                    raise ValueError("field '%s' is not the next mask field" % f)
+    except ValueError as e:
+        raise ValueError("problem key '%s': %s" % (key, e)) from None
+    p = Problem(*n, fields[6], causal, wl, wr)
+    if min(n) < 1 or p.head_dim > MAX_HEAD_DIM or p.heads_q % p.heads_kv:
+        raise ValueError("problem key '%s' breaks a rule of the desc (sizes >= 1, head_dim <= %d, "
+                         "heads_q a multiple of heads_kv)" % (key, MAX_HEAD_DIM))
+    return p
+
+
+def read_grid(name, depth=0):
+    """The Problems of tools/grids/<name>.txt (or of a path with a '/'), '@name'
+    lines expanded in place."""
+    if depth > 8:
+        raise ValueError("grid '@%s' nests more than 8 deep" % name)
+    path = name if "/" in name else os.path.join(GRIDS, name + ".txt")
+    if not os.path.exists(path):
+        known = sorted(f[:-4] for f in os.listdir(GRIDS) if f.endswith(".txt"))
+        raise ValueError("'%s' is not a grid (%s; or a file path with a '/')" % (name, ", ".join(known)))
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            if line.startswith("@"):
+                rows += read_grid(line[1:], depth + 1)
+                continue
+            try:
+                rows.append(parse_key(line))
+            except ValueError as e:
+                raise ValueError("%s:%d: %s" % (path, lineno, e)) from None
+    return rows
+
+
+def shapes_and_dtypes(rows):
+    """A grid's distinct shapes (dtype left out) and its dtypes, each in order of
+    first appearance: a benchmark runs every shape in every dtype."""
+    shapes, dtypes = [], []
+    for p in rows:
+        s = p._replace(dtype="f32")
+        if s not in shapes:
+            shapes.append(s)
+        if p.dtype not in dtypes:
+            dtypes.append(p.dtype)
+    return shapes, dtypes
+
+
+def bench_keys(name, dtypes=None):
+    """The keys `flashjit bench --grid name [--dtypes ...] --list` prints, in order."""
+    shapes, grid_dtypes = shapes_and_dtypes(read_grid(name))
+    return [format_key(s._replace(dtype=t)) for t in (dtypes or grid_dtypes) for s in shapes]
+
+
+def check(flashjit):
+    """Every grid listed by C and by Python alike; 0 when they agree."""
+    bad = 0
+    for f in sorted(os.listdir(GRIDS)):
+        if not f.endswith(".txt"):
+            continue
+        name = f[:-4]
+        for p in read_grid(name):  # each line is canonical: it prints back as written
+            assert parse_key(format_key(p)) == p
+        with open(os.path.join(GRIDS, f), encoding="utf-8") as fh:
+            for line in fh:
+                line = line.split("#", 1)[0].strip()
+                if line and not line.startswith("@") and format_key(parse_key(line)) != line:
+                    print("%s: '%s' is not canonical" % (f, line))
+                    bad += 1
+        before = bad
+        for dtypes in (None, ["f32"]):
+            args = [flashjit, "bench", "--grid", name, "--list"] + (["--dtypes", "f32"] if dtypes else [])
+            c = subprocess.run(args, capture_output=True, text=True, check=True).stdout.split()
+            py = bench_keys(name, dtypes)
+            if c != py:
+                print("grid %s%s: flashjit lists %d keys, Python %d; first difference: %s" % (
+                    name, " --dtypes f32" if dtypes else "", len(c), len(py),
+                    next(((a, b) for a, b in zip(c, py) if a != b), "(length)")))
+                bad += 1
+        if bad == before:
+            print("grid %-12s %3d rows, C and Python agree" % (name, len(read_grid(name))))
+    for key in ("b01.hq1.hkv1.sq1.sk1.d8.f32.nomask", "b1.hq1.hkv1.sq1.sk1.d8.f32.wl1.causal_br",
+                "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.wl1", "b1.hq2.hkv3.sq1.sk1.d8.f32.nomask",
+                "b1.hq1.hkv1.sq1.sk1.d8.fp16.nomask", "b1.hq1.hkv1.sq1.sk1.d8.f32"):
+        try:
+            parse_key(key)
+            print("'%s' parsed" % key)
+            bad += 1
+        except ValueError:
+            pass
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "--check":
+        sys.exit(__doc__)
+    sys.exit(check(sys.argv[2]))
