@@ -377,15 +377,16 @@ FJ_API const char *fj_tiles_source_name(fj_tiles_source s);
 typedef struct fj_plan_info {
     fj_backend backend;          /* never AUTO */
     char kernel[128];            /* CUDA: the canonical kernel name (the split variant when
-                                    split-KV); CPU: "cpu_tiled" or "cpu_reference" */
+                                    split-KV); CPU: "cpu_tiled", "cpu_decode_<loops>"
+                                    or "cpu_reference" */
     char tiles[32];              /* CUDA "m128n64w4s2", CPU tiled "q128k256"; "" when the
-                                    backend has no tiles (the reference) */
+                                    backend has no tiles (reference, CPU decode) */
     fj_tiles_source tiles_source;
     int registers;               /* CUDA: registers per thread; 0 on the CPU */
     int local_bytes;             /* CUDA: local memory per thread (spills); 0 on the CPU */
     int shared_bytes;            /* CUDA: shared memory per block (dynamic + static); 0 on the CPU */
     int threads;                 /* CUDA: threads per block; CPU: worker threads */
-    int splits;                  /* CUDA: key splits (1: no split-KV); 1 on the CPU */
+    int splits;                  /* key splits (1: none); CPU decode: key chunks */
     int launches;                /* kernel launches per execute; 0 on the CPU */
     int reserved[8];             /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_plan_info;

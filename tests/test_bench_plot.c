@@ -22,7 +22,7 @@
 
 #include "cli_run.h"
 #include "context.h"
-#include "cpu/tiled.h"
+#include "cpu/tiled_blocks.h"
 #include "svg_plot.h"
 
 static const char *flashjit_path;

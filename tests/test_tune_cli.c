@@ -21,7 +21,7 @@
 #include <cmocka.h>
 
 #include "cli_run.h"
-#include "cpu/tiled.h"
+#include "cpu/tiled_blocks.h"
 #include "flashjit.h"
 #include "strbuf.h"
 #include "tune/tuning.h"

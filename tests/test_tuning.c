@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cpu/tiled.h"
+#include "cpu/tiled_blocks.h"
 #include "harness.h"
 #include "plan.h"
 #include "problem.h"

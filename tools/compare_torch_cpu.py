@@ -9,10 +9,23 @@ synchronous call), flashjit and torch alternating so that drift on a shared
 machine hits both; the medians over the rounds are printed, with flashjit's
 error against PyTorch's float64 math.
 
-usage: compare_torch_cpu.py [--lib build/libflashjit.so] [--threads N] [--rounds R]
-                            [--reference] [--grid cpu|smoke] [--json FILE]
+--grid decode: one query row against 4k and 32k keys (32/8 and 32/32 heads,
+head dim 128, f32, bf16 and f16). Each round also reads the same K and V bytes
+once with the same number of threads (tests/cpu/read_bandwidth.c, built as
+build/tests/cpu/libfjt_read.so): the machine's read bandwidth for those bytes,
+measured in the same run. GB/s count the K and V bytes; "of read" is the
+median over the rounds of read time / flashjit time.
+
+--stat best prints the best round of each (flashjit, torch, read) instead of
+the medians, and "of read" as best read time / best flashjit time: on a
+machine shared with other jobs, the rounds least disturbed by them.
+
+usage: compare_torch_cpu.py [--lib build/libflashjit.so] [--read-lib LIB] [--threads N]
+                            [--rounds R] [--stat median|best] [--reference]
+                            [--grid cpu|decode|smoke] [--json FILE]
 """
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -23,13 +36,16 @@ from flashjit_ctypes import FJ_BF16, FJ_F16, FJ_F32, Library
 
 
 def grid(name):
-    """The foundation's CPU grid (`flashjit bench --grid cpu`), or three tiny
-    problems (smoke) to check the script itself. Causal rows have
-    seqlen_q == seqlen_k, where PyTorch's is_causal (top-left) and
-    flashjit's bottom-right alignment agree."""
+    """The foundation's CPU grid (`flashjit bench --grid cpu`), the decode
+    grid of issue 24, or three tiny problems (smoke) to check the script
+    itself. Causal rows have seqlen_q == seqlen_k, where PyTorch's is_causal
+    (top-left) and flashjit's bottom-right alignment agree."""
     if name == "smoke":
         return [("f32", 1, 2, 2, 64, 64, 64, False), ("f32", 1, 2, 2, 80, 80, 64, True),
-                ("bf16", 1, 4, 2, 1, 100, 128, False)]
+                ("bf16", 1, 4, 2, 1, 100, 128, False), ("f16", 1, 4, 4, 1, 3000, 64, False)]
+    if name == "decode":
+        return [(dt, 1, 32, hkv, 1, sk, 128, False) for dt in ("f32", "bf16", "f16")
+                for hkv in (8, 32) for sk in (4096, 32768)]
     rows = []
     for dt in ("f32", "bf16"):
         for s in (512, 2048, 4096):
@@ -40,14 +56,39 @@ def grid(name):
     return rows
 
 
+class Reader:
+    """fjt_read_seconds from libfjt_read.so: one timed read of buffers."""
+
+    def __init__(self, path, threads):
+        self.lib = ctypes.CDLL(path)
+        self.lib.fjt_read_seconds.restype = ctypes.c_int
+        self.lib.fjt_read_seconds.argtypes = [ctypes.POINTER(ctypes.c_void_p),
+                                              ctypes.POINTER(ctypes.c_size_t), ctypes.c_int,
+                                              ctypes.c_int, ctypes.c_int,
+                                              ctypes.POINTER(ctypes.c_double)]
+        self.threads = threads
+
+    def seconds(self, tensors):
+        n = len(tensors)
+        ptrs = (ctypes.c_void_p * n)(*[t.data_ptr() for t in tensors])
+        sizes = (ctypes.c_size_t * n)(*[t.numel() * t.element_size() for t in tensors])
+        out = ctypes.c_double()
+        if self.lib.fjt_read_seconds(ptrs, sizes, n, self.threads, 1, ctypes.byref(out)):
+            raise RuntimeError("fjt_read_seconds: cannot start %d threads" % self.threads)
+        return out.value
+
+
 def main():
+    here = os.path.dirname(__file__)
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build",
-                                                   "libflashjit.so"))
+    ap.add_argument("--lib", default=os.path.join(here, "..", "build", "libflashjit.so"))
+    ap.add_argument("--read-lib", default=os.path.join(here, "..", "build", "tests", "cpu",
+                                                        "libfjt_read.so"))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--stat", default="median", choices=["median", "best"])
     ap.add_argument("--reference", action="store_true", help="time FJ_BACKEND_CPU_REFERENCE")
-    ap.add_argument("--grid", default="cpu", choices=["cpu", "smoke"])
+    ap.add_argument("--grid", default="cpu", choices=["cpu", "decode", "smoke"])
     ap.add_argument("--json")
     args = ap.parse_args()
     # Before the library reads them: the backend, and one worker per thread.
@@ -59,53 +100,74 @@ def main():
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(args.threads)
-    fj = Library(args.lib)
+    fj = Library(args.lib, cpu_threads=args.threads)
     if "%d threads" % args.threads not in fj.describe():
-        sys.exit("flashjit's CPU worker count is not %d (set --threads to the core count):\n%s"
-                 % (args.threads, fj.describe()))
+        sys.exit("flashjit's CPU worker count is not %d:\n%s" % (args.threads, fj.describe()))
+    reader = Reader(args.read_lib, args.threads) if args.grid in ("decode", "smoke") else None
+    torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
     fj_dtype = {torch.float32: FJ_F32, torch.float16: FJ_F16, torch.bfloat16: FJ_BF16}
     torch.manual_seed(0)
     backend = [line for line in fj.describe().splitlines() if line.startswith("backend:")]
-    print("flashjit %s, torch %s, %d threads, median of %d rounds"
+    stat = statistics.median if args.stat == "median" else min
+    print("flashjit %s, torch %s, %d threads, %s of %d rounds"
           % (backend[0][len("backend:"):].strip() if backend else "?", torch.__version__,
-             args.threads, args.rounds))
-    print("%-40s %10s %10s %9s %9s %8s %9s" % ("shape", "fj ms", "torch ms", "fj GF/s",
-                                               "torch GF/s", "fj/torch", "err"))
+             args.threads, args.stat, args.rounds))
+    decode_cols = reader is not None
+    if decode_cols:
+        print("%-36s %9s %9s %8s %8s %8s %7s %8s %8s" % ("shape", "fj ms", "torch ms", "fj GB/s",
+              "torch", "read", "of read", "fj/torch", "err"))
+    else:
+        print("%-40s %10s %10s %9s %9s %8s %9s" % ("shape", "fj ms", "torch ms", "fj GF/s",
+                                                   "torch GF/s", "fj/torch", "err"))
     results = []
     for (dt, b, hq, hkv, sq, sk, d, causal) in grid(args.grid):
-        dtype = torch.float32 if dt == "f32" else torch.bfloat16
+        dtype = torch_dtype[dt]
         q = torch.randn(b, hq, sq, d, dtype=dtype)
         k = torch.randn(b, hkv, sk, d, dtype=dtype)
         v = torch.randn(b, hkv, sk, d, dtype=dtype)
         o = torch.full_like(q, float("nan"))
-        plan, _ = fj.plan(q, k, v, causal, fj_dtype[dtype])
+        plan, method = fj.plan(q, k, v, causal, fj_dtype[dtype])
         gqa = hq != hkv
         torch_fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
         fj_fn = lambda: fj.execute(plan, q, k, v, o, None)
         fj_fn()
         torch_fn()
-        t_fj, t_torch = [], []
+        t_fj, t_torch, t_read = [], [], []
         for _ in range(args.rounds):
             for fn, out in ((fj_fn, t_fj), (torch_fn, t_torch)):
                 t0 = time.perf_counter()
                 fn()
                 out.append((time.perf_counter() - t0) * 1e3)
+            if reader:
+                t_read.append(reader.seconds([k, v]) * 1e3)
         ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal,
                                              enable_gqa=gqa)
         err = ((o.double() - ref).norm() / ref.norm()).item()
         fj.destroy(plan)
         flops = 4.0 * b * hq * sq * sk * d * (0.5 if causal and sq == sk else 1.0)
-        ms_fj, ms_torch = statistics.median(t_fj), statistics.median(t_torch)
+        kv_bytes = 2 * k.numel() * k.element_size()
+        ms_fj, ms_torch = stat(t_fj), stat(t_torch)
         shape = "%s b%d h%d/%d s%d/%d d%d%s" % (dt, b, hq, hkv, sq, sk, d, " causal" if causal else "")
-        print("%-40s %10.3f %10.3f %9.1f %9.1f %8.2f %9.1e" % (
-            shape, ms_fj, ms_torch, flops / ms_fj / 1e6, flops / ms_torch / 1e6, ms_torch / ms_fj,
-            err), flush=True)
-        results.append({"shape": shape, "flashjit_ms": ms_fj, "torch_ms": ms_torch,
-                        "rel_err": err})
+        row = {"shape": shape, "method": method, "flashjit_ms": ms_fj, "torch_ms": ms_torch,
+               "rel_err": err}
+        if decode_cols:
+            ms_read = stat(t_read)
+            of_read = (statistics.median([r / f for r, f in zip(t_read, t_fj)])
+                       if args.stat == "median" else ms_read / ms_fj)
+            print("%-36s %9.3f %9.3f %8.1f %8.1f %8.1f %6.0f%% %8.2f %8.1e" % (
+                shape, ms_fj, ms_torch, kv_bytes / ms_fj / 1e6, kv_bytes / ms_torch / 1e6,
+                kv_bytes / ms_read / 1e6, 100 * of_read, ms_torch / ms_fj, err), flush=True)
+            row.update({"read_ms": ms_read, "of_read": of_read, "kv_bytes": kv_bytes})
+        else:
+            print("%-40s %10.3f %10.3f %9.1f %9.1f %8.2f %9.1e" % (
+                shape, ms_fj, ms_torch, flops / ms_fj / 1e6, flops / ms_torch / 1e6,
+                ms_torch / ms_fj, err), flush=True)
+        results.append(row)
+        del q, k, v, o, ref
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"torch": torch.__version__, "threads": args.threads, "rows": results}, fh,
-                      indent=1)
+            json.dump({"torch": torch.__version__, "threads": args.threads, "stat": args.stat,
+                       "rows": results}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,18 @@ class Desc(ctypes.Structure):
                 ("reserved", ctypes.c_int64 * 8)]
 
 
-class Library:
-    """A loaded libflashjit with one default context (FLASHJIT_BACKEND and
-    the other variables apply as for any program)."""
+class ContextOptions(ctypes.Structure):
+    _fields_ = [("backend", ctypes.c_int), ("device", ctypes.c_int),
+                ("cache_dir", ctypes.c_char_p), ("tuning_file", ctypes.c_char_p),
+                ("cpu_threads", ctypes.c_int), ("reserved", ctypes.c_int64 * 8)]
 
-    def __init__(self, path):
+
+class Library:
+    """A loaded libflashjit with one context (FLASHJIT_BACKEND and the other
+    variables apply as for any program); cpu_threads 0: one CPU worker per
+    online core, as the default context has."""
+
+    def __init__(self, path, cpu_threads=0):
         lib = ctypes.CDLL(path)
         lib.fj_last_error.restype = ctypes.c_char_p
         lib.fj_status_name.restype = ctypes.c_char_p
@@ -37,7 +44,11 @@ class Library:
         lib.fj_plan_destroy.argtypes = [ctypes.c_void_p]
         self.lib = lib
         self.ctx = ctypes.c_void_p()
-        self.check(lib.fj_context_create(None, ctypes.byref(self.ctx)), "fj_context_create")
+        opts = ContextOptions()
+        lib.fj_context_options_init(ctypes.byref(opts))
+        opts.cpu_threads = cpu_threads
+        self.check(lib.fj_context_create(ctypes.byref(opts), ctypes.byref(self.ctx)),
+                   "fj_context_create")
 
     def describe(self):
         return self.lib.fj_context_describe(self.ctx).decode()

@@ -8,7 +8,7 @@
 #include "context.h"
 #include "cpu/blas_threads.h"
 #include "cpu/cpu_ops.h"
-#include "cpu/tiled.h"
+#include "cpu/tiled_blocks.h"
 #include "pool.h"
 
 static fj_status tiled_probe(fj_context *ctx, void **state, fj_strbuf *facts)

@@ -42,10 +42,11 @@
 #include "cpu/cpu_ops.h"
 #include "context.h"
 #include "convert.h"
+#include "decode.h"
 #include "pool.h"
 #include "status.h"
 #include "tensor_access.h"
-#include "tiled.h"
+#include "tiled_blocks.h"
 #include "tiled_softmax.h"
 #include "vmath.h"
 
@@ -55,6 +56,7 @@
 #define EDGE_BLOCK_K 64
 
 typedef struct tiled_plan {
+    fj_cpu_decode_plan *decode; /* the decode path's plan (decode.h), in place of what follows */
     fj_pool *pool;
     int block_k;             /* keys per block where no row of the block is masked */
     int edge_k;              /* keys per block across the band's edges (masked) */
@@ -314,6 +316,17 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
                                    void **state, fj_strbuf *describe)
 {
     *state = NULL;
+    if (!config && fj_cpu_decode_chosen(p)) {
+        tiled_plan *tp = calloc(1, sizeof *tp);
+        if (!tp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu: out of memory for the plan");
+        fj_status st = fj_cpu_decode_plan_create(ctx->pool, p, &tp->decode, describe);
+        if (st) {
+            free(tp);
+            return st;
+        }
+        *state = tp;
+        return FJ_OK;
+    }
     const int threads = fj_pool_threads(ctx->pool);
     fj_cpu_tiled_blocks blocks;
     fj_status st = fj_cpu_tiled_choose_blocks(ctx, p, config, threads, &blocks);
@@ -378,6 +391,10 @@ static fj_status tiled_execute(const void *state, const fj_problem *p, const voi
 {
     (void)stream;
     const tiled_plan *tp = state;
+    if (tp->decode) {
+        fj_cpu_decode_execute(tp->decode, p, q, k, v, o, lse);
+        return FJ_OK;
+    }
     tiled_job job = {tp, p, q, k, v, o, lse};
     fj_cpu_pool_run(tp->pool, tp->tasks, tiled_task, &job);
     return FJ_OK;
@@ -387,6 +404,7 @@ static void tiled_plan_destroy(void *state)
 {
     tiled_plan *tp = state;
     if (!tp) return;
+    fj_cpu_decode_plan_destroy(tp->decode);
     free(tp->workspace);
     free(tp);
 }
@@ -394,6 +412,10 @@ static void tiled_plan_destroy(void *state)
 static void tiled_info(const void *state, fj_plan_info *info)
 {
     const tiled_plan *tp = state;
+    if (tp->decode) {
+        fj_cpu_decode_plan_info(tp->decode, info);
+        return;
+    }
     snprintf(info->kernel, sizeof info->kernel, "cpu_tiled");
     snprintf(info->tiles, sizeof info->tiles, "%s", tp->tiles);
     info->tiles_source = tp->tiles_from;

@@ -1,6 +1,6 @@
 /* Block sizes of the CPU tiled backend: the heuristic, and the test hook that
  * overrides it. */
-#include "tiled.h"
+#include "tiled_blocks.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -31,6 +31,8 @@ fj_status fj_cpu_tiled_force_blocks(int block_q, int block_k)
     atomic_store(&forced_blocks, (unsigned)block_q << 16 | (unsigned)block_k);
     return FJ_OK;
 }
+
+bool fj_cpu_tiled_blocks_forced(void) { return atomic_load(&forced_blocks) != 0; }
 
 /* Measured on the development machine (2 cores of an AMD EPYC, 1 MiB L2 per
  * core, OpenBLAS 0.3.21 with its Haswell sgemm kernels; `bench_cpu_tiled

@@ -17,6 +17,31 @@
  *       /usr/bin/time -v: max RSS minus inputs and output is what the backend
  *       (and the process itself) used.
  *
+ *   bench_cpu_tiled [-t T] [-r R] decode [FILTER]
+ *       The decode rows (1 query row, D 128; 32/8 and 32/32 heads; 4k and 32k
+ *       keys; f32, bf16, f16): the decode path, the tiled path (the decode
+ *       path turned off) and a plain read of the same K and V bytes on the
+ *       same number of threads (read_bandwidth.h), in turn; GB/s of K + V.
+ *
+ *   bench_cpu_tiled [-t T] [-r R] prefill [FILTER]
+ *       bf16 prefill (batch 1, 8 heads, S 512 / 2048 / 4096, D 64 / 128,
+ *       causal or not): the plan's path (AMX row blocks where the CPU has
+ *       AMX) and the tiled path (decode.h's paths turned off), in turn;
+ *       GFLOP/s as in `table`.
+ *   bench_cpu_tiled [-r R] kernels
+ *       The decode path's kernels alone (src/cpu/decode_kernels.h), one
+ *       thread, on one block of 128 keys that stays in cache: nanoseconds
+ *       of thread CPU time per key for the scores, the online softmax step
+ *       and the values, by kernel set, dtype and query rows (head dim 128);
+ *       the best of R batches.
+ *   bench_cpu_tiled rates
+ *       The CPU's own rates behind the kernels' choices, one thread, thread
+ *       CPU time: 512-bit FMAs from registers (12 independent chains), FMAs
+ *       each fed by a load from L1, AVX-512 BF16 dot products (vdpbf16ps, 12
+ *       chains) and AMX bf16 tile products with their two tile loads, where
+ *       the CPU has them.
+ * -l bhsd: every tensor laid out [batch, heads, seq, head_dim] (PyTorch's
+ * layout) instead of the dense [batch, seq, heads, head_dim].
  * DTYPE is f32, f16 or bf16; CAUSAL is none, bottom-right or top-left; BQS and
  * BKS are comma-separated block sizes (at most 8 each).
  * Medians of REPEATS timed runs (default 5) after one warm-up run. */
@@ -31,13 +56,18 @@
 
 #include "context.h"
 #include "cpu/convert.h"
-#include "cpu/tiled.h"
+#include "cpu/decode.h"
+#include "cpu/decode_kernels.h"
+#include "cpu/tiled_softmax.h"
+#include "cpu/tiled_blocks.h"
 #include "flashjit.h"
+#include "read_bandwidth.h"
 
 /* Weak, as in src/cpu/blas_threads.c: present with OpenBLAS, NULL otherwise. */
 extern void openblas_set_num_threads(int n) __attribute__((weak));
 
 static int threads = 0; /* 0: one per online core, as the library's default */
+static bool bhsd = false; /* -l bhsd: tensors [batch, heads, seq, head_dim] (PyTorch's) */
 static int repeats = 5;
 
 static double now(void)
@@ -228,6 +258,16 @@ static fj_attention_desc shape_desc(const shape *s)
     d.causal = s->causal;
     d.window_left = s->wl;
     d.window_right = s->wr;
+    if (bhsd) {
+        const int64_t D = s->d;
+        int64_t *st[4] = {d.q_stride, d.k_stride, d.v_stride, d.o_stride};
+        const int heads[4] = {s->hq, s->hkv, s->hkv, s->hq}, seqs[4] = {s->sq, s->sk, s->sk, s->sq};
+        for (int i = 0; i < 4; i++) {
+            st[i][0] = (int64_t)heads[i] * seqs[i] * D;
+            st[i][1] = D;
+            st[i][2] = (int64_t)seqs[i] * D;
+        }
+    }
     return d;
 }
 
@@ -364,6 +404,342 @@ static int run_table(const char *filter)
     return 0;
 }
 
+/* The "kernels:" line of a plan's describe, for the decode table. */
+static const char *kernels_of(const fj_plan *plan)
+{
+    static char buf[64];
+    const char *k = strstr(fj_plan_describe(plan), "kernels: ");
+    if (!k) return "-";
+    k += strlen("kernels: ");
+    snprintf(buf, sizeof buf, "%.*s", (int)strcspn(k, " \n"), k);
+    return buf;
+}
+
+static int run_decode(const char *filter)
+{
+    fj_context *ctx = make_context(FJ_BACKEND_CPU);
+    const int nthreads = context_threads(ctx);
+    printf("threads: %d; medians of %d rounds (decode path, tiled path, read of the same K and V "
+           "bytes, in turn); GB/s of K + V\n\n", nthreads, repeats);
+    printf("| %-34s | %-11s | %8s | %6s | %6s | %7s | %8s | %6s | %7s |\n", "shape", "kernels",
+           "ms", "GB/s", "read", "of read", "tiled ms", "GB/s", "speedup");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    static const fj_dtype dtypes[] = {FJ_F32, FJ_BF16, FJ_F16};
+    static const int heads_q[] = {32, 32}, heads_kv[] = {8, 32}, seqs[] = {4096, 32768};
+    for (int t = 0; t < 3; t++)
+        for (int h = 0; h < 2; h++)
+            for (int sk = 0; sk < 2; sk++) {
+                shape sh = {dtypes[t], 1, heads_q[h], heads_kv[h], 1, seqs[sk], 128,
+                            FJ_CAUSAL_NONE, -1, -1};
+                if (filter && !strstr(shape_str(&sh), filter)) continue;
+                fj_attention_desc d = shape_desc(&sh);
+                fj_plan *dec, *til;
+                fj_status s;
+                if ((s = fj_plan_create(ctx, &d, &dec))) die("fj_plan_create (decode)", s);
+                fj_cpu_decode_force(FJ_CPU_DECODE_OFF);
+                fj_context *tctx = make_context(FJ_BACKEND_CPU); /* plans are cached per context */
+                s = fj_plan_create(tctx, &d, &til);
+                fj_cpu_decode_force(FJ_CPU_DECODE_AUTO);
+                if (s) die("fj_plan_create (tiled)", s);
+                tensors x = make_tensors(ctx, &d);
+                const size_t kv = (size_t)d.batch * d.seqlen_k * d.heads_kv * d.head_dim *
+                                  (d.dtype == FJ_F32 ? 4 : 2);
+                const void *bufs[2] = {x.k, x.v};
+                const size_t bytes[2] = {kv, kv};
+                double dt[64], tt[64], rt[64], warm;
+                time_plan(dec, &x);
+                time_plan(til, &x);
+                if (fjt_read_seconds(bufs, bytes, 2, nthreads, 1, &warm)) {
+                    fprintf(stderr, "bench_cpu_tiled: cannot start %d reader threads\n", nthreads);
+                    return 1;
+                }
+                for (int r = 0; r < repeats; r++) {
+                    dt[r] = time_plan(dec, &x);
+                    tt[r] = time_plan(til, &x);
+                    fjt_read_seconds(bufs, bytes, 2, nthreads, 1, &rt[r]);
+                }
+                double of_read[64];
+                for (int r = 0; r < repeats; r++) of_read[r] = rt[r] / dt[r];
+                double dm = median(dt, repeats), tm = median(tt, repeats), rm = median(rt, repeats);
+                printf("| %-34s | %-11s | %8.3f | %6.1f | %6.1f | %6.0f%% | %8.3f | %6.1f | %6.1fx |\n",
+                       shape_str(&sh), kernels_of(dec), dm * 1e3, 2 * kv / dm * 1e-9,
+                       2 * kv / rm * 1e-9, 100 * median(of_read, repeats), tm * 1e3,
+                       2 * kv / tm * 1e-9, tm / dm);
+                fflush(stdout);
+                free_tensors(ctx, &x);
+                fj_plan_destroy(dec);
+                fj_plan_destroy(til);
+                fj_context_destroy(tctx);
+            }
+    fj_context_destroy(ctx);
+    return 0;
+}
+
+static double thread_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define RATES 1
+#define CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define RATE_LOOPS 20000000L
+
+__attribute__((target("avx512f"), noinline)) static double rate_fma(void)
+{
+#define DECL(i) __m512 a##i = _mm512_set1_ps(1e-3f * i);
+    CHAINS(DECL)
+#undef DECL
+    const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-4f);
+    double t0 = thread_seconds();
+    for (long i = 0; i < RATE_LOOPS; i++) {
+#define STEP(i) a##i = _mm512_fmadd_ps(a##i, b, c);
+        CHAINS(STEP)
+#undef STEP
+        __asm__ volatile("" : "+v"(a0), "+v"(a5), "+v"(a11));
+    }
+    double t = thread_seconds() - t0;
+#define SUM(i) +a##i[0]
+    volatile float sink = 0 CHAINS(SUM);
+#undef SUM
+    (void)sink;
+    return 12.0 * RATE_LOOPS / t * 1e-9;
+}
+
+__attribute__((target("avx512f"), noinline)) static double rate_fma_load(const float *buf)
+{
+#define DECL(i) __m512 a##i = _mm512_setzero_ps();
+    CHAINS(DECL)
+#undef DECL
+    const __m512 b = _mm512_set1_ps(0.5f);
+    double t0 = thread_seconds();
+    for (long i = 0; i < RATE_LOOPS; i++) {
+        const float *p = buf + (i & 15) * 192;
+#define STEP(i) a##i = _mm512_fmadd_ps(_mm512_loadu_ps(p + 16 * i), b, a##i);
+        CHAINS(STEP)
+#undef STEP
+        __asm__ volatile("" : "+r"(p));
+    }
+    double t = thread_seconds() - t0;
+#define SUM(i) +a##i[0]
+    volatile float sink = 0 CHAINS(SUM);
+#undef SUM
+    (void)sink;
+    return 12.0 * RATE_LOOPS / t * 1e-9;
+}
+
+__attribute__((target("avx512f,avx512bf16"), noinline)) static double rate_dpbf16(void)
+{
+#define DECL(i) __m512 a##i = _mm512_set1_ps(1e-3f * i);
+    CHAINS(DECL)
+#undef DECL
+    const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);
+    double t0 = thread_seconds();
+    for (long i = 0; i < RATE_LOOPS; i++) {
+#define STEP(i) a##i = _mm512_dpbf16_ps(a##i, x, x);
+        CHAINS(STEP)
+#undef STEP
+        __asm__ volatile("" : "+v"(a0), "+v"(a5), "+v"(a11));
+    }
+    double t = thread_seconds() - t0;
+#define SUM(i) +a##i[0]
+    volatile float sink = 0 CHAINS(SUM);
+#undef SUM
+    (void)sink;
+    return 12.0 * RATE_LOOPS / t * 1e-9;
+}
+
+/* ns per 16 x 16 x 32 tile product with its A and B loads, 4 C tiles in turn. */
+__attribute__((target("amx-tile,amx-bf16"), noinline)) static double rate_amx(const uint16_t *a,
+                                                                              const uint16_t *b)
+{
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t bytes_per_row[16];
+        uint8_t rows[16];
+    } cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 6; t++) {
+        cfg.bytes_per_row[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    const long n = RATE_LOOPS / 20;
+    double t0 = thread_seconds();
+    for (long i = 0; i < n; i++) {
+        _tile_loadd(4, a, 64);
+        _tile_loadd(5, b, 64);
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_loadd(5, b + 512, 64);
+        _tile_dpbf16ps(1, 4, 5);
+        _tile_loadd(5, b + 1024, 64);
+        _tile_dpbf16ps(2, 4, 5);
+        _tile_loadd(5, b + 1536, 64);
+        _tile_dpbf16ps(3, 4, 5);
+    }
+    double t = thread_seconds() - t0;
+    _tile_release();
+    return t / (4.0 * n) * 1e9;
+}
+
+static int run_rates(void)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) {
+        printf("no AVX-512 on this CPU: nothing to measure\n");
+        return 0;
+    }
+    float *buf = aligned_alloc(64, sizeof(float) * 16 * 192 + 4096);
+    uint16_t *tiles = aligned_alloc(64, sizeof(uint16_t) * 5 * 512);
+    if (!buf || !tiles) return 1;
+    for (int i = 0; i < 16 * 192 + 1024; i++) buf[i] = 1e-3f * (float)(i % 7);
+    for (int i = 0; i < 5 * 512; i++) tiles[i] = 0x3f80;
+    printf("512-bit FMA, registers only (12 chains): %.2f per ns\n", rate_fma());
+    printf("512-bit FMA, each fed by a load from L1 (12 chains): %.2f per ns\n", rate_fma_load(buf));
+    if (__builtin_cpu_supports("avx512bf16"))
+        printf("vdpbf16ps 512-bit (32 products each, 12 chains): %.2f per ns\n", rate_dpbf16());
+    else
+        printf("vdpbf16ps: no AVX-512 BF16 on this CPU\n");
+    if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
+        syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0)
+        printf("AMX tdpbf16ps 16x16x32 with its A and B tile loads (4 C tiles in turn): %.2f ns "
+               "each\n", rate_amx(tiles, tiles + 512));
+    else
+        printf("AMX: not usable here\n");
+    free(buf);
+    free(tiles);
+    return 0;
+}
+#endif
+
+/* Best of `repeats` batches of `calls` calls of one kernel: ns per key. */
+#define KERNEL_TIME(out, ...)                                                    \
+    do {                                                                         \
+        double best_ = 1e30;                                                     \
+        for (int r_ = 0; r_ < repeats; r_++) {                                   \
+            double t0_ = thread_seconds();                                       \
+            for (int c_ = 0; c_ < calls; c_++) { __VA_ARGS__; }                  \
+            double t_ = thread_seconds() - t0_;                                  \
+            if (t_ < best_) best_ = t_;                                          \
+        }                                                                        \
+        out = best_ / calls / nk * 1e9;                                          \
+    } while (0)
+
+static int run_kernels(void)
+{
+    enum { D = 128, DPAD = 128, NK = 128, MAXR = 16, CALLS = 2000 };
+    const int nk = NK, calls = CALLS;
+    float *q = aligned_alloc(64, sizeof(float) * MAXR * DPAD);
+    float *s = aligned_alloc(64, sizeof(float) * MAXR * NK);
+    float *acc = aligned_alloc(64, sizeof(float) * MAXR * DPAD);
+    float *scratch = aligned_alloc(64, sizeof(float) * FJ_DECODE_MAX_BLOCK * DPAD);
+    void *kv = aligned_alloc(64, sizeof(float) * 2 * NK * D);
+    if (!q || !s || !acc || !scratch || !kv) {
+        fprintf(stderr, "bench_cpu_tiled: out of memory\n");
+        return 1;
+    }
+    printf("one thread, thread CPU time, head dim %d, blocks of %d keys in cache, best of %d "
+           "batches of %d calls: ns per key\n\n", D, NK, repeats, CALLS);
+    printf("| kernels | dtype | rows | scores | softmax | values | sum |\n");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    static const fj_dtype dtypes[] = {FJ_F32, FJ_BF16, FJ_F16};
+    static const int rows[] = {1, 2, 4, 6, 8, 16};
+    for (int set = 0; set < 3; set++)
+        for (int t = 0; t < 3; t++) {
+            const fj_decode_kernels *kern = set == 0   ? fj_decode_kernels_generic(dtypes[t])
+                                            : set == 1 ? fj_decode_kernels_avx512(dtypes[t])
+                                            : dtypes[t] == FJ_BF16 ? fj_decode_kernels_amx()
+                                                                   : NULL;
+            if (!kern) continue;
+            fill(kv, dtypes[t], (size_t)2 * NK * D);
+            const char *k = kv, *v = (const char *)kv + (size_t)NK * D * (dtypes[t] == FJ_F32 ? 4 : 2);
+            for (int i = 0; i < MAXR * DPAD; i++) {
+                float x = next_uniform();
+                if (kern->q_bf16) ((uint16_t *)q)[i] = i % DPAD < D ? fj_f32_to_bf16(x) : 0;
+                else q[i] = i % DPAD < D ? x : 0.0f;
+            }
+            for (int ri = 0; ri < 6; ri++) {
+                const int nr = rows[ri];
+                double ts, tm, tv;
+                KERNEL_TIME(ts, kern->scores(q, DPAD, nr, k, D, nk, D, 0.1f, s, NK, scratch));
+                /* (each step leaves probabilities in s, valid scores for the next) */
+                KERNEL_TIME(tm, for (int r = 0; r < nr; r++) {
+                    float m = -INFINITY, l = 0.0f;
+                    fj_tiled_softmax_step(s + r * NK, nk, &m, &l);
+                });
+                memset(acc, 0, sizeof(float) * MAXR * DPAD);
+                KERNEL_TIME(tv, kern->accumulate(s, NK, nr, v, D, nk, D, acc, DPAD, scratch));
+                printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f |\n", kern->name,
+                       fj_dtype_name(dtypes[t]), nr, ts, tm, tv, ts + tm + tv);
+                fflush(stdout);
+            }
+        }
+    free(q);
+    free(s);
+    free(acc);
+    free(scratch);
+    free(kv);
+    return 0;
+}
+
+static int run_prefill(const char *filter)
+{
+    fj_context *ctx = make_context(FJ_BACKEND_CPU);
+    const int nthreads = context_threads(ctx);
+    printf("threads: %d; medians of %d rounds (the plan's path, then the tiled path)\n\n",
+           nthreads, repeats);
+    printf("| %-40s | %-34s | %8s | %6s | %8s | %6s | %7s |\n", "shape", "method", "ms", "GF/s",
+           "tiled ms", "GF/s", "speedup");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    static const int seqs[] = {512, 2048, 4096}, dims[] = {64, 128};
+    for (int a = 0; a < 3; a++)
+        for (int bd = 0; bd < 2; bd++)
+            for (int c = 0; c < 2; c++) {
+                shape sh = {FJ_BF16, 1, 8, 8, seqs[a], seqs[a], dims[bd],
+                            c ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1};
+                if (filter && !strstr(shape_str(&sh), filter)) continue;
+                fj_attention_desc d = shape_desc(&sh);
+                fj_plan *plan, *til;
+                fj_status s;
+                if ((s = fj_plan_create(ctx, &d, &plan))) die("fj_plan_create", s);
+                fj_cpu_decode_force(FJ_CPU_DECODE_OFF);
+                fj_context *tctx = make_context(FJ_BACKEND_CPU);
+                s = fj_plan_create(tctx, &d, &til);
+                fj_cpu_decode_force(FJ_CPU_DECODE_AUTO);
+                if (s) die("fj_plan_create (tiled)", s);
+                tensors x = make_tensors(ctx, &d);
+                const double flops = fj_attention_flops(&d);
+                double pt[64], tt[64];
+                time_plan(plan, &x);
+                time_plan(til, &x);
+                for (int r = 0; r < repeats; r++) {
+                    pt[r] = time_plan(plan, &x);
+                    tt[r] = time_plan(til, &x);
+                }
+                const double pm = median(pt, repeats), tm = median(tt, repeats);
+                char method[40];
+                const char *m = strstr(fj_plan_describe(plan), "method: ");
+                snprintf(method, sizeof method, "%.*s", m ? (int)strcspn(m + 8, ":\n") : 1,
+                         m ? m + 8 : "-");
+                printf("| %-40s | %-34s | %8.2f | %6.1f | %8.2f | %6.1f | %6.2fx |\n",
+                       shape_str(&sh), method, pm * 1e3, flops / pm * 1e-9, tm * 1e3,
+                       flops / tm * 1e-9, tm / pm);
+                fflush(stdout);
+                free_tensors(ctx, &x);
+                fj_plan_destroy(plan);
+                fj_plan_destroy(til);
+                fj_context_destroy(tctx);
+            }
+    fj_context_destroy(ctx);
+    return 0;
+}
+
 /* "64,128,256" into v (at most cap values in [1, FJ_CPU_TILED_MAX_BLOCK]); 0 on error. */
 static int parse_list(const char *s, int *v, int cap)
 {
@@ -481,6 +857,7 @@ int main(int argc, char **argv)
     for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
         if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) repeats = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-l")) bhsd = !strcmp(argv[i + 1], "bhsd");
         else break;
     }
     if (repeats < 1 || repeats > 64 || threads < 0) {
@@ -489,11 +866,21 @@ int main(int argc, char **argv)
     }
     const char *mode = i < argc ? argv[i] : "table";
     if (!strcmp(mode, "table")) return run_table(i + 1 < argc ? argv[i + 1] : NULL);
+    if (!strcmp(mode, "decode")) return run_decode(i + 1 < argc ? argv[i + 1] : NULL);
+    if (!strcmp(mode, "kernels")) return run_kernels();
+    if (!strcmp(mode, "prefill")) return run_prefill(i + 1 < argc ? argv[i + 1] : NULL);
+#ifdef RATES
+    if (!strcmp(mode, "rates")) return run_rates();
+#endif
     if (!strcmp(mode, "sweep") && argc - i - 1 >= 8) return run_sweep(argv + i + 1, argc - i - 1);
     if (!strcmp(mode, "memory") && argc - i - 1 >= 3) return run_memory(argv + i + 1, argc - i - 1);
     fprintf(stderr,
             "usage: bench_cpu_tiled [-t THREADS] [-r REPEATS] table [FILTER]\n"
             "       bench_cpu_tiled [-t T] [-r R] sweep DTYPE B HQ HKV SQ SK D CAUSAL [BQS [BKS]]\n"
+            "       bench_cpu_tiled [-t T] [-r R] decode [FILTER]\n"
+            "       bench_cpu_tiled [-t T] [-r R] prefill [FILTER]\n"
+            "       bench_cpu_tiled [-r R] kernels\n"
+            "       bench_cpu_tiled rates\n"
             "       bench_cpu_tiled [-t T] memory DTYPE SQ D [reference]\n");
     return 2;
 }

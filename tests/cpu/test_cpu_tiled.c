@@ -22,7 +22,7 @@
 #include "case.h"
 #include "check.h"
 #include "harness.h"
-#include "cpu/tiled.h"
+#include "cpu/tiled_blocks.h"
 #include "cpu/tiled_softmax.h"
 
 #define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))

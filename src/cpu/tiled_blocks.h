@@ -6,10 +6,11 @@
  * heads share a kv head (GQA, MQA), a block's rows are (position, head)
  * pairs: up to block_q of those heads are stacked, so one block holds
  * block_q / heads positions of each, and the heads share every K/V block. */
-#ifndef FJ_CPU_TILED_H
-#define FJ_CPU_TILED_H
+#ifndef FJ_CPU_TILED_BLOCKS_H
+#define FJ_CPU_TILED_BLOCKS_H
 
 #include "flashjit.h"
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "problem.h"
@@ -59,5 +60,8 @@ void fj_cpu_device_token(int threads, char *out, size_t n);
  * [1, FJ_CPU_TILED_MAX_BLOCK] or both are 0. Thread-safe. */
 #define FJ_CPU_TILED_MAX_BLOCK 4096
 fj_status fj_cpu_tiled_force_blocks(int block_q, int block_k);
+
+/* Whether fj_cpu_tiled_force_blocks has blocks forced now. Thread-safe. */
+bool fj_cpu_tiled_blocks_forced(void);
 
 #endif

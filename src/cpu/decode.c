@@ -1,0 +1,643 @@
+/* The CPU backend's decode path (decode.h).
+ *
+ * A task is one chunk of keys of one (batch, group of kv heads). The rows of
+ * a kv head are every query position p of the call and every query head h of
+ * its GQA group, row p * group + h. The task walks its chunk in blocks of
+ * BLOCK_KEYS keys, and for each block each of its kv heads in turn:
+ *     S = log2(e) scale Q K_blk^T          (kernels->scores, the rows that see
+ *                                           part of the block)
+ *     per row: unseen keys -inf, the online softmax step (tiled_softmax.h),
+ *         the accumulator rescaled when the row's max moved
+ *     O_acc += P V_blk                      (kernels->accumulate)
+ * With one chunk per kv head the task writes O = O_acc / sum and lse itself;
+ * with several it stores (max, sum, O_acc) per row as its partial result,
+ * and the last of a kv head's chunks to finish (an atomic count per kv head)
+ * merges them:
+ *     M = max_c max_c,  L = sum_c sum_c 2^(max_c - M),
+ *     O = sum_c O_acc_c 2^(max_c - M) / L,  lse = ln 2 M + ln L.
+ * A row that sees no key gets O = 0 and lse = -inf.
+ *
+ * Heads per task: one where each kv head's K and V rows lie apart from the
+ * others' (PyTorch's [batch, heads, seq, dim]); all of a batch's (up to
+ * MAX_TASK_ROWS rows in all) where the heads of a position lie side by side
+ * (the dense [batch, seq, heads, dim]), so that a block is one sweep over
+ * contiguous memory, which the hardware prefetchers follow, rather than a row
+ * every few KiB per task (a third slower where measured, docs/benchmarks.md).
+ *
+ * A call reading less than SERIAL_BYTES of K and V is one task, on the
+ * calling thread: waking the workers would cost more.
+ *
+ * Chunks: enough per (batch, head group) that the tasks number about
+ * TASKS_PER_WORKER per worker (so uneven kv heads, masks and the last task's
+ * tail even out), none shorter than MIN_CHUNK_KEYS (a partial result costs a
+ * merge); one when the (batch, head group) pairs alone are that many. Memory:
+ * per worker, the task's queries, accumulators, scores for one block and a
+ * scratch block; per plan, the partial results of at most ~(TASKS_PER_WORKER
+ * + 1) x workers chunks: nothing grows with seqlen_k. */
+#include "decode.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "decode_kernels.h"
+#include "status.h"
+#include "tensor_access.h"
+#include "tiled_blocks.h"
+#include "tiled_softmax.h"
+#include "vmath.h"
+
+/* Keys per block: the scores of a block stay in L1 between the softmax and
+   the values' pass (16 rows x 128 keys = 8 KiB). */
+#define BLOCK_KEYS 128
+#define TASKS_PER_WORKER 4
+#define MIN_CHUNK_KEYS 512
+/* Most rows (heads x rows per kv head) one task keeps state for. */
+#define MAX_TASK_ROWS 64
+/* K and V bytes under which a call runs on the calling thread alone. */
+#define SERIAL_BYTES (512 << 10)
+
+_Static_assert(BLOCK_KEYS <= FJ_DECODE_MAX_BLOCK, "a block must fit the kernels' scratch");
+
+static atomic_int forced_mode;
+static atomic_bool forced_split;
+
+void fj_cpu_decode_force_split(bool fine) { atomic_store(&forced_split, fine); }
+
+fj_status fj_cpu_decode_force(fj_cpu_decode_mode mode)
+{
+    if (mode != FJ_CPU_DECODE_AUTO && mode != FJ_CPU_DECODE_OFF && mode != FJ_CPU_DECODE_GENERIC &&
+        mode != FJ_CPU_DECODE_NO_AMX)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "decode mode (%d) must be FJ_CPU_DECODE_AUTO, _OFF, _GENERIC or _NO_AMX",
+                       (int)mode);
+    atomic_store(&forced_mode, (int)mode);
+    return FJ_OK;
+}
+
+static int64_t rows_per_kv_head(const fj_problem *p) { return (int64_t)p->seqlen_q * p->group; }
+
+/* bf16 prefill in blocks of positions on the AMX tiles: where the tiles
+   exist, not turned off, and a block can hold a whole GQA group. */
+static bool amx_prefill(const fj_problem *p)
+{
+    return p->dtype == FJ_BF16 && p->group <= FJ_CPU_DECODE_MAX_ROWS &&
+           atomic_load(&forced_mode) == FJ_CPU_DECODE_AUTO && fj_decode_kernels_amx();
+}
+
+bool fj_cpu_decode_chosen(const fj_problem *p)
+{
+    return atomic_load(&forced_mode) != FJ_CPU_DECODE_OFF && !fj_cpu_tiled_blocks_forced() &&
+           (rows_per_kv_head(p) <= FJ_CPU_DECODE_MAX_ROWS || amx_prefill(p));
+}
+
+struct fj_cpu_decode_plan {
+    fj_pool *pool;
+    const fj_decode_kernels *kernels;
+    int positions;            /* query positions per block (all of them when decoding) */
+    int64_t pos_blocks;       /* ceil(seqlen_q / positions) */
+    int rows;                 /* per kv head and block: positions x group, <= 16 */
+    int dpad;                 /* head_dim rounded up to FJ_DECODE_PAD */
+    int heads_per_task;       /* kv heads one task takes (consecutive) */
+    int head_groups;          /* ceil(heads_kv / heads_per_task) */
+    int64_t units;            /* batch x head groups x position blocks */
+    int chunks;               /* per unit */
+    bool one_task;            /* the whole call one task, on the calling thread */
+    int64_t *chunk_start;     /* chunks + 1 key indices */
+    /* per worker: byte offsets within a worker's share; q, acc, max and sum
+       hold heads_per_task heads' rows, one after the other */
+    size_t ws_bytes, off_q, off_s, off_acc, off_max, off_sum, off_scratch;
+    unsigned char *workspace;
+    /* bf16 prefill on kernels that pack V: V packed once per call for all
+       the blocks of positions ([batch x kv head][packed_keys][dpad] bf16),
+       and the lock that keeps two calls from packing at once */
+    uint16_t *packed_v;
+    int64_t packed_keys;      /* seqlen_k rounded up to FJ_DECODE_PACK_KEYS */
+    pthread_mutex_t pack_lock;
+    /* partial results (chunks > 1): [batch x kv head][chunk][row] */
+    float *part_acc, *part_max, *part_sum;
+    atomic_int *finished; /* chunks of each (batch, kv head) done in the current execute */
+};
+
+typedef struct decode_job {
+    const fj_cpu_decode_plan *dp;
+    const fj_problem *p;
+    const void *q, *k, *v;
+    void *o;
+    float *lse;
+} decode_job;
+
+/* One block of query positions: which, and the keys each sees. */
+typedef struct pos_block {
+    int64_t pos0;           /* its first position */
+    int npos, rows;         /* positions, and rows (positions x group) */
+    int64_t lo[FJ_CPU_DECODE_MAX_ROWS], hi[FJ_CPU_DECODE_MAX_ROWS]; /* keys position t sees */
+    int64_t jlo, jhi;       /* the keys some position sees (jlo >= jhi: none) */
+} pos_block;
+
+static void make_block(const fj_problem *p, const fj_cpu_decode_plan *dp, int64_t pb, pos_block *blk)
+{
+    blk->pos0 = pb * dp->positions;
+    blk->npos = (int)(p->seqlen_q - blk->pos0 < dp->positions ? p->seqlen_q - blk->pos0 : dp->positions);
+    blk->rows = blk->npos * p->group;
+    blk->jlo = p->seqlen_k;
+    blk->jhi = 0;
+    for (int t = 0; t < blk->npos; t++) {
+        fj_visible_keys(p, blk->pos0 + t, &blk->lo[t], &blk->hi[t]);
+        if (blk->lo[t] >= blk->hi[t]) continue;
+        if (blk->lo[t] < blk->jlo) blk->jlo = blk->lo[t];
+        if (blk->hi[t] > blk->jhi) blk->jhi = blk->hi[t];
+    }
+}
+
+/* One kv head's state in a worker's workspace, and the shared buffers. */
+typedef struct decode_ws {
+    void *q; /* rows x dpad floats, or bf16 for kernels that take bf16 */
+    float *acc, *row_max, *row_sum;
+    float *s, *scratch;
+} decode_ws;
+
+/* Head i (< heads_per_task) of worker `worker`'s task. */
+static decode_ws worker_ws(const fj_cpu_decode_plan *dp, int worker, int i)
+{
+    unsigned char *base = dp->workspace + (size_t)worker * dp->ws_bytes;
+    const size_t rows = (size_t)dp->rows * i;
+    decode_ws w = {
+        .q = base + dp->off_q + rows * dp->dpad * sizeof(float),
+        .acc = (float *)(base + dp->off_acc) + rows * dp->dpad,
+        .row_max = (float *)(base + dp->off_max) + rows,
+        .row_sum = (float *)(base + dp->off_sum) + rows,
+        .s = (float *)(base + dp->off_s),
+        .scratch = (float *)(base + dp->off_scratch),
+    };
+    return w;
+}
+
+/* A row of n floats (a multiple of 32) from column order into the kernels'
+ * order (position i of each 32 holds column order[i]), and back. */
+static void to_kernel_order(float *x, int n, const uint8_t *order, float *tmp)
+{
+    memcpy(tmp, x, (size_t)n * sizeof(float));
+    for (int c = 0; c < n; c += 32)
+        for (int i = 0; i < 32; i++) x[c + i] = tmp[c + order[i]];
+}
+
+static void to_column_order(float *x, int n, const uint8_t *order, float *tmp)
+{
+    memcpy(tmp, x, (size_t)n * sizeof(float));
+    for (int c = 0; c < n; c += 32)
+        for (int i = 0; i < 32; i++) x[c + order[i]] = tmp[c + i];
+}
+
+/* Head hk's query rows of the block in the kernels' form, zero-padded to
+ * dpad. */
+static void load_queries(const decode_job *j, const decode_ws *w, int64_t b, int64_t hk,
+                         const pos_block *blk)
+{
+    const fj_problem *p = j->p;
+    const fj_cpu_decode_plan *dp = j->dp;
+    const int D = p->head_dim;
+    for (int t = 0; t < blk->npos; t++)
+        for (int h = 0; h < p->group; h++) {
+            const int r = t * p->group + h;
+            const void *src =
+                fj_row_ptr(j->q, p->dtype, p->q_stride, b, blk->pos0 + t, hk * p->group + h);
+            if (dp->kernels->q_bf16) {
+                uint16_t *dst = (uint16_t *)w->q + (size_t)r * dp->dpad;
+                memcpy(dst, src, (size_t)D * sizeof(uint16_t));
+                memset(dst + D, 0, (size_t)(dp->dpad - D) * sizeof(uint16_t));
+            } else {
+                float *dst = (float *)w->q + (size_t)r * dp->dpad;
+                fj_load_f32(dst, dp->dpad, src, p->dtype, 0, 1, D);
+                memset(dst + D, 0, (size_t)(dp->dpad - D) * sizeof(float));
+                if (dp->kernels->order) to_kernel_order(dst, dp->dpad, dp->kernels->order, w->scratch);
+            }
+        }
+}
+
+/* Keys [j0, j0 + nk) for the rows that see part of them. */
+static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_t hk, int64_t j0,
+                      int nk, float alpha, const pos_block *blk)
+{
+    const fj_problem *p = j->p;
+    const fj_cpu_decode_plan *dp = j->dp;
+    const int64_t j1 = j0 + nk;
+    /* The positions that see part of the block are consecutive (every mask
+       is a band moving right with the position). */
+    int ta = blk->npos, tb = 0;
+    for (int t = 0; t < blk->npos; t++)
+        if (blk->lo[t] < blk->hi[t] && blk->lo[t] < j1 && blk->hi[t] > j0) {
+            if (t < ta) ta = t;
+            tb = t + 1;
+        }
+    if (ta >= tb) return;
+    const int ra = ta * p->group, nr = (tb - ta) * p->group;
+    const size_t q_elem = dp->kernels->q_bf16 ? sizeof(uint16_t) : sizeof(float);
+
+    const void *k = fj_row_ptr(j->k, p->dtype, p->k_stride, b, j0, hk);
+    dp->kernels->scores((const char *)w->q + (size_t)ra * dp->dpad * q_elem, dp->dpad, nr, k,
+                        p->k_stride[FJ_AXIS_SEQ], nk, p->head_dim, alpha, w->s, BLOCK_KEYS,
+                        w->scratch);
+    for (int r = ra; r < ra + nr; r++) {
+        const int t = r / p->group;
+        float *srow = w->s + (size_t)(r - ra) * BLOCK_KEYS;
+        int64_t a = blk->lo[t] > j0 ? blk->lo[t] - j0 : 0;
+        int64_t e = blk->hi[t] < j1 ? blk->hi[t] - j0 : nk;
+        if (a >= e) { /* a row of the range that sees none of this block */
+            memset(srow, 0, (size_t)nk * sizeof(float));
+            continue;
+        }
+        for (int64_t c = 0; c < a; c++) srow[c] = -INFINITY;
+        for (int64_t c = e; c < nk; c++) srow[c] = -INFINITY;
+        float factor = fj_tiled_softmax_step(srow, nk, &w->row_max[r], &w->row_sum[r]);
+        if (factor != 1.0f) fj_vscale(w->acc + (size_t)r * dp->dpad, dp->dpad, factor);
+    }
+    const void *v = fj_row_ptr(j->v, p->dtype, p->v_stride, b, j0, hk);
+    if (dp->packed_v) {
+        const uint16_t *packed =
+            dp->packed_v + ((size_t)(b * p->heads_kv + hk) * dp->packed_keys + (size_t)j0) * dp->dpad;
+        dp->kernels->accumulate_packed(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], packed,
+                                       nk, p->head_dim, w->acc + (size_t)ra * dp->dpad, dp->dpad,
+                                       w->scratch);
+    } else {
+        dp->kernels->accumulate(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], nk,
+                                p->head_dim, w->acc + (size_t)ra * dp->dpad, dp->dpad, w->scratch);
+    }
+}
+
+/* Row r of (b, hk): O = acc / sum (or 0), and its lse. acc: in the kernels'
+ * order (tmp: dpad floats of scratch). */
+static void store_row(const decode_job *j, int64_t b, int64_t hk, int64_t pos0, int r, float *acc,
+                      float max, float sum, float *tmp)
+{
+    const fj_problem *p = j->p;
+    const fj_cpu_decode_plan *dp = j->dp;
+    if (dp->kernels->order) to_column_order(acc, dp->dpad, dp->kernels->order, tmp);
+    const int64_t t = pos0 + r / p->group;
+    const int64_t h = hk * p->group + r % p->group;
+    void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, b, t, h);
+    float row_lse = -INFINITY;
+    if (sum > 0.0f) {
+        fj_vscale(acc, p->head_dim, 1.0f / sum);
+        fj_store_f32(dst, p->dtype, 0, acc, 0, 1, p->head_dim);
+        row_lse = (float)(M_LN2 * max + log(sum));
+    } else { /* the row sees no key */
+        memset(dst, 0, (size_t)p->head_dim * fj_dtype_size(p->dtype));
+    }
+    if (j->lse) j->lse[(b * p->heads_q + h) * p->seqlen_q + t] = row_lse;
+}
+
+/* The last chunk of (batch, kv head) bh to finish: every chunk's partial
+ * merged into each row's output (acc: the worker's accumulator rows as
+ * scratch). */
+static void merge_chunks(const decode_job *j, int64_t bh, int64_t b, int64_t hk, float *acc,
+                         float *tmp)
+{
+    const fj_cpu_decode_plan *dp = j->dp;
+    const size_t base = (size_t)bh * dp->chunks * dp->rows;
+    for (int r = 0; r < dp->rows; r++) {
+        float m = -INFINITY;
+        for (int c = 0; c < dp->chunks; c++) {
+            float x = dp->part_max[base + (size_t)c * dp->rows + r];
+            if (x > m) m = x;
+        }
+        float *out = acc + (size_t)r * dp->dpad;
+        memset(out, 0, (size_t)dp->dpad * sizeof(float));
+        float sum = 0.0f;
+        if (m > -INFINITY)
+            for (int c = 0; c < dp->chunks; c++) {
+                const size_t at = base + (size_t)c * dp->rows + r;
+                if (!(dp->part_sum[at] > 0.0f)) continue; /* the row saw none of this chunk */
+                const float wgt = fj_tiled_exp2(dp->part_max[at] - m);
+                sum += wgt * dp->part_sum[at];
+                const float *x = dp->part_acc + at * dp->dpad;
+                for (int d = 0; d < dp->dpad; d++) out[d] += wgt * x[d];
+            }
+        store_row(j, b, hk, 0, r, out, m, sum, tmp); /* chunks: one block of positions */
+    }
+}
+
+/* Head hk's rows at the end of chunk c: the output, or its partial result
+ * (and the merge, when it is the last of the head's chunks). */
+static void finish_head(const decode_job *j, const decode_ws *w, int64_t b, int64_t hk, int c,
+                        const pos_block *blk)
+{
+    const fj_cpu_decode_plan *dp = j->dp;
+    const fj_problem *p = j->p;
+    if (dp->chunks == 1) {
+        for (int r = 0; r < blk->rows; r++)
+            store_row(j, b, hk, blk->pos0, r, w->acc + (size_t)r * dp->dpad, w->row_max[r],
+                      w->row_sum[r], w->scratch);
+        return;
+    }
+    const int64_t bh = b * p->heads_kv + hk;
+    const size_t at = ((size_t)bh * dp->chunks + c) * dp->rows;
+    memcpy(dp->part_max + at, w->row_max, (size_t)dp->rows * sizeof(float));
+    memcpy(dp->part_sum + at, w->row_sum, (size_t)dp->rows * sizeof(float));
+    memcpy(dp->part_acc + at * dp->dpad, w->acc, (size_t)dp->rows * dp->dpad * sizeof(float));
+    /* acq_rel: the last one sees every other chunk's partial */
+    if (atomic_fetch_add_explicit(&dp->finished[bh], 1, memory_order_acq_rel) == dp->chunks - 1) {
+        merge_chunks(j, bh, b, hk, w->acc, w->scratch);
+        /* ready for the next execute (which the pool's lock orders after this one) */
+        atomic_store_explicit(&dp->finished[bh], 0, memory_order_relaxed);
+    }
+}
+
+/* Chunk c of one (batch, head group, block of positions): units run the
+ * blocks of a head group last to first (under a causal mask the last see
+ * the most keys: heaviest first), so consecutive tasks share the group's K
+ * and V in cache. */
+static void run_unit(const decode_job *j, int64_t unit, int c, int worker)
+{
+    const fj_cpu_decode_plan *dp = j->dp;
+    const fj_problem *p = j->p;
+    const int64_t pb = dp->pos_blocks - 1 - unit % dp->pos_blocks;
+    const int64_t group_unit = unit / dp->pos_blocks;
+    const int64_t b = group_unit / dp->head_groups;
+    const int64_t hk0 = group_unit % dp->head_groups * dp->heads_per_task;
+    const int heads = p->heads_kv - hk0 < dp->heads_per_task ? (int)(p->heads_kv - hk0)
+                                                              : dp->heads_per_task;
+    const float alpha = (float)(M_LOG2E * p->scale);
+    pos_block blk;
+    make_block(p, dp, pb, &blk);
+    int64_t c0 = blk.jlo, c1 = blk.jhi;
+    /* packed V starts at key 0 in groups: blocks start on a group (the keys
+       before jlo that this adds are masked for every row) */
+    if (dp->packed_v && c0 < c1) c0 -= c0 % FJ_DECODE_PACK_KEYS;
+    if (dp->chunks > 1) { /* one block of positions, its keys split */
+        c0 = dp->chunk_start[c];
+        c1 = dp->chunk_start[c + 1];
+    }
+
+    for (int i = 0; i < heads; i++) {
+        const decode_ws w = worker_ws(dp, worker, i);
+        for (int r = 0; r < blk.rows; r++) {
+            w.row_max[r] = -INFINITY;
+            w.row_sum[r] = 0.0f;
+        }
+        memset(w.acc, 0, (size_t)blk.rows * dp->dpad * sizeof(float));
+        if (c0 < c1) load_queries(j, &w, b, hk0 + i, &blk);
+    }
+    for (int64_t j0 = c0; j0 < c1; j0 += BLOCK_KEYS) {
+        const int nk = (int)(c1 - j0 < BLOCK_KEYS ? c1 - j0 : BLOCK_KEYS);
+        for (int i = 0; i < heads; i++) {
+            const decode_ws w = worker_ws(dp, worker, i);
+            key_block(j, &w, b, hk0 + i, j0, nk, alpha, &blk);
+        }
+    }
+    for (int i = 0; i < heads; i++) {
+        const decode_ws w = worker_ws(dp, worker, i);
+        finish_head(j, &w, b, hk0 + i, c, &blk);
+    }
+}
+
+static void decode_task(void *arg, int64_t task, int worker)
+{
+    const decode_job *j = arg;
+    const fj_cpu_decode_plan *dp = j->dp;
+    if (dp->one_task) {
+        for (int64_t unit = 0; unit < dp->units; unit++) run_unit(j, unit, 0, worker);
+        return;
+    }
+    run_unit(j, task / dp->chunks, (int)(task % dp->chunks), worker);
+}
+
+/* Packs the values of one (batch, kv head). */
+static void pack_task(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const decode_job *j = arg;
+    const fj_cpu_decode_plan *dp = j->dp;
+    const fj_problem *p = j->p;
+    const int64_t b = task / p->heads_kv, hk = task % p->heads_kv;
+    dp->kernels->pack_values(fj_row_ptr(j->v, p->dtype, p->v_stride, b, 0, hk),
+                             p->v_stride[FJ_AXIS_SEQ], p->seqlen_k, p->head_dim,
+                             dp->packed_v + (size_t)task * dp->packed_keys * dp->dpad);
+}
+
+void fj_cpu_decode_execute(const fj_cpu_decode_plan *dp, const fj_problem *p, const void *q,
+                           const void *k, const void *v, void *o, float *lse)
+{
+    decode_job job = {dp, p, q, k, v, o, lse};
+    const int64_t tasks = dp->one_task ? 1 : dp->units * dp->chunks;
+    if (!dp->packed_v) {
+        fj_pool_run(dp->pool, tasks, decode_task, &job);
+        return;
+    }
+    /* two pool jobs: the lock keeps another call on this plan from packing
+       between them */
+    pthread_mutex_t *lock = (pthread_mutex_t *)&dp->pack_lock;
+    pthread_mutex_lock(lock);
+    fj_pool_run(dp->pool, (int64_t)p->batch * p->heads_kv, pack_task, &job);
+    fj_pool_run(dp->pool, tasks, decode_task, &job);
+    pthread_mutex_unlock(lock);
+}
+
+static size_t ws_part(size_t *cursor, size_t bytes)
+{
+    size_t at = *cursor;
+    *cursor += (bytes + 63) & ~(size_t)63;
+    return at;
+}
+
+/* Chunks per kv head for `threads` workers over `keys` keys (chunks of at
+ * least min_keys). */
+static int chunk_count(int64_t groups, int64_t keys, int threads, int min_keys)
+{
+    if (threads <= 1 || groups >= (int64_t)TASKS_PER_WORKER * threads) return 1;
+    int64_t want = ((int64_t)TASKS_PER_WORKER * threads + groups - 1) / groups;
+    int64_t most = keys / min_keys;
+    if (want > most) want = most;
+    return want < 1 ? 1 : (int)want;
+}
+
+void fj_cpu_decode_plan_info(const fj_cpu_decode_plan *dp, fj_plan_info *info)
+{
+    snprintf(info->kernel, sizeof info->kernel, "cpu_decode_%s", dp->kernels->name);
+    info->tiles[0] = '\0';
+    info->tiles_source = FJ_TILES_HEURISTIC;
+    info->threads = dp->one_task ? 1 : fj_pool_threads(dp->pool);
+    info->splits = dp->chunks;
+}
+
+void fj_cpu_decode_plan_destroy(fj_cpu_decode_plan *dp)
+{
+    if (!dp) return;
+    if (dp->packed_v) pthread_mutex_destroy(&dp->pack_lock);
+    free(dp->packed_v);
+    free(dp->chunk_start);
+    free(dp->workspace);
+    free(dp->part_acc);
+    free(dp->part_max);
+    free(dp->part_sum);
+    free(dp->finished);
+    free(dp);
+}
+
+static fj_status no_memory(fj_cpu_decode_plan *dp, size_t bytes)
+{
+    fj_cpu_decode_plan_destroy(dp);
+    return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu decode: cannot allocate %zu KiB of workspace",
+                   bytes >> 10);
+}
+
+/* Whether the heads of one position lie side by side within its row of a
+ * tensor (every head's row before the next position's): then one task takes
+ * them all. */
+static bool heads_interleaved(const fj_problem *p, const int64_t stride[3])
+{
+    const int64_t hs = stride[FJ_AXIS_HEAD], ss = stride[FJ_AXIS_SEQ];
+    return p->heads_kv > 1 && hs >= 0 && ss > 0 && hs * (p->heads_kv - 1) + p->head_dim <= ss;
+}
+
+fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_decode_plan **out,
+                                    fj_strbuf *describe)
+{
+    *out = NULL;
+    fj_cpu_decode_plan *dp = calloc(1, sizeof *dp);
+    if (!dp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu decode: out of memory for the plan");
+    const int threads = fj_pool_threads(pool);
+    dp->pool = pool;
+    /* Decoding: every position in one block. bf16 prefill on AMX: blocks of
+       as many positions as 16 rows hold (a tile's rows). */
+    const bool prefill = rows_per_kv_head(p) > FJ_CPU_DECODE_MAX_ROWS;
+    dp->positions = prefill ? FJ_CPU_DECODE_MAX_ROWS / p->group : p->seqlen_q;
+    dp->pos_blocks = (p->seqlen_q + dp->positions - 1) / dp->positions;
+    dp->rows = dp->positions * p->group;
+    dp->dpad = (p->head_dim + FJ_DECODE_PAD - 1) / FJ_DECODE_PAD * FJ_DECODE_PAD;
+    const int mode = atomic_load(&forced_mode);
+    const char *why_kernels = "this CPU has AVX-512";
+    if (mode == FJ_CPU_DECODE_GENERIC) {
+        why_kernels = "forced by fj_cpu_decode_force";
+    } else if (p->dtype == FJ_BF16 && mode != FJ_CPU_DECODE_NO_AMX &&
+               (dp->kernels = fj_decode_kernels_amx())) {
+        why_kernels = "this CPU has AMX-BF16: scores as tile products";
+    } else if (!(dp->kernels = fj_decode_kernels_avx512(p->dtype))) {
+        why_kernels = "no AVX-512 on this CPU";
+    } else if (p->dtype == FJ_BF16 && mode == FJ_CPU_DECODE_NO_AMX) {
+        why_kernels = "AMX turned off by fj_cpu_decode_force";
+    }
+    if (!dp->kernels) dp->kernels = fj_decode_kernels_generic(p->dtype);
+
+    dp->heads_per_task = 1;
+    /* Prefill: one head per task whatever the layout, so that the blocks of
+       positions that follow one another keep one head's K and V in cache
+       (grouping 4 heads made the dense layout's bf16 prefill 2.3x slower). */
+    const bool interleaved = !prefill && heads_interleaved(p, p->k_stride) &&
+                             heads_interleaved(p, p->v_stride);
+    if (interleaved) {
+        int most = MAX_TASK_ROWS / dp->rows;
+        dp->heads_per_task = p->heads_kv < most ? p->heads_kv : most;
+    }
+    dp->head_groups = (p->heads_kv + dp->heads_per_task - 1) / dp->heads_per_task;
+    const int64_t units = dp->units = (int64_t)p->batch * dp->head_groups * dp->pos_blocks;
+
+    /* The keys some row sees, the same for every (batch, kv head): split
+       into chunks when there is one block of positions (decoding); blocks of
+       positions take their own keys whole. */
+    pos_block all;
+    make_block(p, dp, 0, &all);
+    int64_t jlo = all.jlo, jhi = all.jhi;
+    if (prefill || jlo > jhi) jlo = jhi = 0; /* prefill: unused; decode: no row sees a key */
+    /* A call that reads less than SERIAL_BYTES of K and V costs less than
+       waking the workers: the calling thread does it alone. */
+    const double kv_bytes = 2.0 * (double)p->batch * p->heads_kv * (double)(jhi - jlo) *
+                            p->head_dim * fj_dtype_size(p->dtype);
+    const bool fine = atomic_load(&forced_split);
+    dp->one_task = !prefill && !fine && threads > 1 && units > 1 && kv_bytes < SERIAL_BYTES;
+    dp->chunks = dp->one_task ? 1 : chunk_count(units, jhi - jlo, threads, fine ? 16 : MIN_CHUNK_KEYS);
+    int64_t step = (jhi - jlo + dp->chunks - 1) / dp->chunks;
+    step = (step + 15) / 16 * 16; /* whole groups of 16 keys for the kernels */
+    if (step > 0) dp->chunks = (int)((jhi - jlo + step - 1) / step);
+    if (dp->chunks < 1) dp->chunks = 1;
+    if (!(dp->chunk_start = malloc(sizeof(int64_t) * ((size_t)dp->chunks + 1))))
+        return no_memory(dp, sizeof(int64_t) * ((size_t)dp->chunks + 1));
+    for (int c = 0; c <= dp->chunks; c++) {
+        int64_t at = jlo + (int64_t)c * step;
+        dp->chunk_start[c] = at < jhi ? at : jhi;
+    }
+
+    const size_t R = (size_t)dp->rows * dp->heads_per_task, DP = (size_t)dp->dpad;
+    const size_t f = sizeof(float);
+    size_t cur = 0;
+    dp->off_q = ws_part(&cur, R * DP * f);
+    dp->off_s = ws_part(&cur, (size_t)dp->rows * BLOCK_KEYS * f);
+    dp->off_acc = ws_part(&cur, R * DP * f);
+    dp->off_max = ws_part(&cur, R * f);
+    dp->off_sum = ws_part(&cur, R * f);
+    dp->off_scratch = ws_part(&cur, (size_t)FJ_DECODE_MAX_BLOCK * DP * f);
+    dp->ws_bytes = cur;
+    if (!(dp->workspace = aligned_alloc(64, dp->ws_bytes * (size_t)threads)))
+        return no_memory(dp, dp->ws_bytes * (size_t)threads);
+    size_t part_bytes = 0;
+    if (dp->chunks > 1) {
+        const size_t heads = (size_t)p->batch * p->heads_kv;
+        const size_t parts = heads * dp->chunks * dp->rows;
+        part_bytes = parts * (DP + 2) * f + heads * sizeof(atomic_int);
+        dp->part_acc = malloc(parts * DP * f);
+        dp->part_max = malloc(parts * f);
+        dp->part_sum = malloc(parts * f);
+        dp->finished = malloc(heads * sizeof(atomic_int));
+        if (!dp->part_acc || !dp->part_max || !dp->part_sum || !dp->finished)
+            return no_memory(dp, part_bytes);
+        for (size_t h = 0; h < heads; h++) atomic_init(&dp->finished[h], 0);
+    }
+
+    const int64_t tasks = dp->one_task ? 1 : units * dp->chunks;
+    size_t packed_bytes = 0;
+    if (prefill && dp->kernels->pack_values) {
+        dp->packed_keys = (p->seqlen_k + FJ_DECODE_PACK_KEYS - 1) / FJ_DECODE_PACK_KEYS *
+                          FJ_DECODE_PACK_KEYS;
+        packed_bytes = (size_t)p->batch * p->heads_kv * dp->packed_keys * DP * sizeof(uint16_t);
+        if (!(dp->packed_v = malloc(packed_bytes))) return no_memory(dp, packed_bytes);
+        pthread_mutex_init(&dp->pack_lock, NULL);
+    }
+    if (prefill) {
+        fj_strbuf_printf(describe,
+                         "backend: cpu\n"
+                         "method: AMX row blocks: blocks of %d query rows per kv head (%d "
+                         "position(s) x %d head(s)) stream the keys they see, K and V read at "
+                         "bf16 (no BLAS, no conversion); chosen because bf16 tile products on "
+                         "AMX-BF16 outrun sgemm on converted floats\n"
+                         "split: %d kv head(s) per task (%s); %lld blocks of positions per kv "
+                         "head, last first; %lld task(s) for %d worker(s); blocks of %d keys\n"
+                         "kernels: %s (%s)%s\n"
+                         "workspace: %zu bytes per thread, %d threads, 0 bytes of partial "
+                         "results, %zu bytes of packed V\n",
+                         dp->rows, dp->positions, p->group, dp->heads_per_task,
+                         interleaved ? "the heads of a position lie side by side"
+                                     : "each head's rows lie apart",
+                         (long long)dp->pos_blocks, (long long)tasks, threads, BLOCK_KEYS,
+                         dp->kernels->name, why_kernels,
+                         dp->packed_v ? "; V packed into tiles once per call" : "",
+                         dp->ws_bytes, threads, packed_bytes);
+        *out = dp;
+        return FJ_OK;
+    }
+    fj_strbuf_printf(describe,
+                     "backend: cpu\n"
+                     "method: decode: %d query row(s) per kv head (%d position(s) x %d head(s)) "
+                     "share each K/V row, read once at its stored width (no BLAS, no packing); "
+                     "chosen because %d <= %d rows per kv head would leave sgemm packing K and V "
+                     "for a few rows\n"
+                     "split: %d kv head(s) per task (%s); keys [%lld, %lld) in %d chunk(s) of "
+                     "%lld, %lld task(s) for %d worker(s)%s%s; blocks of %d keys\n"
+                     "kernels: %s (%s)\n"
+                     "workspace: %zu bytes per thread, %d threads, %zu bytes of partial results\n",
+                     dp->rows, p->seqlen_q, p->group, dp->rows, FJ_CPU_DECODE_MAX_ROWS,
+                     dp->heads_per_task,
+                     interleaved ? "the heads of a position lie side by side"
+                                 : "each head's rows lie apart",
+                     (long long)jlo, (long long)jhi, dp->chunks, (long long)step,
+                     (long long)tasks, threads, dp->chunks > 1 ? ", merged by lse" : "",
+                     tasks == 1 && threads > 1 ? " (one task: on the calling thread alone)" : "",
+                     BLOCK_KEYS, dp->kernels->name, why_kernels, dp->ws_bytes, threads,
+                     part_bytes);
+    *out = dp;
+    return FJ_OK;
+}

@@ -1,0 +1,472 @@
+/* The decode path's AVX-512 kernels (decode_kernels.h).
+ *
+ * f32 rows are read where they lie. f16 and bf16 rows are widened to float
+ * as they are loaded: f16 by vcvtph2ps, bf16 by interleaving each vector of
+ * 32 with zeros (vpunpck{l,h}wd: one instruction per 16 floats, half what a
+ * zero-extend and a shift take), which leaves the columns of each 32 in the
+ * order bf16_order below; queries and accumulators are kept in that order
+ * too. When more than four query rows would each widen the same rows again,
+ * a group of keys is widened once into the scratch buffer (L1) instead.
+ *
+ * Scores: two query rows per pass (their query vectors held in registers,
+ * up to 128 columns a pass), 4 keys at a time, each key vector loaded once
+ * for both rows; a key's products summed across lanes by folding 4 keys'
+ * accumulators into one vector (6 shuffles, 3 adds) and four such vectors
+ * into the 16 scores. Values: up to 4 rows x 4 vectors (2 x 8, 1 x 8) of
+ * accumulators stay in registers while the keys go by, so each value element
+ * loaded feeds up to 4 FMAs.
+ *
+ * No AVX-512 BF16 dot products (vdpbf16ps): where measured, one issued every
+ * other cycle (32 products) against two float FMAs a cycle (16 each), so
+ * widening and FMAs do more work per cycle (docs/benchmarks.md). Where
+ * AMX-BF16 exists, bf16 scores go to decode_amx.c instead. */
+#include "decode_kernels.h"
+
+#include <stddef.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(FJ_NO_MULTIVERSION)
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define INLINE static inline __attribute__((always_inline))
+/* Loops over a compile-time count of registers: unrolled, or GCC keeps the
+   register arrays in memory. */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define UNROLL _Pragma("GCC unroll 16")
+#endif
+
+static inline __mmask16 mask16(int valid) /* the first valid (any int) lanes */
+{
+    return valid >= 16 ? (__mmask16)0xffff : valid <= 0 ? 0 : (__mmask16)((1u << valid) - 1);
+}
+
+static inline __mmask32 mask32(int valid)
+{
+    return valid >= 32 ? (__mmask32)0xffffffffu : valid <= 0 ? 0 : (__mmask32)((1u << valid) - 1);
+}
+
+static inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+/* Position i of a 32-column chunk widened from bf16 by interleaving: the low
+ * vector takes columns 0-3 of each 8, the high one columns 4-7. */
+static const uint8_t bf16_order[32] = {0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18,
+                                       19, 24, 25, 26, 27, 4,  5,  6,  7,  12, 13,
+                                       14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+
+/* The 32 elements at x (type t) as two float vectors, in the kernels' order;
+ * MASKED: only the elements in m are read, the others are 0. */
+AVX512 INLINE void load32(const char *x, fj_dtype t, const bool MASKED, __mmask32 m, __m512 *lo,
+                          __m512 *hi)
+{
+    if (t == FJ_F32) {
+        const float *f = (const float *)x;
+        *lo = MASKED ? _mm512_maskz_loadu_ps((__mmask16)m, f) : _mm512_loadu_ps(f);
+        *hi = MASKED ? _mm512_maskz_loadu_ps((__mmask16)(m >> 16), f + 16) : _mm512_loadu_ps(f + 16);
+    } else if (t == FJ_F16) {
+        const __m256i *h = (const __m256i *)x;
+        *lo = _mm512_cvtph_ps(MASKED ? _mm256_maskz_loadu_epi16((__mmask16)m, h) : _mm256_loadu_si256(h));
+        *hi = _mm512_cvtph_ps(MASKED ? _mm256_maskz_loadu_epi16((__mmask16)(m >> 16), h + 1)
+                                     : _mm256_loadu_si256(h + 1));
+    } else {
+        const __m512i b = MASKED ? _mm512_maskz_loadu_epi16(m, x) : _mm512_loadu_si512(x);
+        const __m512i zero = _mm512_setzero_si512();
+        *lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, b));
+        *hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, b));
+    }
+}
+
+static inline int elem_bytes(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
+
+/* n rows of head_dim elements (ldb bytes apart) widened into dst (rows dpad
+ * floats apart, zeros past head_dim). */
+AVX512 INLINE void widen_rows(const char *src, int64_t ldb, int n, int head_dim, fj_dtype t,
+                              float *dst, int dpad)
+{
+    const int full = head_dim / 32, elem = elem_bytes(t);
+    const __mmask32 tail = mask32(head_dim - 32 * full);
+    for (int j = 0; j < n; j++, src += ldb, dst += dpad) {
+        __m512 lo, hi;
+        int c = 0;
+        for (; c < full; c++) {
+            load32(src + (size_t)32 * c * elem, t, false, 0, &lo, &hi);
+            _mm512_storeu_ps(dst + 32 * c, lo);
+            _mm512_storeu_ps(dst + 32 * c + 16, hi);
+        }
+        if (32 * c < dpad) {
+            load32(src + (size_t)32 * c * elem, t, true, tail, &lo, &hi);
+            _mm512_storeu_ps(dst + 32 * c, lo);
+            _mm512_storeu_ps(dst + 32 * c + 16, hi);
+        }
+    }
+}
+
+/* ---- scores --------------------------------------------------------------- */
+
+/* Per 128-bit lane, the partial sums of 4 accumulators: [a, b, c, d]. */
+AVX512 INLINE __m512 fold4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    __m512d x = _mm512_castps_pd(ab), y = _mm512_castps_pd(cd);
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+}
+
+/* Lane i: key i's dot product, from the fold4 results of keys 0-3, 4-7, ... */
+AVX512 INLINE __m512 fold16(__m512 u0, __m512 u1, __m512 u2, __m512 u3)
+{
+    __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xdd));
+    __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(u2, u3, 0x88), _mm512_shuffle_f32x4(u2, u3, 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, 0x88), _mm512_shuffle_f32x4(v01, v23, 0xdd));
+}
+
+/* Dots of query vectors qv (NC chunks of 32 columns, from column c0) with
+ * the 4 keys at x[0..3] (type t); the last chunk read masked by `tail` when
+ * MASKED; folded (fold4). Two accumulators per key: half the FMA chain. */
+AVX512 INLINE __m512 quad_dots(const __m512 *qv, const char *x0, const char *x1, const char *x2,
+                               const char *x3, fj_dtype t, __mmask32 tail, const int NC,
+                               const bool MASKED)
+{
+    const int elem = elem_bytes(t);
+    const char *x[4] = {x0, x1, x2, x3};
+    __m512 a[4];
+    UNROLL
+    for (int i = 0; i < 4; i++) {
+        __m512 lo, hi, s0, s1;
+        load32(x[i], t, MASKED && NC == 1, tail, &lo, &hi);
+        s0 = _mm512_mul_ps(lo, qv[0]);
+        s1 = _mm512_mul_ps(hi, qv[1]);
+        UNROLL
+        for (int c = 1; c < NC; c++) {
+            load32(x[i] + (size_t)32 * c * elem, t, MASKED && c == NC - 1, tail, &lo, &hi);
+            s0 = _mm512_fmadd_ps(lo, qv[2 * c], s0);
+            s1 = _mm512_fmadd_ps(hi, qv[2 * c + 1], s1);
+        }
+        a[i] = _mm512_add_ps(s0, s1);
+    }
+    return fold4(a[0], a[1], a[2], a[3]);
+}
+
+/* Dots of one query row (NC chunks of 32 columns from its column c0, held in
+ * registers) with keys row0 + i * ldb, i < 16; when not FULL only n < 16 are
+ * keys, and the rest repeat the last. */
+AVX512 INLINE __m512 dots16(const float *q, const char *row0, int64_t ldb, int n, fj_dtype t,
+                            int c0, __mmask32 tail, const int NC, const bool MASKED,
+                            const bool FULL)
+{
+    __m512 qv[8];
+    UNROLL
+    for (int c = 0; c < 2 * NC; c++) qv[c] = _mm512_loadu_ps(q + c0 + 16 * c);
+    const char *x = row0 + (size_t)c0 * elem_bytes(t);
+    __m512 u[4];
+    if (FULL) {
+        const int64_t ld3 = 3 * ldb;
+        UNROLL
+        for (int g = 0; g < 4; g++, x += 4 * ldb)
+            u[g] = quad_dots(qv, x, x + ldb, x + 2 * ldb, x + ld3, t, tail, NC, MASKED);
+    } else {
+        UNROLL
+        for (int g = 0; g < 4; g++) {
+            const char *r[4];
+            UNROLL
+            for (int i = 0; i < 4; i++) r[i] = x + (4 * g + i < n ? 4 * g + i : n - 1) * ldb;
+            u[g] = quad_dots(qv, r[0], r[1], r[2], r[3], t, tail, NC, MASKED);
+        }
+    }
+    return fold16(u[0], u[1], u[2], u[3]);
+}
+
+/* dots16 for two query rows at once: each key chunk loaded (and widened)
+ * once for both, the FMAs on registers only (the one-row form takes each
+ * key vector as a memory operand, one load per FMA, which is what bounded
+ * it). 16 query vectors + 8 accumulators + the running folds: up to 128
+ * columns (NC 4) per pass. */
+AVX512 INLINE void dots16x2(const float *q0, const float *q1, const char *row0, int64_t ldb, int n,
+                            fj_dtype t, int c0, __mmask32 tail, const int NC, const bool MASKED,
+                            const bool FULL, __m512 *d0, __m512 *d1)
+{
+    const int elem = elem_bytes(t);
+    __m512 qa[8], qb[8];
+    UNROLL
+    for (int c = 0; c < 2 * NC; c++) {
+        qa[c] = _mm512_loadu_ps(q0 + c0 + 16 * c);
+        qb[c] = _mm512_loadu_ps(q1 + c0 + 16 * c);
+    }
+    const char *x0 = row0 + (size_t)c0 * elem;
+    /* Keys four at a time, the chunk loop outside the key loop: 8
+       accumulators (2 rows x 4 keys) of independent FMA chains next to the
+       16 query vectors; the quads' folds wait in memory (in registers they
+       pushed GCC to spill). */
+    __m512 u[2][4];
+    UNROLL
+    for (int g = 0; g < 4; g++) {
+        const char *y[4];
+        UNROLL
+        for (int i = 0; i < 4; i++) y[i] = x0 + (FULL || 4 * g + i < n ? 4 * g + i : n - 1) * ldb;
+        __m512 a[2][4];
+        UNROLL
+        for (int c = 0; c < NC; c++) {
+            const bool m = MASKED && c == NC - 1;
+            UNROLL
+            for (int i = 0; i < 4; i++) {
+                __m512 lo, hi;
+                load32(y[i] + (size_t)32 * c * elem, t, m, tail, &lo, &hi);
+                /* one load for both rows: GCC would otherwise fold the load
+                   into each row's FMA, loading it twice */
+                __asm__("" : "+v"(lo), "+v"(hi));
+                a[0][i] = c ? _mm512_fmadd_ps(lo, qa[2 * c], a[0][i]) : _mm512_mul_ps(lo, qa[0]);
+                a[1][i] = c ? _mm512_fmadd_ps(lo, qb[2 * c], a[1][i]) : _mm512_mul_ps(lo, qb[0]);
+                a[0][i] = _mm512_fmadd_ps(hi, qa[2 * c + 1], a[0][i]);
+                a[1][i] = _mm512_fmadd_ps(hi, qb[2 * c + 1], a[1][i]);
+            }
+        }
+        u[0][g] = fold4(a[0][0], a[0][1], a[0][2], a[0][3]);
+        u[1][g] = fold4(a[1][0], a[1][1], a[1][2], a[1][3]);
+        __asm__("" : "+m"(u)); /* keep them there */
+    }
+    *d0 = fold16(u[0][0], u[0][1], u[0][2], u[0][3]);
+    *d1 = fold16(u[1][0], u[1][1], u[1][2], u[1][3]);
+}
+
+/* s[r * lds + i] = alpha q_r . key i for the rows, 16 keys from row0 (type t,
+ * ldb bytes apart, n of them valid), `chunks` chunks of 32 columns, the last
+ * masked when MASKED (rows that end before it). */
+AVX512 INLINE void scores_group(const float *q, int ldq, int nr, const char *row0, int64_t ldb,
+                                int n, fj_dtype t, int chunks, __mmask32 tail, __m512 alpha,
+                                float *s, int lds, const bool MASKED)
+{
+    int r = 0;
+    for (; r + 2 <= nr; r += 2) { /* two rows at a time */
+        const float *q0 = q + (size_t)r * ldq, *q1 = q0 + ldq;
+        __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+        for (int c = 0; c < chunks; c += 4) {
+            const int nc = chunks - c < 4 ? chunks - c : 4;
+            const bool m = MASKED && c + nc == chunks;
+            __m512 d0, d1;
+#define DOTS(NC)                                                                                \
+    if (n == 16) {                                                                              \
+        if (m) dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, true, true, &d0, &d1);       \
+        else dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, false, true, &d0, &d1);        \
+    } else {                                                                                    \
+        if (m) dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, true, false, &d0, &d1);      \
+        else dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, false, false, &d0, &d1);       \
+    }
+            switch (nc) {
+            case 1: DOTS(1) break;
+            case 2: DOTS(2) break;
+            case 3: DOTS(3) break;
+            default: DOTS(4) break;
+            }
+#undef DOTS
+            sum0 = _mm512_add_ps(sum0, d0);
+            sum1 = _mm512_add_ps(sum1, d1);
+        }
+        _mm512_mask_storeu_ps(s + (size_t)r * lds, mask16(n), _mm512_mul_ps(sum0, alpha));
+        _mm512_mask_storeu_ps(s + (size_t)(r + 1) * lds, mask16(n), _mm512_mul_ps(sum1, alpha));
+    }
+    if (r < nr) { /* the odd row */
+        const float *qr = q + (size_t)r * ldq;
+        __m512 sum = _mm512_setzero_ps();
+        for (int c = 0; c < chunks; c += 4) { /* up to 8 vectors of query in registers */
+            const int nc = chunks - c < 4 ? chunks - c : 4;
+            const bool m = MASKED && c + nc == chunks;
+            __m512 d;
+#define DOTS(NC)                                                                               \
+    d = n == 16 ? (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, true)               \
+                     : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false, true))             \
+                : (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, false)              \
+                     : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false, false))
+            switch (nc) {
+            case 1: DOTS(1); break;
+            case 2: DOTS(2); break;
+            case 3: DOTS(3); break;
+            default: DOTS(4); break;
+            }
+#undef DOTS
+            sum = _mm512_add_ps(sum, d);
+        }
+        _mm512_mask_storeu_ps(s + (size_t)r * lds, mask16(n), _mm512_mul_ps(sum, alpha));
+    }
+}
+
+/* Scores of the block: the rows read where they lie for f32 (and for a
+ * single query row), else each group of 16 widened once into scratch for
+ * all the query rows. */
+AVX512 INLINE void scores_any(const float *q, int ldq, int nr, const void *k, int64_t k_ld, int nk,
+                              int head_dim, float alpha, float *s, int lds, float *scratch,
+                              fj_dtype t)
+{
+    const int elem = elem_bytes(t), dpad = round_up(head_dim, FJ_DECODE_PAD);
+    const int chunks = dpad / 32;
+    const int64_t ldb = k_ld * elem;
+    const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
+    const bool in_place = t == FJ_F32 || nr <= 4;
+    const __m512 va = _mm512_set1_ps(alpha);
+    for (int j0 = 0; j0 < nk; j0 += 16) {
+        const int n = nk - j0 < 16 ? nk - j0 : 16;
+        const char *rows = (const char *)k + j0 * ldb;
+        if (in_place) {
+            if (head_dim % 32)
+                scores_group(q, ldq, nr, rows, ldb, n, t, chunks, tail, va, s + j0, lds, true);
+            else
+                scores_group(q, ldq, nr, rows, ldb, n, t, chunks, tail, va, s + j0, lds, false);
+        } else {
+            widen_rows(rows, ldb, n, head_dim, t, scratch, dpad);
+            scores_group(q, ldq, nr, (const char *)scratch, dpad * (int64_t)sizeof(float), n,
+                         FJ_F32, chunks, 0, va, s + j0, lds, false);
+        }
+    }
+}
+
+/* ---- values ----------------------------------------------------------------- */
+
+/* acc rows [0, NR) x chunks [c, c + NC) of 32 columns += p V over n keys
+ * from row0 (type t, ldb bytes apart; the last chunk masked by `tail` when
+ * MASKED). */
+AVX512 INLINE void values_tile(const float *p, int ldp, const char *row0, int64_t ldb, int n,
+                               fj_dtype t, float *acc, int ldacc, int c, __mmask32 tail,
+                               const int NR, const int NC, const bool MASKED)
+{
+    const int elem = elem_bytes(t);
+    __m512 a[4][8];
+    UNROLL
+    for (int r = 0; r < NR; r++)
+        UNROLL
+        for (int v = 0; v < 2 * NC; v++) a[r][v] = _mm512_loadu_ps(acc + (size_t)r * ldacc + 32 * c + 16 * v);
+    const char *row = row0 + (size_t)32 * c * elem;
+    for (int j = 0; j < n; j++, row += ldb) {
+        __m512 x[8];
+        UNROLL
+        for (int v = 0; v < NC; v++)
+            load32(row + (size_t)32 * v * elem, t, MASKED && v == NC - 1, tail, &x[2 * v], &x[2 * v + 1]);
+        UNROLL
+        for (int r = 0; r < NR; r++) {
+            const __m512 w = _mm512_set1_ps(p[(size_t)r * ldp + j]);
+            UNROLL
+            for (int v = 0; v < 2 * NC; v++) a[r][v] = _mm512_fmadd_ps(w, x[v], a[r][v]);
+        }
+    }
+    UNROLL
+    for (int r = 0; r < NR; r++)
+        UNROLL
+        for (int v = 0; v < 2 * NC; v++) _mm512_storeu_ps(acc + (size_t)r * ldacc + 32 * c + 16 * v, a[r][v]);
+}
+
+/* All rows and chunks for n keys from row0 (16 accumulators a tile: 1-2
+ * rows x 4 chunks, 3-4 rows x 2). */
+AVX512 INLINE void values_group(const float *p, int ldp, int nr, const char *row0, int64_t ldb,
+                                int n, fj_dtype t, int chunks, __mmask32 tail, float *acc,
+                                int ldacc, const bool MASKED)
+{
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const int rows = nr - r0 < 4 ? nr - r0 : 4;
+        const float *pr = p + (size_t)r0 * ldp;
+        float *ar = acc + (size_t)r0 * ldacc;
+        for (int c = 0; c < chunks;) {
+            const int left = chunks - c;
+            const int nc = rows <= 2 && left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            const bool m = MASKED && c + nc == chunks;
+#define TILE(R, C)                                                                              \
+    (m ? values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, true)                 \
+       : values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, false))
+#define ROWS(C)                    \
+    switch (rows) {                \
+    case 1: TILE(1, C); break;     \
+    case 2: TILE(2, C); break;     \
+    case 3: TILE(3, C); break;     \
+    default: TILE(4, C); break;    \
+    }
+            if (nc == 4) {
+                if (rows == 1) TILE(1, 4);
+                else TILE(2, 4);
+            } else if (nc == 2) {
+                ROWS(2)
+            } else {
+                ROWS(1)
+            }
+#undef ROWS
+#undef TILE
+            c += nc;
+        }
+    }
+}
+
+/* Keys per group when the values are widened into scratch first (more than
+   one tile of rows would widen each row again): 32 x dpad floats, 16 KiB at
+   head dim 128, stay in L1 while every tile reads them. */
+#define VALUE_GROUP 32
+
+AVX512 INLINE void values_any(const float *p, int ldp, int nr, const void *v, int64_t v_ld, int nk,
+                              int head_dim, float *acc, int ldacc, float *scratch, fj_dtype t)
+{
+    const int elem = elem_bytes(t), dpad = round_up(head_dim, FJ_DECODE_PAD);
+    const int chunks = dpad / 32;
+    const int64_t ldb = v_ld * elem;
+    const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
+    if (t == FJ_F32 || nr <= 4) {
+        if (head_dim % 32)
+            values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, true);
+        else
+            values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, false);
+        return;
+    }
+    const int64_t lds = dpad * (int64_t)sizeof(float);
+    for (int j0 = 0; j0 < nk; j0 += VALUE_GROUP) {
+        const int n = nk - j0 < VALUE_GROUP ? nk - j0 : VALUE_GROUP;
+        const char *rows = (const char *)v + j0 * ldb;
+        widen_rows(rows, ldb, n, head_dim, t, scratch, dpad);
+        values_group(p + j0, ldp, nr, (const char *)scratch, lds, n, FJ_F32, chunks, 0, acc, ldacc,
+                     false);
+    }
+}
+
+#define FLOAT_SET(suffix, dtype)                                                                  \
+    AVX512 static void scores_##suffix(const void *q, int ldq, int nr, const void *k,            \
+                                       int64_t k_ld, int nk, int head_dim, float alpha, float *s, \
+                                       int lds, float *scratch)                                   \
+    {                                                                                             \
+        scores_any(q, ldq, nr, k, k_ld, nk, head_dim, alpha, s, lds, scratch, dtype);             \
+    }                                                                                             \
+    AVX512 static void values_##suffix(const float *p, int ldp, int nr, const void *v,           \
+                                       int64_t v_ld, int nk, int head_dim, float *acc, int ldacc, \
+                                       float *scratch)                                            \
+    {                                                                                             \
+        values_any(p, ldp, nr, v, v_ld, nk, head_dim, acc, ldacc, scratch, dtype);                \
+    }
+
+FLOAT_SET(f32, FJ_F32)
+FLOAT_SET(f16, FJ_F16)
+FLOAT_SET(bf16, FJ_BF16)
+
+static const fj_decode_kernels sets[] = {
+    {.name = "avx512", .scores = scores_f32, .accumulate = values_f32},
+    {.name = "avx512", .scores = scores_f16, .accumulate = values_f16},
+    {.name = "avx512", .order = bf16_order, .scores = scores_bf16, .accumulate = values_bf16},
+};
+
+static bool has_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype)
+{
+    if (!has_avx512()) return NULL;
+    return &sets[dtype == FJ_F32 ? 0 : dtype == FJ_F16 ? 1 : 2];
+}
+
+#else
+
+const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype)
+{
+    (void)dtype;
+    return NULL;
+}
+
+#endif
