@@ -65,10 +65,33 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 /* Version                                                                   */
 
-#define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 1
+/* Versions and the ABI. MAJOR.MINOR.PATCH, bumped by these rules:
+ *  - MAJOR: a change that can break a program built against an earlier
+ *    header of the same MAJOR: a function removed or its signature changed,
+ *    a struct's size or a field's offset or meaning changed, an enum value
+ *    renumbered. The shared library's soname is libflashjit.so.MAJOR and its
+ *    symbols carry the version node FLASHJIT_MAJOR, so an old program never
+ *    loads an incompatible library.
+ *  - MINOR: compatible additions: a function (exported under a new node
+ *    FLASHJIT_MAJOR.MINOR), an enum value appended, a field given meaning in
+ *    a struct's reserved room (zero keeps the earlier behaviour).
+ *  - PATCH: fixes that change no declaration.
+ * A program built against MAJOR.m runs with any library MAJOR.n, n >= m.
+ *
+ * Structs and ABI room. The structs the caller allocates (fj_context_options,
+ * fj_attention_desc, fj_plan_options) keep their size for the whole of a
+ * MAJOR version: new fields take slots of their trailing reserved[] array,
+ * with zero meaning "as before". So fill them with their init function
+ * (which zeroes them) and then set fields by name. The library rejects a
+ * nonzero reserved slot with FJ_ERR_INVALID_ARGUMENT naming it. Structs the
+ * library fills (fj_plan_info) are zeroed first, reserved slots included,
+ * so a field added later reads as zero from an older library.
+ *
+ * 1.0.0: first release with these rules (0.1 structs had no reserved room). */
+#define FLASHJIT_VERSION_MAJOR 1
+#define FLASHJIT_VERSION_MINOR 0
 #define FLASHJIT_VERSION_PATCH 0
-#define FLASHJIT_VERSION_STRING "0.1.0"
+#define FLASHJIT_VERSION_STRING "1.0.0"
 
 /* MAJOR*10000 + MINOR*100 + PATCH of the library actually linked (compare
  * with the macros to detect a header/library mismatch). Thread-safe. */
@@ -112,6 +135,8 @@ typedef void (*fj_log_fn)(fj_log_level level, const char *message, void *user);
 
 /* Installs a process-wide log callback and level (NULL fn: messages go to
  * stderr at the level of FLASHJIT_LOG, which is read at the first message).
+ * FLASHJIT_LOG is off|info|debug (or 0|1|2; unset or empty: off); any other
+ * value makes fj_context_create fail with FJ_ERR_INVALID_ARGUMENT naming it.
  * Thread-safe; messages in flight may still reach the previous callback. */
 FJ_API void fj_set_log_callback(fj_log_fn fn, fj_log_level level, void *user);
 
@@ -138,6 +163,24 @@ FJ_API const char *fj_dtype_name(fj_dtype t);
 FJ_API const char *fj_backend_name(fj_backend b);
 FJ_API const char *fj_causal_name(fj_causal c);
 
+/* Bytes per element: 4 for FJ_F32, 2 for FJ_F16 and FJ_BF16; 0 for a value
+ * out of range. Thread-safe. */
+FJ_API size_t fj_dtype_size(fj_dtype t);
+
+/* Converts count elements of host memory from src (src_dtype) into dst
+ * (dst_dtype), e.g. an application's float32 data into the bf16 tensors a
+ * plan takes, and its results back. Narrowing rounds to nearest, ties to
+ * even; beyond the target's range gives an infinity of the same sign;
+ * f16's subnormals are produced and read (never flushed); NaN stays NaN of
+ * the same sign (quieted when narrowed); f16 <-> bf16 rounds once (through
+ * float32, which holds both exactly); the same dtype is a copy. Uses
+ * AVX-512 or AVX2 where the CPU has them. dst and src must not overlap and
+ * must be aligned to their element size (NULL is allowed with count 0).
+ * FJ_ERR_INVALID_ARGUMENT naming the argument otherwise, with nothing
+ * written. Thread-safe; allocates nothing. */
+FJ_API fj_status fj_convert(fj_dtype dst_dtype, void *dst, fj_dtype src_dtype, const void *src,
+                            size_t count);
+
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */
 
@@ -154,12 +197,15 @@ typedef struct fj_context_options {
     const char *tuning_file; /* NULL: FLASHJIT_TUNING_FILE, else tuning.txt in the cache
                                 directory; "": none. Copied. */
     int cpu_threads;         /* 0: one per online core; > 0: exactly that many */
+    int64_t reserved[8];     /* zero: room for options added later (see "Structs and ABI room") */
 } fj_context_options;
 
-/* Fills the defaults: AUTO, device 0, NULL, NULL, 0. */
+/* Fills the defaults: AUTO, device 0, NULL, NULL, 0; reserved zero. */
 FJ_API void fj_context_options_init(fj_context_options *o);
 
 /* Creates a context (o NULL: the defaults). On failure *out is NULL.
+ * FJ_ERR_INVALID_ARGUMENT for an option that breaks its rule, a nonzero
+ * reserved slot, or an unknown FLASHJIT_BACKEND or FLASHJIT_LOG value.
  * FJ_ERR_NO_DEVICE when CUDA was asked for explicitly and is not usable; the
  * message says why (which library, the loader's text, which variable to set). */
 FJ_API fj_status fj_context_create(const fj_context_options *o, fj_context **out);
@@ -197,9 +243,10 @@ typedef struct fj_attention_desc {
        contiguous; a tensor whose three strides are all zero is dense
        [batch, seq, heads, head_dim]. Strides are >= 0; inputs may overlap
        (stride 0 broadcasts); output rows must not overlap. */
+    int64_t reserved[8];           /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_attention_desc;
 
-/* No mask, no window, default scale, dense strides. */
+/* No mask, no window, default scale, dense strides, reserved zero. */
 FJ_API void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q, int heads_kv,
                                    int seqlen_q, int seqlen_k, int head_dim, fj_dtype dtype);
 
@@ -286,7 +333,7 @@ typedef struct fj_plan_options {
                            tiled backend; FJ_TILES_GIVEN), FJ_ERR_INVALID_ARGUMENT when they
                            do not parse and FJ_ERR_UNSUPPORTED when the device cannot run
                            them; not measured. Not copied: read during the call only. */
-    int reserved[8];    /* zero (fj_plan_options_init); room for fields added later */
+    int reserved[8];    /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_plan_options;
 
 /* Fills the defaults: no flags, no time limit, no tiles. */
@@ -341,7 +388,7 @@ typedef struct fj_plan_info {
     int threads;                 /* CUDA: threads per block; CPU: worker threads */
     int splits;                  /* key splits (1: none); CPU decode: key chunks */
     int launches;                /* kernel launches per execute; 0 on the CPU */
-    int reserved[8];             /* zero; room for fields added later without an ABI break */
+    int reserved[8];             /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_plan_info;
 
 /* Fills *info (zeroed first) from the plan. FJ_ERR_INVALID_ARGUMENT for a

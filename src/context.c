@@ -55,6 +55,14 @@ static fj_status backend_from_env(fj_backend *b, fj_strbuf *why)
 
 static fj_status check_options(const fj_context_options *o)
 {
+    /* Zero is what a later version's option in this slot will mean "as
+       before"; anything else is options not filled by the init function. */
+    for (int i = 0; i < (int)(sizeof o->reserved / sizeof o->reserved[0]); i++)
+        if (o->reserved[i])
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "reserved[%d] (%lld) must be zero: fill the options with "
+                           "fj_context_options_init, then set their fields by name",
+                           i, (long long)o->reserved[i]);
     if (!fj_backend_name(o->backend))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "backend (%d) is not one of FJ_BACKEND_AUTO, FJ_BACKEND_CPU_REFERENCE, "
@@ -116,8 +124,8 @@ static fj_status context_setup(fj_context *ctx, const fj_context_options *o, fj_
     fj_strbuf_init(&why);
     fj_strbuf_init(&rows);
     fj_backend want = o->backend;
-    fj_status s = FJ_OK;
-    if (want == FJ_BACKEND_AUTO) s = backend_from_env(&want, &why);
+    fj_status s = fj_log_check_env();
+    if (!s && want == FJ_BACKEND_AUTO) s = backend_from_env(&want, &why);
     if (s) goto out;
     if (o->backend != FJ_BACKEND_AUTO) fj_strbuf_puts(&why, "asked for in the options");
 

@@ -149,6 +149,14 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     if (!p) return fj_fail(FJ_ERR_INTERNAL, "fj_problem_init: NULL problem");
     if (!d) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "desc is NULL");
     memset(p, 0, sizeof *p);
+    /* Zero is what a later version's field in this slot will mean "as
+       before"; anything else is a desc not filled by the init function. */
+    for (int i = 0; i < (int)(sizeof d->reserved / sizeof d->reserved[0]); i++)
+        if (d->reserved[i])
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "reserved[%d] (%lld) must be zero: fill the desc with "
+                           "fj_attention_desc_init, then set its fields by name",
+                           i, (long long)d->reserved[i]);
 
     struct { const char *name; int v; } sizes[] = {
         {"batch", d->batch},       {"heads_q", d->heads_q},   {"heads_kv", d->heads_kv},
@@ -218,7 +226,7 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
         {"v_stride", d->v_stride, p->v_stride, d->seqlen_k, d->heads_kv},
         {"o_stride", d->o_stride, p->o_stride, d->seqlen_q, d->heads_q},
     };
-    int es = fj_dtype_size(d->dtype);
+    int es = (int)fj_dtype_size(d->dtype); /* dtype checked above */
     for (int i = 0; i < 4; i++) {
         int64_t n[3] = {d->batch, t[i].seq, t[i].heads};
         bool dense = all_zero(t[i].in);

@@ -1,8 +1,11 @@
 /* Log routing. The library is mute by default; FLASHJIT_LOG=info|debug sends
- * lines to stderr, fj_set_log_callback sends them to the application. */
+ * lines to stderr, fj_set_log_callback sends them to the application. An
+ * unknown FLASHJIT_LOG value logs nothing and fails context creation
+ * (fj_log_check_env), so a misspelled level is never silently off. */
 #include "log.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -16,12 +19,40 @@ static void *log_user;
 static fj_log_level callback_level;
 static fj_log_level env_level;
 
+/* FLASHJIT_LOG's level; false for a value that names none. Unset or empty
+ * is off. */
+static bool parse_env_level(const char *s, fj_log_level *level)
+{
+    static const struct {
+        const char *name;
+        fj_log_level level;
+    } names[] = {
+        {"", FJ_LOG_OFF},   {"off", FJ_LOG_OFF},     {"0", FJ_LOG_OFF},   {"info", FJ_LOG_INFO},
+        {"1", FJ_LOG_INFO}, {"debug", FJ_LOG_DEBUG}, {"2", FJ_LOG_DEBUG},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s ? s : "", names[i].name)) {
+            *level = names[i].level;
+            return true;
+        }
+    return false;
+}
+
 static void read_env_level(void)
 {
+    fj_log_level level;
+    env_level = parse_env_level(getenv("FLASHJIT_LOG"), &level) ? level : FJ_LOG_OFF;
+}
+
+fj_status fj_log_check_env(void)
+{
     const char *s = getenv("FLASHJIT_LOG");
-    if (!s) return;
-    if (!strcmp(s, "info") || !strcmp(s, "1")) env_level = FJ_LOG_INFO;
-    else if (!strcmp(s, "debug") || !strcmp(s, "2")) env_level = FJ_LOG_DEBUG;
+    fj_log_level level;
+    if (parse_env_level(s, &level)) return FJ_OK;
+    return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                   "FLASHJIT_LOG (\"%s\") is not one of off, info, debug (or 0, 1, 2); unset it "
+                   "for no messages",
+                   s);
 }
 
 void fj_set_log_callback(fj_log_fn fn, fj_log_level level, void *user)

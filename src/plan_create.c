@@ -29,6 +29,12 @@ fj_status fj_plan_create_ex(fj_context *ctx, const fj_attention_desc *d, const f
     fj_problem p;
     fj_status s = fj_problem_init(&p, d);
     if (s) return s;
+    for (int i = 0; o && i < (int)(sizeof o->reserved / sizeof o->reserved[0]); i++)
+        if (o->reserved[i])
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "fj_plan_options.reserved[%d] (%d) must be zero: fill the options "
+                           "with fj_plan_options_init, then set their fields by name",
+                           i, o->reserved[i]);
     const unsigned known = FJ_PLAN_MEASURE | FJ_PLAN_SAVE_TUNING;
     if (o && (o->flags & ~known))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,

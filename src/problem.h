@@ -63,9 +63,6 @@ static inline void fj_visible_keys(const fj_problem *p, int64_t i, int64_t *lo, 
     *hi = h;
 }
 
-/* Bytes of one element of the dtype. */
-static inline int fj_dtype_size(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
-
 /* Number of elements from the base pointer to one past the last element the
  * tensor touches (the extent to allocate for a strided tensor). */
 int64_t fj_problem_q_extent(const fj_problem *p);

@@ -270,9 +270,85 @@ static void test_context_options(void **state)
     assert_non_null(strstr(desc, "cpu: 3 threads"));
     fj_context_destroy(ctx);
     setenv("FLASHJIT_BACKEND", "auto", 1);
+    /* FLASHJIT_LOG is checked like FLASHJIT_BACKEND, whatever the backend */
+    setenv("FLASHJIT_LOG", "verbose", 1);
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_CPU;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_null(ctx);
+    assert_non_null(
+        strstr(fj_last_error(), "FLASHJIT_LOG (\"verbose\") is not one of off, info, debug"));
+    setenv("FLASHJIT_LOG", "off", 1);
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_OK);
+    fj_context_destroy(ctx);
+    unsetenv("FLASHJIT_LOG");
     fj_context_destroy(NULL);
     assert_int_equal(fj_context_backend(NULL), FJ_BACKEND_AUTO);
     assert_string_equal(fj_context_describe(NULL), "");
+}
+
+/* The reserved room of the three structs the caller allocates: init zeroes
+ * it (whatever was there), the library rejects any nonzero slot naming it
+ * (plan creation goes through the desc's check). */
+static void test_reserved_room(void **state)
+{
+    (void)state;
+    enum { SLOTS = 8 };
+    assert_int_equal(sizeof((fj_attention_desc *)0)->reserved, SLOTS * sizeof(int64_t));
+    assert_int_equal(sizeof((fj_context_options *)0)->reserved, SLOTS * sizeof(int64_t));
+    assert_int_equal(sizeof((fj_plan_options *)0)->reserved, SLOTS * sizeof(int));
+    for (int i = 0; i < SLOTS; i++) {
+        fj_attention_desc d;
+        memset(&d, 0xa5, sizeof d);
+        fj_attention_desc_init(&d, 1, 2, 1, 5, 7, 16, FJ_F32);
+        for (int j = 0; j < SLOTS; j++) assert_int_equal(d.reserved[j], 0);
+        assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+        d.reserved[i] = i % 2 ? -1 : INT64_C(1) << 40;
+        char want[64];
+        snprintf(want, sizeof want, "reserved[%d] (%lld) must be zero", i,
+                 (long long)d.reserved[i]);
+        expect_invalid(&d, want);
+        assert_non_null(strstr(fj_last_error(), "fj_attention_desc_init"));
+
+        fj_context *ctx = cpu_ctx(FJ_BACKEND_CPU);
+        fj_plan *plan = (fj_plan *)&d;
+        assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_INVALID_ARGUMENT);
+        assert_null(plan);
+        assert_non_null(strstr(fj_last_error(), want));
+
+        fj_plan_options po;
+        memset(&po, 0x77, sizeof po);
+        fj_plan_options_init(&po);
+        for (int j = 0; j < SLOTS; j++) assert_int_equal(po.reserved[j], 0);
+        fj_attention_desc_init(&d, 1, 2, 1, 5, 7, 16, FJ_F32);
+        po.reserved[i] = 5 + i;
+        plan = (fj_plan *)&d;
+        assert_int_equal(fj_plan_create_ex(ctx, &d, &po, &plan), FJ_ERR_INVALID_ARGUMENT);
+        assert_null(plan);
+        snprintf(want, sizeof want, "fj_plan_options.reserved[%d] (%d) must be zero", i, 5 + i);
+        if (!strstr(fj_last_error(), want) || !strstr(fj_last_error(), "fj_plan_options_init"))
+            fail_msg("message '%s' does not name '%s' and the init function", fj_last_error(),
+                     want);
+        po.reserved[i] = 0;
+        assert_int_equal(fj_plan_create_ex(ctx, &d, &po, &plan), FJ_OK);
+        fj_plan_destroy(plan);
+        fj_context_destroy(ctx);
+
+        fj_context_options o;
+        memset(&o, 0x5a, sizeof o);
+        fj_context_options_init(&o);
+        for (int j = 0; j < SLOTS; j++) assert_int_equal(o.reserved[j], 0);
+        o.cache_dir = "";
+        o.backend = FJ_BACKEND_CPU;
+        o.reserved[i] = 3 + i;
+        ctx = (fj_context *)&o;
+        assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+        assert_null(ctx);
+        snprintf(want, sizeof want, "reserved[%d] (%d) must be zero", i, 3 + i);
+        if (!strstr(fj_last_error(), want) || !strstr(fj_last_error(), "fj_context_options_init"))
+            fail_msg("message '%s' does not name '%s' and the init function", fj_last_error(),
+                     want);
+    }
 }
 
 static void test_memory_functions(void **state)
@@ -494,6 +570,7 @@ int main(void)
         cmocka_unit_test(test_desc_rules),
         cmocka_unit_test(test_bad_input_writes_nothing),
         cmocka_unit_test(test_context_options),
+        cmocka_unit_test(test_reserved_room),
         cmocka_unit_test(test_memory_functions),
         cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_tuning_allocation_failures),

@@ -88,28 +88,30 @@ int cmd_info(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: flashjit info\n\nPrints the version, which backends are usable and why not,\n"
-                   "what AUTO chooses, the cache directory, and the tuning file in use: its path,\n"
-                   "whether it exists, its entries and how many match this machine's CUDA device\n"
-                   "and CPU (and the same for the table shipped with flashjit).\n");
+            printf("usage: flashjit info\n\nPrints the version, which backends are usable and why "
+                   "not,\n"
+                   "what AUTO chooses (and, when CUDA is not usable, whether NVRTC is: it\n"
+                   "compiles kernels without a GPU or driver), the cache directory, and the\n"
+                   "tuning file in use: its path, whether it exists, its entries and how many\n"
+                   "match this machine's CUDA device and CPU (and the same for the table\n"
+                   "shipped with flashjit).\n");
             return 0;
         }
         return cli_usage_error("info", "unknown option '%s'", argv[i]);
     }
-    printf("flashjit %s (header %s)\n\nbackends:\n", FLASHJIT_VERSION_STRING, FLASHJIT_VERSION_STRING);
-    /* The CUDA context is kept: its device names the tuning entries that match. */
+    /* The default context first: an environment variable it rejects
+       (FLASHJIT_BACKEND, FLASHJIT_LOG) would fail every line below too. */
+    fj_context *ctx;
+    fj_status s = fj_context_create(NULL, &ctx);
+    if (s) return cli_fail("info", s);
+    const unsigned v = fj_version();
+    printf("flashjit %s (library %u.%u.%u)\n\nbackends:\n", FLASHJIT_VERSION_STRING, v / 10000,
+           v / 100 % 100, v % 100);
     /* The CUDA and CPU contexts are kept: their targets name the tuning
        entries that match. */
     fj_context *cuda = backend_line(FJ_BACKEND_CUDA);
     fj_context *cpu = backend_line(FJ_BACKEND_CPU);
     fj_context_destroy(backend_line(FJ_BACKEND_CPU_REFERENCE));
-    fj_context *ctx;
-    fj_status s = fj_context_create(NULL, &ctx);
-    if (s) {
-        fj_context_destroy(cuda);
-        fj_context_destroy(cpu);
-        return cli_fail("info", s);
-    }
     printf("\ndefault context (AUTO):\n");
     print_describe(ctx);
     print_tuning(ctx, cuda, cpu);

@@ -15,16 +15,20 @@
 static const char *const usage_text =
     "usage: flashjit source NAME [--ptx]\n"
     "       flashjit source --head-dim D [--dtype f16|bf16] [--causal [KIND]] [--window L,R]\n"
+    "                       [--seqlen-q N] [--seqlen-k N] [--heads-q N] [--heads-kv N]\n"
     "                       [--arch sm_XX] [--block-m M] [--block-n N] [--warps W]\n"
     "                       [--stages S] [--ptx]\n"
     "\n"
     "Prints the generated CUDA source of one kernel: NAME is canonical, e.g.\n"
     "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90 or (sm_90's warpgroup-MMA kernel)\n"
     "flash_wgmma.d128.bf16.causal.m128n128g2s3.sm_90, or the flags describe the problem\n"
-    "(defaults: bf16, no mask, sm_90, the heuristic's tiles; any tile flag overrides\n"
-    "the heuristic). The source compiles on its own: flashjit source NAME > k.cu &&\n"
-    "nvcc -cubin -arch=sm_90 k.cu (-arch=sm_90a for flash_wgmma). --ptx prints\n"
-    "NVRTC's PTX instead (needs libnvrtc).\n";
+    "and the kernel is the one a plan for it would take (defaults: bf16, no mask,\n"
+    "seqlen_q 1024, seqlen_k = seqlen_q, heads 1:1, sm_90, the heuristic's tiles; any\n"
+    "tile flag overrides the heuristic). Decode kernels need few query rows, e.g.\n"
+    "--seqlen-q 1 --seqlen-k 4096; a causal mask that hides no key there is dropped,\n"
+    "as plans drop it (a note on stderr says so). The source compiles on its own:\n"
+    "flashjit source NAME > k.cu && nvcc -cubin -arch=sm_90 k.cu (-arch=sm_90a for\n"
+    "flash_wgmma). --ptx prints NVRTC's PTX instead (needs libnvrtc).\n";
 
 static bool parse_arch(const char *value, uint32_t *arch)
 {
@@ -44,6 +48,7 @@ typedef struct source_flags {
     const char *name;
     bool ptx, from_flags;
     int head_dim;
+    int seqlen_q, seqlen_k, heads_q, heads_kv; /* 0: the default */
     fj_dtype dtype;
     fj_causal causal;
     int window_left, window_right;
@@ -55,15 +60,20 @@ typedef struct source_flags {
 static int parse_flags(int argc, char **argv, source_flags *f)
 {
     static const char *const tile_flags[4] = {"--block-m", "--block-n", "--warps", "--stages"};
+    static const char *const shape_flags[4] = {"--seqlen-q", "--seqlen-k", "--heads-q",
+                                               "--heads-kv"};
+    int *const shape[4] = {&f->seqlen_q, &f->seqlen_k, &f->heads_q, &f->heads_kv};
     memset(f, 0, sizeof *f);
     f->dtype = FJ_BF16;
     f->window_left = f->window_right = -1;
     f->arch = 90;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int tile = -1;
-        for (int t = 0; t < 4; t++)
+        int tile = -1, dim = -1;
+        for (int t = 0; t < 4; t++) {
             if (!strcmp(a, tile_flags[t])) tile = t;
+            if (!strcmp(a, shape_flags[t])) dim = t;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_text, stdout);
             return -1;
@@ -71,6 +81,9 @@ static int parse_flags(int argc, char **argv, source_flags *f)
             f->ptx = true;
         } else if (tile >= 0) {
             if (!cli_parse_int("source", a, val, 1, 1024, &f->tiles[tile])) return 2;
+            i++, f->from_flags = true;
+        } else if (dim >= 0) {
+            if (!cli_parse_int("source", a, val, 1, 1 << 30, shape[dim])) return 2;
             i++, f->from_flags = true;
         } else if (!strcmp(a, "--head-dim")) {
             if (!cli_parse_int("source", a, val, 1, FJ_MAX_HEAD_DIM, &f->head_dim)) return 2;
@@ -113,11 +126,16 @@ static int parse_flags(int argc, char **argv, source_flags *f)
 }
 
 /* The descriptor the library would choose for the flags' problem, with the
- * tile flags applied on top. */
+ * tile flags applied on top. A prefill shape unless the flags say otherwise:
+ * with one query row, bottom-right causal hides no key, so a 1 x 1 problem
+ * would print a decode kernel with the mask the flags asked for dropped. */
 static fj_status desc_from_flags(const source_flags *f, fj_kernel_desc *k)
 {
+    const int seqlen_q = f->seqlen_q ? f->seqlen_q : 1024;
+    const int heads_q = f->heads_q ? f->heads_q : 1;
     fj_attention_desc d;
-    fj_attention_desc_init(&d, 1, 1, 1, 1, 1, f->head_dim, f->dtype);
+    fj_attention_desc_init(&d, 1, heads_q, f->heads_kv ? f->heads_kv : heads_q, seqlen_q,
+                           f->seqlen_k ? f->seqlen_k : seqlen_q, f->head_dim, f->dtype);
     d.causal = f->causal;
     d.window_left = f->window_left;
     d.window_right = f->window_right;
@@ -132,6 +150,11 @@ static fj_status desc_from_flags(const source_flags *f, fj_kernel_desc *k)
     uint32_t *fields[4] = {&k->block_m, &k->block_n, &k->warps, &k->stages};
     for (int t = 0; t < 4; t++)
         if (f->tiles[t]) *fields[t] = (uint32_t)f->tiles[t];
+    if (p.masked && k->mask == FJ_MASK_NONE)
+        fprintf(stderr,
+                "flashjit source: the mask hides no key of this problem (seqlen_q %d, seqlen_k "
+                "%d), so the kernel has none, as a plan's would\n",
+                d.seqlen_q, d.seqlen_k);
     return fj_kernel_desc_check(k, 0);
 }
 

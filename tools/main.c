@@ -21,8 +21,13 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: flashjit <command> [options]   (flashjit <command> --help)\n\ncommands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nenvironment: FLASHJIT_BACKEND=auto|cpu|reference|cuda, FLASHJIT_LOG=info|debug,\n"
-               "  FLASHJIT_CACHE_DIR, FLASHJIT_TUNING_FILE, FLASHJIT_LIBCUDA, FLASHJIT_LIBNVRTC\n");
+    fprintf(f, "\nenvironment:\n"
+               "  FLASHJIT_BACKEND      auto|cpu|reference|cuda: the backend AUTO resolves to\n"
+               "  FLASHJIT_LOG          off|info|debug: the library's messages, on stderr\n"
+               "  FLASHJIT_CACHE_DIR    the kernel cache directory\n"
+               "  FLASHJIT_TUNING_FILE  the tuning file\n"
+               "  FLASHJIT_LIBCUDA      the path of libcuda.so.1, when the loader cannot find it\n"
+               "  FLASHJIT_LIBNVRTC     the path of libnvrtc, when the loader cannot find it\n");
 }
 
 int main(int argc, char **argv)

@@ -55,14 +55,15 @@ class Desc(ctypes.Structure):
                 ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
                 ("scale", ctypes.c_float),
                 ("q_stride", ctypes.c_int64 * 3), ("k_stride", ctypes.c_int64 * 3),
-                ("v_stride", ctypes.c_int64 * 3), ("o_stride", ctypes.c_int64 * 3)]
+                ("v_stride", ctypes.c_int64 * 3), ("o_stride", ctypes.c_int64 * 3),
+                ("reserved", ctypes.c_int64 * 8)]
 
 
 class ContextOptions(ctypes.Structure):
     """fj_context_options"""
     _fields_ = [("backend", ctypes.c_int), ("device", ctypes.c_int),
                 ("cache_dir", ctypes.c_char_p), ("tuning_file", ctypes.c_char_p),
-                ("cpu_threads", ctypes.c_int)]
+                ("cpu_threads", ctypes.c_int), ("reserved", ctypes.c_int64 * 8)]
 
 
 def _load():

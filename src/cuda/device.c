@@ -119,6 +119,23 @@ static fj_status bring_up(fj_cuda_state *s)
     return FJ_OK;
 }
 
+/* NVRTC loads apart from the driver and compiles kernels without one
+ * (`flashjit source --ptx`, compile-all), so when the device is not usable
+ * describe still says whether NVRTC is. The device's reason stays this
+ * thread's last error: the caller reports it. */
+static void describe_nvrtc_alone(fj_strbuf *describe)
+{
+    char reason[8192]; /* as much as the last-error text holds */
+    snprintf(reason, sizeof reason, "%s", fj_last_error());
+    const fj_cuda_api *api;
+    if (fj_cuda_nvrtc(&api) == FJ_OK)
+        fj_strbuf_printf(describe,
+                         "nvrtc: usable: NVRTC %d.%d (%s), compiles kernels without a GPU\n",
+                         api->nvrtc_major, api->nvrtc_minor, api->nvrtc_path);
+    else fj_strbuf_printf(describe, "nvrtc: not usable: %s\n", fj_last_error());
+    fj_fail(FJ_ERR_NO_DEVICE, "%s", reason);
+}
+
 fj_status fj_cuda_device_open(int ordinal, fj_cuda_state **out, fj_strbuf *describe)
 {
     *out = NULL;
@@ -129,6 +146,7 @@ fj_status fj_cuda_device_open(int ordinal, fj_cuda_state **out, fj_strbuf *descr
     if (st) {
         fj_strbuf_printf(describe, "cuda: not usable: %s\n", fj_last_error());
         fj_cuda_device_close(s);
+        describe_nvrtc_alone(describe);
         return st;
     }
     const fj_cuda_api *a = s->api;

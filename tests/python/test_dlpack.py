@@ -94,5 +94,5 @@ def test_device_memory_is_refused():
 def test_describe_numpy(gen):
     q, k, v = arrays(gen, 1, 4, 2, 3, 30, 32)
     text = flashjit.describe(q, k, v, causal="bottom-right", window=(8, 0))
-    assert "problem: b1 hq4 hkv2 sq3 sk30 d32 f32 causal=bottom-right window=8,0" in text
+    assert "problem: b1.hq4.hkv2.sq3.sk30.d32.f32.causal_br.wl8.wr0 " in text
     assert "backend: cpu" in text

@@ -1,6 +1,7 @@
 """The package itself: its version and the library's, info and describe,
 import without torch, and finding NVRTC in an NVIDIA pip wheel."""
 import os
+import re
 import subprocess
 import sys
 
@@ -11,17 +12,23 @@ import flashjit
 from flashjit import _lib
 
 
+# The version include/flashjit.h states (the package and its library must say it).
+HEADER_VERSION = re.search(
+    r'#define FLASHJIT_VERSION_STRING "([^"]+)"',
+    open(os.path.join(os.path.dirname(__file__), "..", "..", "include", "flashjit.h")).read()).group(1)
+
+
 def test_version_is_the_library_version():
-    assert flashjit.__version__ == _lib.version() == "0.1.0"
+    assert flashjit.__version__ == _lib.version() == HEADER_VERSION
     assert os.path.dirname(_lib.LIBRARY_PATH) == os.path.dirname(flashjit.__file__)
 
 
 def test_info_and_describe():
     text = flashjit.info()
-    assert text.startswith("flashjit 0.1.0\n") and "backend: cpu" in text
+    assert text.startswith("flashjit %s\n" % HEADER_VERSION) and "backend: cpu" in text
     q, k = torch.zeros(2, 5, 4, 16), torch.zeros(2, 7, 2, 16)
     plan = flashjit.describe(q, k, k, causal="bottom-right", scale=0.5, backend="cpu-reference")
-    assert "problem: b2 hq4 hkv2 sq5 sk7 d16 f32 causal=bottom-right window=-1,-1 scale=0.5" in plan
+    assert "problem: b2.hq4.hkv2.sq5.sk7.d16.f32.causal_br scale=0.5" in plan
     assert "backend: cpu-reference" in plan
     with pytest.raises(ValueError, match=r"flashjit.info: backend must be one of"):
         flashjit.info("gpu")

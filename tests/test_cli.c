@@ -1,0 +1,237 @@
+/* CLI behaviour through the built binary (its path is argv[1]) that no
+ * other suite owns: `flashjit source` from problem flags prints the kernel a
+ * plan for that problem takes (the same name fj_kernel_desc_for_problem
+ * gives in this process); FLASHJIT_LOG is checked, not ignored; `flashjit
+ * info` (the library's describe text) reports NVRTC apart from the driver,
+ * as the library's loader finds it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli_run.h"
+#include "cuda/cuda_api.h"
+#include "cuda/jit/kernel_desc.h"
+#include "problem.h"
+
+static const char *flashjit_path;
+
+typedef struct fixture {
+    char dir[4096];
+    fjt_cli_result r;
+} fixture;
+
+/* Runs flashjit with the arguments (NULL-terminated), env_name set to
+ * env_value in the child (NULL value: unset; NULL name: as it is). */
+static void run_cli(fixture *fx, const char *env_name, const char *env_value, ...)
+{
+    const char *const prefix[] = {flashjit_path, NULL};
+    va_list ap;
+    va_start(ap, env_value);
+    fjt_cli_run_args(fx->dir, env_name, env_value, prefix, ap, &fx->r);
+    va_end(ap);
+}
+
+static void expect_in(const char *stream, const char *text, const char *name)
+{
+    if (!strstr(stream, text)) fail_msg("%s lacks '%s':\n%s", name, text, stream);
+}
+
+static int setup(void **state)
+{
+    fixture *fx = calloc(1, sizeof *fx);
+    if (!fx || !fjt_scratch_dir("cli", fx->dir, sizeof fx->dir)) return -1;
+    /* no test here may write the user's cache */
+    char cache[4200];
+    snprintf(cache, sizeof cache, "%s/cache", fx->dir);
+    setenv("FLASHJIT_CACHE_DIR", cache, 1);
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *fx = *state;
+    int rc = fjt_remove_tree(fx->dir);
+    free(fx);
+    return rc;
+}
+
+/* The canonical name of the kernel a plan takes for this problem on sm_90,
+ * into name; the kernel's mask kind is returned. */
+static fj_mask_kind expected_kernel(int hq, int hkv, int sq, int sk, fj_causal causal, char *name,
+                                    size_t n)
+{
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, hq, hkv, sq, sk, 128, FJ_BF16);
+    d.causal = causal;
+    fj_problem p;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    fj_kernel_desc k;
+    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
+    fj_kernel_desc_name(&k, name, n);
+    return (fj_mask_kind)k.mask;
+}
+
+/* The first line of `flashjit source` names the kernel. */
+static void expect_kernel(const fixture *fx, const char *name)
+{
+    char want[256];
+    snprintf(want, sizeof want, "// flashjit generated kernel %s\n", name);
+    if (strncmp(fx->r.out, want, strlen(want)))
+        fail_msg("source printed\n%.200s\nnot the kernel %s", fx->r.out, name);
+}
+
+/* `--head-dim 128 --causal` once built a 1 x 1 problem, where bottom-right
+ * causal hides nothing: it printed a decode kernel with no mask. Now the
+ * default shape is a prefill one and the mask is in the kernel. */
+static void test_source_prefill_keeps_the_mask(void **state)
+{
+    fixture *fx = *state;
+    char name[128];
+    assert_int_equal(expected_kernel(1, 1, 1024, 1024, FJ_CAUSAL_BOTTOM_RIGHT, name, sizeof name),
+                     FJ_MASK_CAUSAL);
+    run_cli(fx, NULL, NULL, "source", "--head-dim", "128", "--causal", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_kernel(fx, name);
+    assert_non_null(strstr(name, ".causal."));
+    assert_string_equal(fx->r.err, "");
+
+    run_cli(fx, NULL, NULL, "source", "--head-dim", "128", "--causal", "top-left", "--seqlen-q",
+            "300", "--seqlen-k", "700", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_kernel(fx, name); /* one kernel serves both alignments */
+}
+
+/* Decode shapes come from the flags; a mask that hides nothing there is
+ * dropped as plans drop it, and stderr says so. GQA heads pack as in a plan. */
+static void test_source_decode_from_flags(void **state)
+{
+    fixture *fx = *state;
+    char name[128];
+    assert_int_equal(expected_kernel(1, 1, 1, 4096, FJ_CAUSAL_BOTTOM_RIGHT, name, sizeof name),
+                     FJ_MASK_NONE);
+    run_cli(fx, NULL, NULL, "source", "--head-dim", "128", "--causal", "--seqlen-q", "1",
+            "--seqlen-k", "4096", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_kernel(fx, name);
+    expect_in(fx->r.err, "the mask hides no key of this problem (seqlen_q 1, seqlen_k 4096)",
+              "stderr");
+
+    expected_kernel(32, 8, 1, 4096, FJ_CAUSAL_NONE, name, sizeof name);
+    run_cli(fx, NULL, NULL, "source", "--head-dim", "128", "--seqlen-q", "1", "--seqlen-k", "4096",
+            "--heads-q", "32", "--heads-kv", "8", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_kernel(fx, name);
+    assert_string_equal(fx->r.err, "");
+}
+
+static void test_source_bad_shape_flags(void **state)
+{
+    fixture *fx = *state;
+    run_cli(fx, NULL, NULL, "source", "--head-dim", "128", "--seqlen-q", "0", NULL);
+    fjt_cli_expect_status(&fx->r, 2);
+    expect_in(fx->r.err, "--seqlen-q: '0' is not an integer in [1, ", "stderr");
+    run_cli(fx, NULL, NULL, "source", "--head-dim", "128", "--heads-q", "12", "--heads-kv", "5",
+            NULL);
+    fjt_cli_expect_status(&fx->r, 1);
+    expect_in(fx->r.err, "heads_q (12) is not a multiple of heads_kv (5)", "stderr");
+    run_cli(fx, NULL, NULL, "source", "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90", "--seqlen-k",
+            "9", NULL);
+    fjt_cli_expect_status(&fx->r, 2);
+    expect_in(fx->r.err, "give a kernel NAME or problem flags, not both", "stderr");
+}
+
+/* FLASHJIT_LOG: an unknown value stops the program with the accepted ones
+ * named (it was silently off); the known ones work. */
+static void test_log_values(void **state)
+{
+    fixture *fx = *state;
+    const char *const bad[] = {"verbose", "INFO", "3", " info"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run_cli(fx, "FLASHJIT_LOG", bad[i], "info", NULL);
+        fjt_cli_expect_status(&fx->r, 1);
+        char want[128];
+        snprintf(want, sizeof want, "FLASHJIT_LOG (\"%s\") is not one of off, info, debug", bad[i]);
+        expect_in(fx->r.err, want, "stderr");
+        assert_string_equal(fx->r.out, ""); /* stopped before any report */
+    }
+    const char *const quiet[] = {"off", "0", ""};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
+        run_cli(fx, "FLASHJIT_LOG", quiet[i], "info", NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        assert_string_equal(fx->r.err, "");
+    }
+    const char *const loud[] = {"info", "1", "debug", "2"};
+    for (size_t i = 0; i < sizeof loud / sizeof loud[0]; i++) {
+        run_cli(fx, "FLASHJIT_LOG", loud[i], "info", NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        expect_in(fx->r.err, "flashjit info: context: backend", "stderr");
+    }
+}
+
+/* `info` reports NVRTC apart from the driver (the library's describe text
+ * has an nvrtc line when CUDA is not usable), saying what the library's
+ * loader says: here the driver is kept away (FLASHJIT_LIBCUDA names no
+ * file). */
+static void test_info_reports_nvrtc(void **state)
+{
+    fixture *fx = *state;
+    /* this process loads NVRTC once, as the children will with it unset */
+    unsetenv("FLASHJIT_LIBNVRTC");
+    const fj_cuda_api *api;
+    if (fj_cuda_nvrtc(&api) != FJ_OK && strstr(fj_last_error(), "built without the CUDA backend")) {
+        /* -Dcuda=disabled: no loader, and describe says why instead */
+        run_cli(fx, NULL, NULL, "info", NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        expect_in(fx->r.out, "  cuda: not built (configured with -Dcuda=disabled)", "stdout");
+        return;
+    }
+    setenv("FLASHJIT_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+    run_cli(fx, "FLASHJIT_LIBNVRTC", "/nonexistent/libnvrtc.so", "info", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in(fx->r.out,
+              "  cuda: not usable: cannot load the CUDA driver from "
+              "FLASHJIT_LIBCUDA=/nonexistent/libcuda.so.1",
+              "stdout");
+    expect_in(fx->r.out,
+              "\n  nvrtc: not usable: cannot load NVRTC from "
+              "FLASHJIT_LIBNVRTC=/nonexistent/libnvrtc.so",
+              "stdout");
+
+    /* NVRTC as this process's loader finds it (libnvrtc on the loader path,
+       or none): the tool must say the same */
+    fj_status s = fj_cuda_nvrtc(&api);
+    char want[1024];
+    if (s == FJ_OK)
+        snprintf(want, sizeof want, "\n  nvrtc: usable: NVRTC %d.%d (%s)", api->nvrtc_major,
+                 api->nvrtc_minor, api->nvrtc_path);
+    else snprintf(want, sizeof want, "\n  nvrtc: not usable: %.900s", fj_last_error());
+    run_cli(fx, "FLASHJIT_LIBNVRTC", NULL, "info", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in(fx->r.out, want, "stdout");
+    unsetenv("FLASHJIT_LIBCUDA");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH_OF_FLASHJIT\n", argv[0]);
+        return 2;
+    }
+    flashjit_path = argv[1];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_source_prefill_keeps_the_mask, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_decode_from_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_bad_shape_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_log_values, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_info_reports_nvrtc, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
