@@ -81,6 +81,17 @@ __device__ __forceinline__ void row_band(const fj_fwd_params &p, long long i, in
     hi = (int)h;
 }
 
+/* Whether query row i sees a key in [key_lo, key_hi) (the keys its block,
+ * or its split, goes through): finish_rows tells a row that sees none
+ * (O = 0, lse = -inf) from one whose scores were not finite (NaN). */
+__device__ __forceinline__ bool row_sees_keys(const fj_fwd_params &p, long long i, int key_lo,
+                                              int key_hi)
+{
+    int lo, hi;
+    row_band(p, i, lo, hi);
+    return (lo > key_lo ? lo : key_lo) < (hi < key_hi ? hi : key_hi);
+}
+
 /* Output row index of the partial tensors (split-KV), and of lse. */
 __device__ __forceinline__ long long lse_index(const fj_fwd_params &p, int b, int h, long long i)
 {

@@ -9,7 +9,8 @@
  * evaluated as a running (max, sum) merge, like the online softmax, so
  * nothing overflows and each partial is read once.
  * Splits with lse_s = -inf weigh exactly 0; a row no split saw gives O = 0
- * and lse = -inf, as the unsplit kernel does.
+ * and lse = -inf, as the unsplit kernel does; a split with lse_s NaN (its
+ * scores were not finite) makes the row NaN.
  *
  * Uses FJ_HEAD_DIM, the dtype macros and FJ_WARPS from the descriptor; static
  * shared memory only. Launch: grid (seqlen_q, heads_q, batch), block
@@ -75,6 +76,7 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
        acc = sum of 2^(lse_s - m) O_s over this warp's splits. Every lane
        loads the same lse values, so m, l and the branches are warp-uniform. */
     float m = FJ_NEG_INF, l = 0.f;
+    bool nan = false; /* a split whose lse is NaN: its scores were not finite */
     float acc[CPL][4];
 #pragma unroll
     for (int k = 0; k < CPL; ++k)
@@ -89,6 +91,7 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
             x[u] = FJ_NEG_INF;
             if (s < ns) {
                 x[u] = ld_global_f(lse_row + s * split_rows) * FJ_LOG2E;
+                nan |= x[u] != x[u];
                 const float *src = p.o_partial + (s * split_rows + row) * D;
 #pragma unroll
                 for (int k = 0; k < CPL; ++k) {
@@ -122,6 +125,9 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
         }
     }
 
+    /* fmaxf passes over NaN, and a NaN split among empty ones was skipped:
+       the row is NaN (docs/semantics.md), carried to the merge below in l */
+    if (nan) l = __int_as_float(0x7fffffff);
     if (lane == 0) {
         warp_m[warp] = m;
         warp_l[warp] = l;
@@ -135,7 +141,8 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
     __syncthreads();
 
     /* The warps' results, each weighed by 2^(m_w - M) for the row's largest
-       m_w = M; a row no split saw (M = -inf) gives O = 0 and lse = -inf. */
+       m_w = M; a row no split saw (M = -inf) gives O = 0 and lse = -inf; a
+       NaN l (0 x NaN is NaN too) makes O and lse NaN. */
     float mx = FJ_NEG_INF;
 #pragma unroll
     for (int w = 0; w < FJ_WARPS; ++w) mx = fmaxf(mx, warp_m[w]);
@@ -145,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
         scale[w] = mx == FJ_NEG_INF ? 0.f : fj_exp2(warp_m[w] - mx);
         total += scale[w] * warp_l[w];
     }
-    const float inv = total > 0.f ? fj_rcp(total) : 0.f; /* total >= 1 when any split saw keys */
+    const float inv = total == 0.f ? 0.f : fj_rcp(total); /* total >= 1 when any split saw keys */
     fj_elem *dst = (fj_elem *)p.o + (b * p.o_stride[0] + (long long)i * p.o_stride[1] +
                                      h * p.o_stride[2]);
     for (int c = tid; c < C4; c += THREADS) {
@@ -160,5 +167,5 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
         }
         fj_st_global_v2(dst + 4 * c, fj_pack2(t.x * inv, t.y * inv), fj_pack2(t.z * inv, t.w * inv));
     }
-    if (p.lse && tid == 0) p.lse[row] = total > 0.f ? (mx + fj_log2(total)) * FJ_LN2 : FJ_NEG_INF;
+    if (p.lse && tid == 0) p.lse[row] = total == 0.f ? FJ_NEG_INF : (mx + fj_log2(total)) * FJ_LN2;
 }

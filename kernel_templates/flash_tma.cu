@@ -556,8 +556,14 @@ __device__ __forceinline__ void epilogue(const fj_fwd_params &p, const fj_tma_pa
                                          const Tile &w, State &st)
 {
     const int g = k.lane >> 2, tq = k.lane & 3;
+    bool seen[1][2]; /* no split: the key loop went through every row's band */
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const int r = 64 * k.c + 16 * k.warp + 8 * hh + g;
+        seen[0][hh] = r < w.q_rows && fja::row_sees_keys(p, (long long)w.m0 + r, 0, p.seqlen_k);
+    }
     float inv[1][2], lse[1][2];
-    fja::finish_rows(st.m, st.l, inv, lse);
+    fja::finish_rows(st.m, st.l, seen, inv, lse);
     const bool leader = (threadIdx.x & 127u) == 0;
     const unsigned out = k.base + SMEM_O;
     if (O_SEPARATE) {
@@ -571,7 +577,8 @@ __device__ __forceinline__ void epilogue(const fj_fwd_params &p, const fj_tma_pa
 #pragma unroll
         for (int dt = 0; dt < NDT; ++dt)
             fj_st_shared_b32(stage_addr(out, k.c, r, 8 * dt + 2 * tq),
-                             fj_pack2(st.o[0][dt][2 * hh] * inv[0][hh], st.o[0][dt][2 * hh + 1] * inv[0][hh]));
+                             fj_pack2(fja::finished(st.o[0][dt][2 * hh], inv[0][hh]),
+                                      fja::finished(st.o[0][dt][2 * hh + 1], inv[0][hh])));
     }
     fence_proxy_async();
     named_sync(4 + k.c, 128);

@@ -179,22 +179,36 @@ __device__ __forceinline__ bool online_softmax_deferred(float (&s)[MT][NT][4], f
 }
 
 /* After the key loop: full row sums (over the quad), the factor 1/l that O's
- * rows are multiplied by (0 for a row that saw no key) and lse = (m +
- * log2 l) * ln 2 (-inf for such a row). */
+ * rows are multiplied by (through finished()) and lse = (m + log2 l) * ln 2.
+ * seen: whether the row has a visible key among the keys the block went
+ * through (row_sees_keys). A row without one gets inv 0, so finished() gives
+ * exactly 0, and lse -inf. A row with one follows IEEE arithmetic, as
+ * docs/semantics.md states for non-finite data: a NaN or +inf score made l
+ * NaN, and a row whose every visible score was -inf has l = 0 (its masked
+ * tiles subtract 0 for a max of -inf): both give NaN, never the "sees no
+ * key" answer. */
 template <int MT>
 __device__ __forceinline__ void finish_rows(const float (&m)[MT][2], const float (&l)[MT][2],
-                                            float (&inv)[MT][2], float (&lse)[MT][2])
+                                            const bool (&seen)[MT][2], float (&inv)[MT][2],
+                                            float (&lse)[MT][2])
 {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const float sum = fj_quad_sum(l[mt][hh]);
-            const bool any = sum > 0.f;
-            inv[mt][hh] = any ? fj_rcp(sum) : 0.f; /* sum >= 1: its largest term is 2^(max - m) */
-            lse[mt][hh] = any ? (m[mt][hh] + fj_log2(sum)) * FJ_LN2 : FJ_NEG_INF;
+            /* sum >= 1 when finite and not 0: its largest term is 2^(max - m);
+               1/0 is inf, so O = 0 x inf is NaN for an all -inf row */
+            inv[mt][hh] = seen[mt][hh] ? fj_rcp(sum) : 0.f;
+            lse[mt][hh] = !seen[mt][hh] ? FJ_NEG_INF
+                          : sum > 0.f   ? (m[mt][hh] + fj_log2(sum)) * FJ_LN2
+                                        : __int_as_float(0x7fffffff); /* sum 0 or NaN */
         }
 }
+
+/* An element of O over its row's l: inv 0 marks a row that saw no key, whose
+ * O is exactly 0 whatever P V held (0 x NaN is NaN in the products). */
+__device__ __forceinline__ float finished(float o, float inv) { return inv == 0.f ? 0.f : o * inv; }
 
 /* P (the exp2 of S, in C fragments) as the A fragments of O += P V: the C
  * fragments of n tiles 2kk and 2kk+1 are exactly the A fragment of k step kk

@@ -73,7 +73,7 @@ __device__ __forceinline__ void store_empty(const fj_fwd_params &p, int b, int h
  * 1)) of the block at wh, its state the running max m, the row sums l (this thread's columns)
  * and O (C fragments of NDT n8 tiles, FJ_HEAD_DIM columns); lane is its lane.
  * Writes O / l and lse for the rows below seqlen_q (finish_rows: 0 and -inf
- * for a row that saw no key).
+ * for a row that saw no key, NaN for one whose scores were not finite).
  *
  * Split-KV: float partials and their lse straight from the fragments (each
  * quad writes 32 contiguous bytes of a row per n8 tile). Otherwise O is
@@ -94,8 +94,25 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const Where
     static_assert(NDT == DCH, "O fragments must cover the head dim");
     const int b = wh.b, h = wh.h, m0 = wh.m0, q_rows = wh.q_rows;
     const int g = lane >> 2, tq = lane & 3;
+    /* the keys the key loop went through: all of the row's band, or with
+       split-KV this split's share (recomputed: nothing from the prologue
+       stays live across the loop) */
+#if FJ_SPLIT_KV
+    const KeyTiles kt = key_tiles(p, m0, q_rows, wh.split);
+    const int key_lo = kt.n_begin * FJ_BLOCK_N, key_hi = kt.n_end * FJ_BLOCK_N;
+#else
+    const int key_lo = 0, key_hi = p.seqlen_k;
+#endif
+    bool seen[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = row_warp * (MT * 16) + mt * 16 + hh * 8 + g;
+            seen[mt][hh] = r < q_rows && row_sees_keys(p, (long long)m0 + r, key_lo, key_hi);
+        }
     float inv[MT][2], lse[MT][2];
-    finish_rows(m, l, inv, lse);
+    finish_rows(m, l, seen, inv, lse);
 #if FJ_SPLIT_KV
     (void)stg;
 #pragma unroll
@@ -108,8 +125,8 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const Where
                 float *dst = p.o_partial + row * D + 2 * tq;
 #pragma unroll
                 for (int dt = 0; dt < NDT; ++dt)
-                    fj_st_global_f2(dst + dt * 8, o[mt][dt][2 * hh] * inv[mt][hh],
-                                    o[mt][dt][2 * hh + 1] * inv[mt][hh]);
+                    fj_st_global_f2(dst + dt * 8, finished(o[mt][dt][2 * hh], inv[mt][hh]),
+                                    finished(o[mt][dt][2 * hh + 1], inv[mt][hh]));
                 if (tq == 0) p.lse_partial[row] = lse[mt][hh];
             }
         }
@@ -123,8 +140,9 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const Where
             const int r = row_warp * (MT * 16) + mt * 16 + hh * 8 + g;
 #pragma unroll
             for (int dt = 0; dt < NDT; ++dt)
-                fj_st_shared_b32(stg.pair(r, dt, tq), fj_pack2(o[mt][dt][2 * hh] * inv[mt][hh],
-                                                               o[mt][dt][2 * hh + 1] * inv[mt][hh]));
+                fj_st_shared_b32(stg.pair(r, dt, tq),
+                                 fj_pack2(finished(o[mt][dt][2 * hh], inv[mt][hh]),
+                                          finished(o[mt][dt][2 * hh + 1], inv[mt][hh])));
         }
     __syncwarp();
     {

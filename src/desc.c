@@ -1,5 +1,6 @@
 /* Validation of the public problem description, and the resolved problem the
  * backends use. Every rule lives here, once, with the message that names it. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,11 +48,18 @@ const char *fj_causal_name(fj_causal c)
 
 static bool all_zero(const int64_t s[3]) { return s[0] == 0 && s[1] == 0 && s[2] == 0; }
 
-static void dense_strides(int64_t s[3], int seqlen, int heads, int head_dim)
+/* The dense [batch, seq, heads, head_dim] strides. The head and seq strides
+ * always fit int64 (2^31 x 2^8); the batch stride, seqlen x heads x head_dim,
+ * may not: false then, and s is left unset. */
+static bool dense_strides(int64_t s[3], int seqlen, int heads, int head_dim)
 {
+    int64_t batch_stride;
+    if (__builtin_mul_overflow((int64_t)seqlen * heads, (int64_t)head_dim, &batch_stride))
+        return false;
     s[FJ_AXIS_HEAD] = head_dim;
     s[FJ_AXIS_SEQ] = (int64_t)heads * head_dim;
-    s[FJ_AXIS_BATCH] = (int64_t)seqlen * heads * head_dim;
+    s[FJ_AXIS_BATCH] = batch_stride;
+    return true;
 }
 
 /* Offset one past the last element: sum((n_i - 1) * s_i) + head_dim, or -1
@@ -69,8 +77,32 @@ static int64_t extent(const int64_t s[3], const int64_t n[3], int head_dim)
 
 static const char *const axis_names[3] = {"batch", "seq", "head"};
 
+/* The rule every tensor answers to: its extent (the offset one past its last
+ * element) and that many elements' bytes fit int64. A dense tensor (strides
+ * left zero) that breaks it is named by its shape, since the caller set no
+ * stride. */
+static fj_status fail_extent(const char *name, const int64_t s[3], const int64_t n[3],
+                             int head_dim, bool dense)
+{
+    const int tensor_len = (int)strcspn(name, "_"); /* "q" of "q_stride" */
+    if (dense)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "%.*s: the dense tensor [batch %lld, seq %lld, heads %lld, head_dim %d] "
+                       "holds more elements than int64 can address (every tensor's extent, in "
+                       "bytes, must fit int64)",
+                       tensor_len, name, (long long)n[FJ_AXIS_BATCH], (long long)n[FJ_AXIS_SEQ],
+                       (long long)n[FJ_AXIS_HEAD], head_dim);
+    return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                   "%.*s: the tensor's extent (the last element's offset + 1, from %s %lld, "
+                   "%lld, %lld over batch %lld, seq %lld, heads %lld) overflows int64 in bytes "
+                   "(every tensor's extent, in bytes, must fit int64)",
+                   tensor_len, name, name, (long long)s[0], (long long)s[1], (long long)s[2],
+                   (long long)n[FJ_AXIS_BATCH], (long long)n[FJ_AXIS_SEQ],
+                   (long long)n[FJ_AXIS_HEAD]);
+}
+
 static fj_status check_strides(const char *name, const int64_t s[3], const int64_t n[3],
-                               int head_dim, int elem_size)
+                               int head_dim, int elem_size, bool dense)
 {
     for (int a = 0; a < 3; a++)
         if (s[a] < 0)
@@ -80,9 +112,7 @@ static fj_status check_strides(const char *name, const int64_t s[3], const int64
     int64_t e = extent(s, n, head_dim), bytes;
     if (e < 0 || __builtin_mul_overflow(e, (int64_t)elem_size, &bytes) ||
         (uint64_t)bytes > (uint64_t)SIZE_MAX)
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "%s: the tensor's extent overflows (strides %lld, %lld, %lld)", name,
-                       (long long)s[0], (long long)s[1], (long long)s[2]);
+        return fail_extent(name, s, n, head_dim, dense);
     return FJ_OK;
 }
 
@@ -159,6 +189,14 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     if (!isfinite(d->scale))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "scale (%g) must be finite (0: 1/sqrt(head_dim))",
                        (double)d->scale);
+    /* Every backend computes scores in base 2, scale x log2(e) x q.k, with
+       scale x log2(e) a float: beyond this bound it is infinite and a zero
+       dot product would give NaN where the formula gives 0. */
+    if (fabs((double)d->scale) * M_LOG2E > FLT_MAX)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "scale (%g) must be at most %.6g in magnitude (FLT_MAX / log2(e): scores "
+                       "are computed as scale x log2(e) x q.k in float32)",
+                       (double)d->scale, FLT_MAX / M_LOG2E);
 
     /* lse has batch*heads_q*seqlen_q floats; every other count is smaller
        than some tensor extent checked below. */
@@ -191,9 +229,11 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     int es = (int)fj_dtype_size(d->dtype); /* dtype checked above */
     for (int i = 0; i < 4; i++) {
         int64_t n[3] = {d->batch, t[i].seq, t[i].heads};
-        if (all_zero(t[i].in)) dense_strides(t[i].out, t[i].seq, t[i].heads, d->head_dim);
-        else memcpy(t[i].out, t[i].in, 3 * sizeof(int64_t));
-        fj_status s = check_strides(t[i].name, t[i].out, n, d->head_dim, es);
+        bool dense = all_zero(t[i].in);
+        if (!dense) memcpy(t[i].out, t[i].in, 3 * sizeof(int64_t));
+        else if (!dense_strides(t[i].out, t[i].seq, t[i].heads, d->head_dim))
+            return fail_extent(t[i].name, t[i].out, n, d->head_dim, true);
+        fj_status s = check_strides(t[i].name, t[i].out, n, d->head_dim, es, dense);
         if (s) return s;
     }
     int64_t on[3] = {d->batch, d->seqlen_q, d->heads_q};

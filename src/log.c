@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,10 +81,15 @@ void fj_log(fj_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    /* The callback may have changed since the check above: the line goes
+       where the routing now says, and to stderr only when FLASHJIT_LOG asks,
+       never because a callback was just removed. */
     pthread_mutex_lock(&log_lock);
     fj_log_fn fn = log_fn;
     void *user = log_user;
+    bool wanted = fn ? level <= callback_level : level <= env_level;
     pthread_mutex_unlock(&log_lock);
+    if (!wanted) return;
     if (fn) fn(level, line, user);
     else fprintf(stderr, "flashjit %s: %s\n", level == FJ_LOG_DEBUG ? "debug" : "info", line);
 }

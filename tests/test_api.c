@@ -2,6 +2,7 @@
  * a message naming the field and the rule, never a crash and never a write to
  * the output; allocation failures surface as FJ_ERR_OUT_OF_MEMORY and leak
  * nothing; contexts and plans are safe to share between threads. */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -146,6 +147,33 @@ static void test_desc_rules(void **state)
     d.q_stride[1] = INT64_MAX / 2;
     d.q_stride[2] = 64;
     expect_invalid(&d, "q_stride");
+    /* Dense tensors whose default batch stride (seqlen x heads x head_dim)
+       does not fit int64: the message names the tensor's shape and the rule,
+       not a stride the caller never set (issue 23, finding 8). */
+    fj_attention_desc_init(&d, 2, 1 << 25, 1 << 25, INT32_MAX, 8, 256, FJ_BF16);
+    expect_invalid(&d, "q: the dense tensor [batch 2, seq 2147483647, heads 33554432, head_dim 256]");
+    expect_invalid(&d, "must fit int64");
+    if (strstr(fj_last_error(), "stride")) fail_msg("names a stride: %s", fj_last_error());
+    fj_attention_desc_init(&d, 3, 1 << 24, 1 << 24, 8, INT32_MAX, 256, FJ_F16);
+    expect_invalid(&d, "k: the dense tensor [batch 3, seq 2147483647, heads 16777216");
+    /* the same shapes with batch 1: the batch stride is never used, the
+       extent alone does not fit */
+    fj_attention_desc_init(&d, 1, 1 << 24, 1 << 24, INT32_MAX, 8, 256, FJ_F32);
+    expect_invalid(&d, "q: the dense tensor [batch 1, seq 2147483647");
+    /* a dense shape at the edge still fits: 2^62 bytes of q, broadcast k/v */
+    fj_attention_desc_init(&d, 1, 1 << 21, 1, 1 << 30, 1, 256, FJ_F16);
+    assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+
+    /* scale x log2(e) must be a finite float: every backend scores in base 2 */
+    fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, FJ_F32);
+    d.scale = 2.3e38f;
+    assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+    d.scale = -2.3e38f;
+    assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+    d.scale = 2.4e38f;
+    expect_invalid(&d, "scale (2.4e+38) must be at most 2.35866e+38 in magnitude");
+    d.scale = -FLT_MAX;
+    expect_invalid(&d, "scale");
     /* flops convention */
     fj_attention_desc_init(&d, 2, 4, 4, 100, 100, 64, FJ_F32);
     assert_true(fj_attention_flops(&d) == 4.0 * 2 * 4 * 100 * 100 * 64);

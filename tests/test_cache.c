@@ -16,9 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -166,6 +168,18 @@ static void expect_miss(const char *dir, const char *name, const fj_cache_key *k
     assert_int_equal(size, 0);
     if (!strstr(last_log, why)) fail_msg("miss logged as '%s', expected it to say '%s'", last_log, why);
 }
+
+static int count_dir_entries(const char *dir);
+typedef struct scan_result scan_result;
+/* What fj_cache_scan visited (record_visit). */
+struct scan_result {
+    int count, valid, damaged, temps;
+    char files[32][512];
+    int valid_of[32], temp_of[32];
+    char problem[32][128];
+    int stop_after; /* 0: never stop */
+};
+static int record_visit(const fj_cache_entry_info *e, void *user);
 
 /* ---- keys --------------------------------------------------------------- */
 
@@ -433,14 +447,49 @@ static void test_foreign_files_are_misses(void **state)
     expect_miss(dir, NAME, &e.key, "shorter than the 56-byte header");
     expect_repaired(dir, &e);
 
-    /* a directory under the entry's name: a miss, and a store cannot
-       replace it, which is an I/O error the caller ignores */
+    /* a directory under the entry's name: a miss, and the store replaces
+       it (issue 23, finding 5: it used to fail, so that kernel recompiled on
+       every run) */
     assert_int_equal(unlink(e.path), 0);
     assert_int_equal(mkdir(e.path, 0700), 0);
     expect_miss(dir, NAME, &e.key, "not a regular file");
-    assert_int_equal(fj_cache_store(dir, NAME, &e.key, e.payload, e.payload_size), FJ_ERR_IO);
-    assert_non_null(strstr(fj_last_error(), e.path));
-    assert_int_equal(rmdir(e.path), 0);
+    expect_repaired(dir, &e);
+    assert_int_equal(count_dir_entries(dir), 1);
+    /* one with files in it is moved aside (to a temporary name, its files
+       kept) rather than deleted */
+    assert_int_equal(unlink(e.path), 0);
+    assert_int_equal(mkdir(e.path, 0700), 0);
+    char inside[4096];
+    snprintf(inside, sizeof inside, "%s/someone's file", e.path);
+    write_file(inside, "keep me", 7);
+    expect_miss(dir, NAME, &e.key, "not a regular file");
+    expect_repaired(dir, &e);
+    assert_int_equal(count_dir_entries(dir), 2);
+    scan_result r = {0};
+    assert_int_equal(fj_cache_scan(dir, record_visit, &r), FJ_OK);
+    assert_int_equal(r.count, 2);
+    assert_int_equal(r.valid, 1);
+    assert_int_equal(r.temps, 1);
+    char moved[4096];
+    for (int i = 0; i < r.count; i++)
+        if (r.temp_of[i]) snprintf(moved, sizeof moved, "%s/%s/someone's file", dir, r.files[i]);
+    size_t n;
+    uint8_t *kept = read_file(moved, &n);
+    assert_int_equal(n, 7);
+    assert_memory_equal(kept, "keep me", 7);
+    free(kept);
+    /* clear removes the entry and leaves the directory (not the cache's own
+       files), without failing */
+    int removed = -1;
+    assert_int_equal(fj_cache_clear(dir, &removed), FJ_OK);
+    assert_int_equal(removed, 1);
+    assert_int_equal(count_dir_entries(dir), 1);
+    assert_int_equal(access(moved, F_OK), 0);
+    /* an empty directory at a cache name is removed by clear */
+    assert_int_equal(mkdir(e.path, 0700), 0);
+    assert_int_equal(fj_cache_clear(dir, &removed), FJ_OK);
+    assert_int_equal(removed, 1);
+    assert_int_equal(access(e.path, F_OK), -1);
 
     /* a FIFO must not hang the load */
     assert_int_equal(mkfifo(e.path, 0600), 0);
@@ -540,13 +589,6 @@ static void test_unwritable_directory(void **state)
 
 /* ---- temporary files, scan, clear ---------------------------------------- */
 
-typedef struct scan_result {
-    int count, valid, damaged, temps;
-    char files[32][512];
-    int valid_of[32], temp_of[32];
-    char problem[32][128];
-    int stop_after; /* 0: never stop */
-} scan_result;
 
 static int record_visit(const fj_cache_entry_info *e, void *user)
 {
@@ -909,6 +951,305 @@ static void test_concurrent_stores_and_loads(void **state)
     }
 }
 
+/* ---- a file-size limit (issue 23, finding 4) ------------------------------ */
+
+/* Under RLIMIT_FSIZE a write past the limit raises SIGXFSZ, whose default
+ * action kills the process. A store must fail like a full disk instead, and
+ * leave the thread's signal mask and pending set as they were. Run in a child
+ * (the limit and a kill stay there); the child's exit status says what
+ * happened. */
+static int fsize_child(const char *dir)
+{
+    struct rlimit lim = {8192, 8192};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) return 10;
+    sigset_t before, after, pending;
+    sigprocmask(SIG_SETMASK, NULL, &before);
+    fjt_rng rng;
+    fjt_rng_init(&rng, fjt_seed());
+    uint8_t *big = random_bytes(&rng, 100000);
+    fj_cache_key key = key_of("over the size limit");
+    fj_status s = fj_cache_store(dir, NAME, &key, big, 100000);
+    free(big);
+    if (s != FJ_ERR_IO) return 11;
+    if (!strstr(fj_last_error(), strerror(EFBIG))) {
+        fprintf(stderr, "store error: %s\n", fj_last_error());
+        return 12;
+    }
+    sigprocmask(SIG_SETMASK, NULL, &after);
+    if (sigismember(&after, SIGXFSZ) != sigismember(&before, SIGXFSZ)) return 13;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGXFSZ)) return 14;
+    /* the entry is a miss, no temporary file is left, and a store that fits
+       the limit still works */
+    void *data = NULL;
+    size_t size = 0;
+    if (fj_cache_load(dir, NAME, &key, &data, &size) != FJ_OK || data) return 15;
+    if (count_dir_entries(dir) != 0) return 16;
+    fj_cache_key small = key_of("under the size limit");
+    if (fj_cache_store(dir, NAME, &small, "cubin", 5) != FJ_OK) return 17;
+    return 0;
+}
+
+static void test_store_under_a_file_size_limit(void **state)
+{
+    const char *dir = *state;
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) _exit(fsize_child(dir));
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        fail_msg("the store killed the process with signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    if (WEXITSTATUS(status) != 0) fail_msg("child check %d failed", WEXITSTATUS(status));
+    assert_int_equal(count_dir_entries(dir), 1); /* the small entry */
+}
+
+/* ---- the damage table ------------------------------------------------------ */
+
+/* Every kind of damage an entry can take, each checked the same way: the
+ * load is a miss that logs the reason, the scan (`flashjit cache verify`)
+ * calls the file damaged with that reason, and a store puts back the exact
+ * original bytes. The table is printed as it runs. */
+typedef struct damage {
+    const char *kind;
+    const char *reason; /* in the miss's log line and the scan's problem */
+    void (*apply)(const char *dir, stored_entry *e);
+} damage;
+
+static void rewrite(stored_entry *e, size_t len) { write_file(e->path, e->file, len); }
+
+static void d_empty(const char *dir, stored_entry *e) { (void)dir; rewrite(e, 0); }
+static void d_cut_header(const char *dir, stored_entry *e) { (void)dir; rewrite(e, 30); }
+static void d_cut_name(const char *dir, stored_entry *e) { (void)dir; rewrite(e, 60); }
+static void d_cut_payload(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    rewrite(e, e->file_size - 1);
+}
+static void d_extended(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    uint8_t *longer = malloc(e->file_size + 1);
+    assert_non_null(longer);
+    memcpy(longer, e->file, e->file_size);
+    longer[e->file_size] = '\n';
+    write_file(e->path, longer, e->file_size + 1);
+    free(longer);
+}
+static void patch(stored_entry *e, size_t at, const void *bytes, size_t n)
+{
+    uint8_t *copy = malloc(e->file_size);
+    assert_non_null(copy);
+    memcpy(copy, e->file, e->file_size);
+    memcpy(copy + at, bytes, n);
+    write_file(e->path, copy, e->file_size);
+    free(copy);
+}
+static void d_magic(const char *dir, stored_entry *e) { (void)dir; patch(e, 0, "\177ELF", 4); }
+static void d_version(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    patch(e, 4, "\x02\0\0\0", 4);
+}
+static void d_name_length(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    patch(e, 40, "\0\0\0\0", 4);
+}
+static void d_key_bit(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    uint8_t b = e->file[12] ^ 0x20;
+    patch(e, 12, &b, 1);
+}
+static void d_payload_bit(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    uint8_t b = e->file[e->file_size - 3] ^ 0x01;
+    patch(e, e->file_size - 3, &b, 1);
+}
+static void d_other_key(const char *dir, stored_entry *e)
+{
+    fj_cache_key other = key_of("damage table: another entry");
+    assert_int_equal(fj_cache_store(dir, NAME, &other, e->payload, e->payload_size), FJ_OK);
+    char *other_path = entry_path(dir, NAME, &other);
+    assert_int_equal(rename(other_path, e->path), 0);
+    free(other_path);
+}
+static void d_other_name(const char *dir, stored_entry *e)
+{
+    const char *name = "flash_fwd.d64.f16.nomask.m64n64w4s2.sm_80";
+    assert_int_equal(fj_cache_store(dir, name, &e->key, e->payload, e->payload_size), FJ_OK);
+    char *other_path = entry_path(dir, name, &e->key);
+    assert_int_equal(rename(other_path, e->path), 0);
+    free(other_path);
+}
+static void d_noise(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    fjt_rng rng;
+    fjt_rng_init(&rng, fjt_seed() + 23);
+    uint8_t *noise = random_bytes(&rng, e->file_size);
+    write_file(e->path, noise, e->file_size);
+    free(noise);
+}
+static void d_text(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    write_file(e->path, "a note someone saved under this name\n", 37);
+}
+static void d_directory(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    assert_int_equal(unlink(e->path), 0);
+    assert_int_equal(mkdir(e->path, 0700), 0);
+}
+static void d_fifo(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    assert_int_equal(unlink(e->path), 0);
+    assert_int_equal(mkfifo(e->path, 0600), 0);
+}
+static void d_dangling_link(const char *dir, stored_entry *e)
+{
+    char target[4200];
+    snprintf(target, sizeof target, "%s/no-such-target", dir);
+    assert_int_equal(unlink(e->path), 0);
+    assert_int_equal(symlink(target, e->path), 0);
+}
+
+static const damage damages[] = {
+    {"zero-length file", "shorter than the 56-byte header", d_empty},
+    {"truncated in the fixed header", "shorter than the 56-byte header", d_cut_header},
+    {"truncated in the kernel name", "shorter than its", d_cut_name},
+    {"truncated in the payload", "payload bytes", d_cut_payload},
+    {"one byte appended", "payload bytes", d_extended},
+    {"wrong magic", "wrong magic", d_magic},
+    {"another format version", "format version", d_version},
+    {"name length out of range", "kernel name length", d_name_length},
+    {"a bit of the key flipped", "header checksum mismatch", d_key_bit},
+    {"a bit of the payload flipped", "payload checksum mismatch", d_payload_bit},
+    {"another entry's file (key)", "the key in the header is not the one", d_other_key},
+    {"another kernel's file (name)", "the kernel name in the header is", d_other_name},
+    {"random bytes of the same size", "wrong magic", d_noise},
+    {"a text file", "shorter than the 56-byte header", d_text},
+    {"a directory", "not a regular file", d_directory},
+    {"a FIFO", "not a regular file", d_fifo},
+    {"a dangling symbolic link", "no entry", d_dangling_link},
+};
+
+static int find_visit(const fj_cache_entry_info *e, void *user)
+{
+    fj_cache_entry_info *want = user;
+    if (!strcmp(e->file, want->file)) *want = *e;
+    return 0;
+}
+
+static void test_damage_table(void **state)
+{
+    const char *dir = *state;
+    printf("# %-32s %-8s %s\n", "damage", "load", "reason (load log; scan)");
+    for (size_t i = 0; i < sizeof damages / sizeof damages[0]; i++) {
+        const damage *d = &damages[i];
+        char text[64];
+        snprintf(text, sizeof text, "damage table %zu", i);
+        stored_entry e = store_entry(dir, text, 700 + 13 * i);
+        d->apply(dir, &e);
+        expect_miss(dir, NAME, &e.key, d->reason);
+        char logged[2048];
+        snprintf(logged, sizeof logged, "%s", last_log);
+        /* the scan agrees, except for a name with nothing behind it (the
+           dangling link: no file to describe, so not listed) */
+        fj_cache_entry_info info = {0};
+        snprintf(info.file, sizeof info.file, "%s", strrchr(e.path, '/') + 1);
+        info.valid = -1;
+        assert_int_equal(fj_cache_scan(dir, find_visit, &info), FJ_OK);
+        if (info.valid != -1) {
+            if (info.valid || !strstr(info.problem, d->reason))
+                fail_msg("%s: the scan says valid=%d '%s'", d->kind, info.valid, info.problem);
+        } else if (d->apply != d_dangling_link) {
+            fail_msg("%s: the scan did not list %s", d->kind, info.file);
+        }
+        printf("# %-32s %-8s %s\n", d->kind, "miss",
+               strstr(logged, "(") ? strstr(logged, "(") : logged);
+        expect_repaired(dir, &e);
+        stored_entry_free(&e);
+        int removed;
+        assert_int_equal(fj_cache_clear(dir, &removed), FJ_OK);
+    }
+    /* a file the library may not read (not root: root reads it anyway) */
+    stored_entry e = store_entry(dir, "damage table: unreadable", 500);
+    assert_int_equal(chmod(e.path, 0), 0);
+    int fd = open(e.path, O_RDONLY);
+    if (fd >= 0) {
+        close(fd);
+        printf("# %-32s skipped: uid %d reads a file of mode 000\n", "unreadable file", (int)geteuid());
+    } else {
+        expect_miss(dir, NAME, &e.key, "cannot open");
+        printf("# %-32s %-8s %s\n", "unreadable file", "miss", "cannot open: Permission denied");
+        expect_repaired(dir, &e);
+    }
+    stored_entry_free(&e);
+}
+
+/* ---- a store killed at any moment ---------------------------------------- */
+
+/* A child stores large entries in a loop and is killed with SIGKILL at a
+ * random moment, many times over one directory: no entry may ever be torn
+ * (every *.fjk the scan sees is valid), a kill leaves at most a temporary
+ * file, which clear removes, and a load after each kill is a hit or a miss,
+ * never an error. */
+static void test_stores_killed(void **state)
+{
+    const char *dir = *state;
+    fjt_rng rng;
+    fjt_rng_init(&rng, fjt_seed() + 99);
+    enum { KILLS = 30, ENTRIES = 4, SIZE = 1 << 20 };
+    uint8_t *payload = random_bytes(&rng, SIZE);
+    for (int k = 0; k < KILLS; k++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            for (unsigned i = 0;; i++) {
+                char text[32];
+                snprintf(text, sizeof text, "killed store %u", i % ENTRIES);
+                fj_cache_key key = key_of(text);
+                fj_cache_store(dir, NAME, &key, payload, SIZE - i % 4096);
+            }
+        }
+        struct timespec t = {0, (long)fjt_range(&rng, 0, 20000) * 1000};
+        nanosleep(&t, NULL);
+        kill(pid, SIGKILL);
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        scan_result r = {0};
+        assert_int_equal(fj_cache_scan(dir, record_visit, &r), FJ_OK);
+        if (r.damaged) fail_msg("kill %d: %d damaged entries (torn)", k, r.damaged);
+        for (int i = 0; i < ENTRIES; i++) {
+            char text[32];
+            snprintf(text, sizeof text, "killed store %d", i);
+            fj_cache_key key = key_of(text);
+            void *data = NULL;
+            size_t size = 0;
+            assert_int_equal(fj_cache_load(dir, NAME, &key, &data, &size), FJ_OK);
+            if (data && (size > SIZE || memcmp(data, payload, size)))
+                fail_msg("kill %d: entry %d holds other bytes", k, i);
+            free(data);
+        }
+    }
+    scan_result r = {0};
+    assert_int_equal(fj_cache_scan(dir, record_visit, &r), FJ_OK);
+    int removed;
+    assert_int_equal(fj_cache_clear(dir, &removed), FJ_OK);
+    assert_int_equal(count_dir_entries(dir), 0);
+    printf("# %d stores killed at random moments: no torn entry; %d valid entries and %d "
+           "temporary files left (removed by clear)\n", KILLS, r.valid, r.temps);
+    free(payload);
+}
+
 int main(void)
 {
     fjt_seed(); /* prints the seed once */
@@ -926,6 +1267,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_scan_flags_every_damaged_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allocation_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_stores_and_loads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_under_a_file_size_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damage_table, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stores_killed, setup, teardown),
     };
     return cmocka_run_group_tests_name("cache", tests, NULL, NULL);
 }

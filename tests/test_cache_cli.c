@@ -206,6 +206,38 @@ static void test_list_stats_verify_clear(void **state)
     expect_out(fx, "no cache files in");
 }
 
+/* Directories among the cache's names (issue 23, finding 5): clear removes
+ * the empty ones, reports the others and succeeds (it used to exit 1). */
+static void test_clear_with_directories(void **state)
+{
+    fixture *fx = *state;
+    store_entries(fx->cache, 2);
+    const char *name = "flash_fwd.test9.sm_90";
+    fj_cache_key key = fj_cache_key_make(name, strlen(name), "", 13, 0, "sm_90");
+    char hex[33], empty[4400], full[4400], inside[4500];
+    fj_cache_key_hex(&key, hex);
+    snprintf(empty, sizeof empty, "%s/%s.%s.fjk", fx->cache, name, hex);
+    assert_int_equal(mkdir(empty, 0700), 0);
+    snprintf(full, sizeof full, "%s/" FJ_CACHE_TEMP_PREFIX "moved1", fx->cache);
+    assert_int_equal(mkdir(full, 0700), 0);
+    snprintf(inside, sizeof inside, "%s/note.txt", full);
+    FILE *f = fopen(inside, "w");
+    assert_non_null(f);
+    fputs("keep", f);
+    fclose(f);
+
+    run_cli(fx, NULL, "cache", "list", "--dir", fx->cache, NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    assert_int_equal(count_lines_with(fx->r.out, "not a regular file"), 1);
+
+    run_cli(fx, NULL, "cache", "clear", "--dir", fx->cache, NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_out(fx, "removed 3 files");
+    expect_out(fx, "kept " FJ_CACHE_TEMP_PREFIX "moved1");
+    assert_int_equal(access(empty, F_OK), -1);
+    assert_int_equal(access(inside, F_OK), 0);
+}
+
 /* No --dir: the directory comes from FLASHJIT_CACHE_DIR, as in the library. */
 static void test_directory_resolved_like_the_library(void **state)
 {
@@ -246,6 +278,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_help_and_usage_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_stats_verify_clear, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_clear_with_directories, setup, teardown),
         cmocka_unit_test_setup_teardown(test_directory_resolved_like_the_library, setup, teardown),
     };
     return cmocka_run_group_tests_name("cache_cli", tests, NULL, NULL);

@@ -4,13 +4,20 @@
  * the public calls: import and export (all or nothing, atomic file),
  * FJ_PLAN_MEASURE (measured, saved when asked, not measured twice), and all
  * of them from several threads at once. */
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -585,6 +592,159 @@ static void test_threads(void **state)
     fj_context_destroy(ctx);
 }
 
+/* ---- files that are not tuning files (issue 23, finding 3) ------------------ */
+
+/* Creates a context with tuning_file in a child process that alarm() kills
+ * after 20 s, and passes back fj_context_create's status and its describe
+ * text through a pipe: a file that blocks the open (a FIFO) must not hang the
+ * test itself. */
+typedef struct child_context {
+    bool exited;      /* false: killed (signal given in sig) */
+    int sig;
+    fj_status status;
+    char describe[4096];
+} child_context;
+
+static child_context context_in_child(const char *tuning_file)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(20);
+        fj_context_options o;
+        fj_context_options_init(&o);
+        o.backend = FJ_BACKEND_CPU;
+        o.cache_dir = "";
+        o.tuning_file = tuning_file;
+        o.cpu_threads = 1;
+        fj_context *ctx = NULL;
+        fj_status st = fj_context_create(&o, &ctx);
+        const char *text = st == FJ_OK ? fj_context_describe(ctx) : fj_last_error();
+        char msg[4096 + 8];
+        int n = snprintf(msg, sizeof msg, "%d\n%s", (int)st, text);
+        if (n > (int)sizeof msg - 1) n = (int)sizeof msg - 1;
+        if (write(fds[1], msg, (size_t)n) != n) _exit(3);
+        fj_context_destroy(ctx);
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[4096 + 8];
+    size_t got = 0;
+    for (ssize_t r; got < sizeof buf - 1 && (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0;)
+        got += (size_t)r;
+    buf[got] = '\0';
+    close(fds[0]);
+    int wstatus;
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    child_context c = {0};
+    c.exited = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    c.sig = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
+    char *nl = strchr(buf, '\n');
+    c.status = (fj_status)atoi(buf);
+    snprintf(c.describe, sizeof c.describe, "%s", nl ? nl + 1 : "");
+    return c;
+}
+
+/* The file is skipped: the context is made, and its describe text says why. */
+static void expect_skipped(const char *path, const char *why)
+{
+    child_context c = context_in_child(path);
+    if (!c.exited)
+        fail_msg("%s: context creation did not return (killed by signal %d%s)", path, c.sig,
+                 c.sig == SIGALRM ? ": it blocked for 20 s" : "");
+    if (c.status != FJ_OK)
+        fail_msg("%s: fj_context_create gave %s: %s", path, fj_status_name(c.status), c.describe);
+    char *line = strstr(c.describe, "tuning file: ");
+    if (!line || !strstr(line, "skipped") || !strstr(line, why))
+        fail_msg("%s: describe should say the file was skipped (%s):\n%s", path, why, c.describe);
+    printf("# %s\n", strtok(line, "\n"));
+}
+
+static void test_unusable_tuning_files_are_skipped(void **state)
+{
+    (void)state;
+    scratch s;
+    scratch_make(&s, "tuning.txt");
+
+    /* a FIFO with no writer: opening it for reading would block for ever */
+    assert_int_equal(mkfifo(s.path, 0600), 0);
+    expect_skipped(s.path, "not a regular file");
+    unlink(s.path);
+
+    /* a directory */
+    assert_int_equal(mkdir(s.path, 0700), 0);
+    expect_skipped(s.path, "not a regular file");
+    rmdir(s.path);
+
+    /* an endless device */
+    expect_skipped("/dev/zero", "not a regular file");
+
+    /* a (sparse) file of 200 MiB: over the limit, never read */
+    int fd = open(s.path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)200 << 20), 0);
+    close(fd);
+    expect_skipped(s.path, "MiB");
+    unlink(s.path);
+
+    /* the same through FLASHJIT_TUNING_FILE (the default path's resolution) */
+    assert_int_equal(mkfifo(s.path, 0600), 0);
+    setenv("FLASHJIT_TUNING_FILE", s.path, 1);
+    expect_skipped(NULL, "not a regular file");
+    unsetenv("FLASHJIT_TUNING_FILE");
+
+    /* importing one is an I/O error that says why, not a hang */
+    fj_context *ctx = cpu_context("");
+    alarm(20);
+    assert_int_equal(fj_tuning_import_file(ctx, s.path), FJ_ERR_IO);
+    alarm(0);
+    assert_non_null(strstr(fj_last_error(), "not a regular file"));
+    fj_context_destroy(ctx);
+    scratch_remove(&s);
+}
+
+/* An append past a file-size limit fails (FJ_ERR_IO) instead of SIGXFSZ
+ * killing the process (issue 23, finding 4); run in a child. */
+static void test_append_under_a_file_size_limit(void **state)
+{
+    (void)state;
+    scratch s;
+    scratch_make(&s, "tuning.txt");
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 1, 1, 40, 40, 64, FJ_F32);
+    fj_problem p;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    fj_tuning_entry e;
+    fj_tuning_key_for(&p, "cpu:test_2t", "cpu", "cpu_tiled", &e);
+    snprintf(e.config, sizeof e.config, "q64k64");
+    e.ms = 1.0;
+    snprintf(e.date, sizeof e.date, "2026-12-04");
+    assert_int_equal(fj_tuning_append(s.path, &e), FJ_OK);
+    struct stat st;
+    assert_int_equal(stat(s.path, &st), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit lim = {(rlim_t)st.st_size, (rlim_t)st.st_size};
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(10);
+        if (fj_tuning_append(s.path, &e) != FJ_ERR_IO) _exit(11);
+        if (!strstr(fj_last_error(), strerror(EFBIG))) _exit(12);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        fail_msg("the append killed the process with signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    scratch_remove(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -596,6 +756,8 @@ int main(void)
         cmocka_unit_test(test_import_and_export),
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_unusable_tuning_files_are_skipped),
+        cmocka_unit_test(test_append_under_a_file_size_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -111,11 +111,21 @@ static int run_verify(const char *dir)
 
 /* ---- clear -------------------------------------------------------------- */
 
+/* What clear left: directories with files in them under cache names. */
+static int kept_visit(const fj_cache_entry_info *e, void *user)
+{
+    (void)user;
+    printf("kept %s: %s\n", e->file, e->problem);
+    return 0;
+}
+
 static int run_clear(const char *dir)
 {
     int removed = 0;
     fj_status s = fj_cache_clear(dir, &removed);
     printf("removed %d files from %s\n", removed, dir);
+    if (s != FJ_OK) return cli_fail(CMD " clear", s);
+    s = fj_cache_scan(dir, kept_visit, NULL);
     return s == FJ_OK ? 0 : cli_fail(CMD " clear", s);
 }
 
@@ -136,7 +146,8 @@ static const cache_subcommand subcommands[] = {
      run_verify},
     {"clear", "remove every cache file and leftover temporary file",
      "Removes the *.fjk files (valid or damaged) and the temporary files, and says\n"
-     "how many; other files in the directory (tuning.txt) are kept.\n",
+     "how many; other files in the directory (tuning.txt) are kept. A directory\n"
+     "under a cache name is removed when empty, else kept and named.\n",
      run_clear},
 };
 #define NSUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])

@@ -160,7 +160,7 @@ static int parse_flags(int argc, char **argv, flags *f)
     f->jobs = cores > 0 ? (int)cores : 1;
     f->max_spill = FJ_CUBIN_MAX_SPILL_BYTES;
     bool any_dtype = false, any_mask = false, any_dim = false, any_kind = false;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option but --help takes a value */
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf(USAGE_TEXT, FJ_CUBIN_MAX_SPILL_BYTES);
@@ -205,7 +205,6 @@ static int parse_flags(int argc, char **argv, flags *f)
         } else {
             return cli_usage_error("compile-all", "unknown option '%s' (see --help)", a);
         }
-        i++; /* every option above takes a value */
     }
     if (!f->narchs) f->archs[f->narchs++] = 90;
     if (!any_dtype) f->dtype[FJ_F16] = f->dtype[FJ_BF16] = true;

@@ -104,7 +104,7 @@ struct fj_cpu_decode_plan {
     int rows;                 /* per kv head and block: positions x group, <= 16 */
     int dpad;                 /* head_dim rounded up to FJ_DECODE_PAD */
     int heads_per_task;       /* kv heads one task takes (consecutive) */
-    int head_groups;          /* ceil(heads_kv / heads_per_task) */
+    int64_t head_groups;      /* ceil(heads_kv / heads_per_task) */
     int64_t units;            /* batch x head groups x position blocks */
     int chunks;               /* per unit */
     bool one_task;            /* the whole call one task, on the calling thread */
@@ -270,8 +270,11 @@ static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_
     }
 }
 
-/* Row r of (b, hk): O = acc / sum (or 0), and its lse. acc: in the kernels'
- * order (tmp: dpad floats of scratch). */
+/* Row r of (b, hk): O = acc / sum, and its lse; O = 0 and lse = -inf when
+ * the row sees no key, which the mask says, not the sum: a NaN or +inf score
+ * (or only -inf ones) leaves the sum NaN, and the row NaN (docs/semantics.md,
+ * "Non-finite values"). acc: in the kernels' order (tmp: dpad floats of
+ * scratch). */
 static void store_row(const decode_job *j, int64_t b, int64_t hk, int64_t pos0, int r, float *acc,
                       float max, float sum, float *tmp)
 {
@@ -281,11 +284,13 @@ static void store_row(const decode_job *j, int64_t b, int64_t hk, int64_t pos0, 
     const int64_t t = pos0 + r / p->group;
     const int64_t h = hk * p->group + r % p->group;
     void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, b, t, h);
+    int64_t lo, hi;
+    fj_visible_keys(p, t, &lo, &hi);
     float row_lse = -INFINITY;
-    if (sum > 0.0f) {
+    if (lo < hi) {
         fj_vscale(acc, p->head_dim, 1.0f / sum);
         fj_store_f32(dst, p->dtype, 0, acc, 0, 1, p->head_dim);
-        row_lse = (float)(M_LN2 * max + log(sum));
+        row_lse = sum > 0.0f ? (float)(M_LN2 * max + log(sum)) : NAN;
     } else { /* the row sees no key */
         memset(dst, 0, (size_t)p->head_dim * fj_dtype_size(p->dtype));
     }
@@ -309,6 +314,8 @@ static void merge_chunks(const decode_job *j, int64_t bh, int64_t b, int64_t hk,
         float *out = acc + (size_t)r * dp->dpad;
         memset(out, 0, (size_t)dp->dpad * sizeof(float));
         float sum = 0.0f;
+        bool nan = false; /* a chunk whose scores were not finite: the row is NaN */
+        for (int c = 0; c < dp->chunks; c++) nan |= isnan(dp->part_sum[base + (size_t)c * dp->rows + r]);
         if (m > -INFINITY)
             for (int c = 0; c < dp->chunks; c++) {
                 const size_t at = base + (size_t)c * dp->rows + r;
@@ -318,6 +325,7 @@ static void merge_chunks(const decode_job *j, int64_t bh, int64_t b, int64_t hk,
                 const float *x = dp->part_acc + at * dp->dpad;
                 for (int d = 0; d < dp->dpad; d++) out[d] += wgt * x[d];
             }
+        if (nan) sum = NAN;
         store_row(j, b, hk, 0, r, out, m, sum, tmp); /* chunks: one block of positions */
     }
 }
@@ -507,7 +515,9 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
        as many positions as 16 rows hold (a tile's rows). */
     const bool prefill = rows_per_kv_head(p) > FJ_CPU_DECODE_MAX_ROWS;
     dp->positions = prefill ? FJ_CPU_DECODE_MAX_ROWS / p->group : p->seqlen_q;
-    dp->pos_blocks = (p->seqlen_q + dp->positions - 1) / dp->positions;
+    /* int64: seqlen_q (or heads_kv below) within a block of INT_MAX must not
+       wrap the unit count negative, which would run nothing */
+    dp->pos_blocks = ((int64_t)p->seqlen_q + dp->positions - 1) / dp->positions;
     dp->rows = dp->positions * p->group;
     dp->dpad = (p->head_dim + FJ_DECODE_PAD - 1) / FJ_DECODE_PAD * FJ_DECODE_PAD;
     const int mode = atomic_load(&forced_mode);
@@ -534,7 +544,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
         int most = MAX_TASK_ROWS / dp->rows;
         dp->heads_per_task = p->heads_kv < most ? p->heads_kv : most;
     }
-    dp->head_groups = (p->heads_kv + dp->heads_per_task - 1) / dp->heads_per_task;
+    dp->head_groups = ((int64_t)p->heads_kv + dp->heads_per_task - 1) / dp->heads_per_task;
     const int64_t units = dp->units = (int64_t)p->batch * dp->head_groups * dp->pos_blocks;
 
     /* The keys some row sees, the same for every (batch, kv head): split
@@ -625,15 +635,16 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
                      "share each K/V row, read once at its stored width (no BLAS, no packing); "
                      "chosen because %d <= %d rows per kv head would leave sgemm packing K and V "
                      "for a few rows\n"
-                     "split: %d kv head(s) per task (%s); keys [%lld, %lld) in %d chunk(s) of "
-                     "%lld, %lld task(s) for %d worker(s)%s%s; blocks of %d keys\n"
+                     "split: %d kv head(s) per task (%s), %lld unit(s) of (batch, head "
+                     "group); keys [%lld, %lld) in %d chunk(s) of %lld, %lld task(s) for %d "
+                     "worker(s)%s%s; blocks of %d keys\n"
                      "kernels: %s (%s)\n"
                      "workspace: %zu bytes per thread, %d threads, %zu bytes of partial results\n",
                      dp->rows, p->seqlen_q, p->group, dp->rows, FJ_CPU_DECODE_MAX_ROWS,
                      dp->heads_per_task,
                      interleaved ? "the heads of a position lie side by side"
                                  : "each head's rows lie apart",
-                     (long long)jlo, (long long)jhi, dp->chunks, (long long)step,
+                     (long long)units, (long long)jlo, (long long)jhi, dp->chunks, (long long)step,
                      (long long)tasks, threads, dp->chunks > 1 ? ", merged by lse" : "",
                      tasks == 1 && threads > 1 ? " (one task: on the calling thread alone)" : "",
                      BLOCK_KEYS, dp->kernels->name, why_kernels, dp->ws_bytes, threads,

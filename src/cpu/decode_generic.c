@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "cpu/multiversion.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
@@ -22,8 +23,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(FJ_NO_MULTIVERSION) && defined(__ELF__)
+#if FJ_MULTIVERSION /* cpu/multiversion.h */
 #define GENERIC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define GENERIC_CLONES

@@ -107,6 +107,13 @@ static void ref_task(void *arg, int64_t task, int worker)
                     (int)nk, vf, D, 0.0f, of, D);
     else
         memset(of, 0, (size_t)rows * D * sizeof(float));
+    /* A row that sees no key is exactly 0 whatever V holds: its zero weights
+       times a NaN in V are NaN in the product above. */
+    for (int64_t r = 0; nk > 0 && r < rows; r++) {
+        int64_t lo, hi;
+        fj_visible_keys(p, i0 + r, &lo, &hi);
+        if (lo >= hi) memset(of + r * D, 0, (size_t)D * sizeof(float));
+    }
     fj_store_f32(fj_row_ptr_mut(j->o, p->dtype, p->o_stride, b, i0, h), p->dtype,
                  p->o_stride[FJ_AXIS_SEQ], of, D, rows, D);
 }

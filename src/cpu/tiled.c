@@ -292,11 +292,17 @@ static void tiled_task(void *arg, int64_t task, int worker)
         const int64_t i = pos0 + r / rb.nh, h = head0 + r % rb.nh;
         void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, rb.b, i, h);
         float row_lse = -INFINITY;
-        if (w->row_sum[r] > 0.0f) {
+        /* The mask says whether the row sees a key, not the sum: a NaN or
+           +inf score (or only -inf ones) leaves the sum NaN, and the row
+           must come out NaN (docs/semantics.md, "Non-finite values"), never
+           as a row that sees no key. */
+        const int t = r / rb.nh;
+        if (w->lo[t] < w->hi[t]) {
+            const float sum = w->row_sum[r];
             float *acc = w->o + (size_t)r * D;
-            fj_vscale(acc, D, 1.0f / w->row_sum[r]);
+            fj_vscale(acc, D, 1.0f / sum);
             fj_store_f32(dst, p->dtype, 0, acc, 0, 1, D);
-            row_lse = (float)(M_LN2 * w->row_max[r] + log(w->row_sum[r]));
+            row_lse = sum > 0.0f ? (float)(M_LN2 * w->row_max[r] + log(sum)) : NAN;
         } else { /* the row sees no key */
             memset(dst, 0, (size_t)D * fj_dtype_size(p->dtype));
         }

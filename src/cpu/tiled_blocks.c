@@ -68,12 +68,15 @@ static int64_t mask_band(const fj_problem *p)
 
 void fj_cpu_tiled_geometry_of(const fj_problem *p, int block_q, fj_cpu_tiled_geometry *g)
 {
+    /* The ceil-divisions in int64: seqlen_q or the group within a block of
+       INT_MAX would overflow int, and a negative task count ran nothing. */
     g->heads_per_block = p->group < block_q ? p->group : block_q;
-    g->head_chunks = (p->group + g->heads_per_block - 1) / g->heads_per_block;
+    g->head_chunks = (int)(((int64_t)p->group + g->heads_per_block - 1) / g->heads_per_block);
     g->positions_per_block = block_q / g->heads_per_block;
     if (g->positions_per_block > p->seqlen_q) g->positions_per_block = p->seqlen_q;
     g->rows = g->positions_per_block * g->heads_per_block;
-    g->position_blocks = (p->seqlen_q + g->positions_per_block - 1) / g->positions_per_block;
+    g->position_blocks =
+        ((int64_t)p->seqlen_q + g->positions_per_block - 1) / g->positions_per_block;
     g->tasks = (int64_t)p->batch * p->heads_kv * g->head_chunks * g->position_blocks;
 }
 

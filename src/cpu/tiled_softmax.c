@@ -6,6 +6,8 @@
  * operation costs two 256-bit ones anyway. */
 #include "tiled_softmax.h"
 
+#include "cpu/multiversion.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -20,8 +22,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(FJ_NO_MULTIVERSION) && defined(__ELF__)
+#if FJ_MULTIVERSION /* cpu/multiversion.h */
 #define FJ_TILED_CLONES \
     __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -91,6 +92,7 @@ FJ_INLINE vfloat vexp2_nonpositive(vfloat x)
 
 float fj_tiled_exp2(float x)
 {
+    if (x != x) return x; /* NaN: (int)n below would be undefined */
     if (x < -126.0f) return 0.0f;
     float n = (x + ROUND_MAGIC) - ROUND_MAGIC;
     float r = x - n;

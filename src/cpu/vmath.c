@@ -6,9 +6,9 @@
 #include <string.h>
 
 /* The vector helpers below are static inline, never called across an ABI
- * boundary, so GCC's note that 32-byte vector arguments change the ABI
- * without AVX does not apply. */
-#if defined(__GNUC__) && !defined(__clang__)
+ * boundary, so the compilers' note that 32-byte vector arguments change the
+ * ABI without AVX does not apply (clang honours the GCC pragma too). */
+#if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
@@ -46,8 +46,8 @@ FJ_INLINE vfloat vselect(vint mask, vfloat a, vfloat b)
 FJ_INLINE vfloat vexp_lanes(vfloat x)
 {
     const vfloat lo = splat(-87.3f), hi = splat(88.7f);
-    vfloat xc = vselect(x < lo, lo, x);
-    xc = vselect(xc > hi, hi, xc);
+    vfloat xc = vselect(x > lo, x, lo); /* NaN lanes take lo: the int conversion */
+    xc = vselect(xc < hi, xc, hi);      /* sees no NaN; the NaN is put back last */
     const vfloat magic = splat(12582912.0f);
     vfloat n = (xc * 1.44269504088896341f + magic) - magic;
     vfloat r = xc - n * 0.693145751953125f;

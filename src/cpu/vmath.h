@@ -16,9 +16,12 @@
 
 #include <stdint.h>
 
+#include "cpu/multiversion.h"
+
 /* Hot loops are compiled for AVX-512 and AVX2 as well as the baseline; the
- * loader picks the best the CPU has (GCC/clang function multiversioning). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(FJ_NO_MULTIVERSION) && defined(__ELF__)
+ * loader picks the best the CPU has (GCC's function multiversioning; where
+ * it is off, multiversion.h says why, the baseline alone). */
+#if FJ_MULTIVERSION
 #define FJ_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define FJ_VECTOR_CLONES
@@ -30,7 +33,10 @@ static inline float fj_expf(float x)
     const float ln2_hi = 0.693145751953125f;     /* exact in 16 bits */
     const float ln2_lo = 1.428606765330187e-06f; /* ln2 - ln2_hi */
     const float round_magic = 12582912.0f;       /* 1.5 * 2^23: float add rounds to integer */
-    float xc = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+    /* NaN takes the lower clamp (its comparisons are false), so that the
+       conversion to int below never sees NaN (undefined behaviour); the NaN
+       is returned at the end */
+    float xc = x > -87.3f ? (x < 88.7f ? x : 88.7f) : -87.3f;
     float t = xc * log2e + round_magic;
     float n = t - round_magic;
     float r = xc - n * ln2_hi;

@@ -160,7 +160,13 @@ fj_status fj_tuning_file_check(const char *path, fj_tuning **existing, fj_strbuf
 fj_status fj_tuning_append(const char *path, const fj_tuning_entry *e);
 
 /* A file's whole text (malloc'd, NUL-terminated) in *text and its length;
- * 0, or an errno (EFBIG past 64 MiB). */
+ * 0, or an errno (EFBIG past 64 MiB), or FJ_TUNING_NOT_REGULAR for anything
+ * but a regular file (a FIFO, a device, a directory), which is never read and
+ * never blocks the call. */
+#define FJ_TUNING_NOT_REGULAR (-1)
 int fj_tuning_read_file(const char *path, char **text, size_t *len);
+
+/* What a nonzero fj_tuning_read_file result means, for messages. */
+const char *fj_tuning_read_error(int err);
 
 #endif

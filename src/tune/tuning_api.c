@@ -92,7 +92,9 @@ fj_status fj_tuning_import_file(fj_context *ctx, const char *path)
     size_t len;
     int err = fj_tuning_read_file(path, &text, &len);
     if (err == ENOMEM) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
-    if (err) return fj_fail(FJ_ERR_IO, "cannot read the tuning file %s: %s", path, strerror(err));
+    if (err)
+        return fj_fail(FJ_ERR_IO, "cannot read the tuning file %s: %s", path,
+                       fj_tuning_read_error(err));
     fj_tuning *read;
     fj_status s = fj_tuning_parse_strict(text, path, &read);
     free(text);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "embedded.h"
+#include "fsize_signal.h"
 #include "log.h"
 #include "status.h"
 #include "tune/tuning.h"
@@ -18,31 +20,49 @@
 /* A tuning file is a few hundred lines; anything this large is not one. */
 #define MAX_FILE_BYTES ((size_t)64 << 20)
 
+/* Read as the kernel cache reads its entries: only a regular file, opened
+ * without blocking (a FIFO at the path would otherwise wait for a writer for
+ * ever), its size checked before anything is allocated, and at most the
+ * limit read even if it grows meanwhile. */
 int fj_tuning_read_file(const char *path, char **text, size_t *len)
 {
     *text = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return errno;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    int err = buf ? 0 : ENOMEM;
-    while (buf && !err) {
-        if (n + 1 == cap) {
-            char *b = cap >= MAX_FILE_BYTES ? NULL : realloc(buf, cap * 2);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return errno;
+    struct stat st;
+    int err = 0;
+    if (fstat(fd, &st) != 0) err = errno;
+    else if (!S_ISREG(st.st_mode)) err = FJ_TUNING_NOT_REGULAR;
+    else if ((uint64_t)st.st_size > MAX_FILE_BYTES) err = EFBIG;
+    /* One byte more than the size: a file that grew since fstat is seen to,
+       and read on in steps up to the limit. */
+    size_t cap = err ? 0 : (size_t)st.st_size + 1, n = 0;
+    char *buf = err ? NULL : malloc(cap + 1);
+    if (!err && !buf) err = ENOMEM;
+    while (!err) {
+        if (n == cap) {
+            size_t grown = cap * 2 < MAX_FILE_BYTES + 1 ? cap * 2 : MAX_FILE_BYTES + 1;
+            if (n > MAX_FILE_BYTES) {
+                err = EFBIG;
+                break;
+            }
+            char *b = realloc(buf, grown + 1);
             if (!b) {
-                err = cap >= MAX_FILE_BYTES ? EFBIG : ENOMEM;
+                err = ENOMEM;
                 break;
             }
             buf = b;
-            cap *= 2;
+            cap = grown;
         }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (!got) err = ferror(f) ? EIO : -1;
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) err = errno;
+        else if (got == 0) break;
+        else n += (size_t)got;
     }
-    fclose(f);
-    if (err > 0) {
+    close(fd);
+    if (err) {
         free(buf);
         return err;
     }
@@ -50,6 +70,16 @@ int fj_tuning_read_file(const char *path, char **text, size_t *len)
     *text = buf;
     *len = n;
     return 0;
+}
+
+const char *fj_tuning_read_error(int err)
+{
+    switch (err) {
+    case FJ_TUNING_NOT_REGULAR: return "not a regular file (a FIFO, device or directory)";
+    case EFBIG: return "larger than the 64 MiB a tuning file may be";
+    case ENOENT: return "not present";
+    default: return strerror(err);
+    }
 }
 
 /* ---- the shipped table ------------------------------------------------------ */
@@ -120,8 +150,13 @@ fj_status fj_tuning_load(fj_context *ctx, fj_strbuf *describe)
     if (err == ENOMEM)
         return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory reading %s", ctx->tuning_file);
     if (err) {
-        fj_strbuf_printf(describe, "tuning file: %s (%s); shipped table: %d entries\n",
-                         ctx->tuning_file, err == ENOENT ? "not present" : strerror(err), shipped_n);
+        /* Anything but a missing file is worth saying: the file is skipped
+           and the context works from the shipped table. */
+        if (err != ENOENT)
+            FJ_INFO("tuning file %s skipped: %s", ctx->tuning_file, fj_tuning_read_error(err));
+        fj_strbuf_printf(describe, "tuning file: %s (%s%s); shipped table: %d entries\n",
+                         ctx->tuning_file, err == ENOENT ? "" : "skipped: ",
+                         fj_tuning_read_error(err), shipped_n);
         return FJ_OK;
     }
     fj_strbuf notes;
@@ -181,7 +216,7 @@ fj_status fj_tuning_file_check(const char *path, fj_tuning **existing, fj_strbuf
     size_t len;
     int err = fj_tuning_read_file(path, &text, &len);
     if (err == ENOMEM) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
-    if (err) return io_fail(path, "cannot read it", err);
+    if (err) return fj_fail(FJ_ERR_IO, "%s: cannot read it: %s", path, fj_tuning_read_error(err));
     fj_status s = FJ_OK;
     int v = len ? fj_tuning_text_version(text) : FJ_TUNING_FORMAT_VERSION;
     if (v != 1 && v != 2) {
@@ -203,7 +238,9 @@ fj_status fj_tuning_append(const char *path, const fj_tuning_entry *e)
     size_t len = 0;
     int err = fj_tuning_read_file(path, &text, &len);
     if (err == ENOMEM) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
-    if (err && err != ENOENT) return io_fail(path, "cannot read the tuning file", err);
+    if (err && err != ENOENT)
+        return fj_fail(FJ_ERR_IO, "%s: cannot read the tuning file: %s", path,
+                       fj_tuning_read_error(err));
     int version = len ? fj_tuning_text_version(text) : 0;
     bool needs_newline = len && text[len - 1] != '\n';
     free(text);
@@ -226,11 +263,17 @@ fj_status fj_tuning_append(const char *path, const fj_tuning_entry *e)
                            sizeof line - (size_t)n);
     n += (int)strlen(line + n);
 
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    /* O_NONBLOCK: a FIFO put there since the read above fails (ENXIO)
+       instead of waiting for a reader. */
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd < 0) return io_fail(path, "cannot open the tuning file", errno);
     fj_status s = FJ_OK;
-    if (write(fd, line, (size_t)n) != n || fsync(fd) != 0)
-        s = io_fail(path, "cannot write the tuning file", errno);
+    fj_fsize_guard guard; /* past a file-size limit: EFBIG, not SIGXFSZ */
+    fj_fsize_guard_begin(&guard);
+    ssize_t put = write(fd, line, (size_t)n);
+    fj_fsize_guard_end(&guard);
+    if (put != n) s = io_fail(path, "cannot write the tuning file", put < 0 ? errno : EIO);
+    else if (fsync(fd) != 0) s = io_fail(path, "cannot write the tuning file", errno);
     close(fd);
     return s;
 }

@@ -14,7 +14,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,6 +334,81 @@ static void test_force_blocks_hook(void **state)
     fj_plan_destroy(plan);
 }
 
+/* Block geometry at the edge of int (issue 23, finding 1): seqlen_q, or the
+ * GQA group, within a block of INT_MAX. The ceil-divisions used to overflow
+ * int, the task count went negative, and execute returned FJ_OK with every
+ * output row unwritten. Every block size must cover every row exactly: the
+ * blocks of positions and of heads tile [0, seqlen_q) and [0, group), and
+ * the task count is their product with batch x heads_kv. The same problems'
+ * plans are made too (nothing runs: the output alone would be GiBs). */
+static void test_geometry_at_int_max(void **state)
+{
+    const checkers *c = *state;
+    static const struct { int batch, hq, hkv, sq; } shapes[] = {
+        {1, 1, 1, INT_MAX},       {2, 1, 1, INT_MAX - 1},   {1, 1, 1, INT_MAX - 511},
+        {1, 1, 1, INT_MAX - 512}, {3, 1, 1, INT_MAX - 4095}, {1, INT_MAX, 1, 1},
+        {1, INT_MAX - 1, 1, 2},   {2, INT_MAX - 511, 1, 1}, {1, 2147483646, 2, 1},
+        {1, 1 << 30, 1 << 29, 3}, {1, INT_MAX, INT_MAX, 1}, {2, INT_MAX - 62, INT_MAX - 62, 1},
+        {1, 2147483640, 268435455, 1},
+    };
+    static const int blocks[] = {1, 2, 3, 7, 64, 100, 511, 512, 4096};
+    int decode_plans = 0;
+    for (int s = 0; s < NELEMS(shapes); s++) {
+        fj_attention_desc d;
+        fj_attention_desc_init(&d, shapes[s].batch, shapes[s].hq, shapes[s].hkv, shapes[s].sq, 4,
+                               8, FJ_BF16);
+        /* K and V broadcast over batch: only the output needs the memory */
+        d.k_stride[0] = d.v_stride[0] = 0;
+        d.k_stride[1] = d.v_stride[1] = (int64_t)shapes[s].hkv * 8;
+        d.k_stride[2] = d.v_stride[2] = 8;
+        fj_problem p;
+        if (fj_problem_init(&p, &d) != FJ_OK) fail_msg("shape %d: %s", s, fj_last_error());
+        for (int b = 0; b < NELEMS(blocks); b++) {
+            fj_cpu_tiled_geometry g;
+            fj_cpu_tiled_geometry_of(&p, blocks[b], &g);
+            int64_t heads = (int64_t)g.head_chunks * g.heads_per_block;
+            int64_t positions = g.position_blocks * g.positions_per_block;
+            bool ok = g.heads_per_block >= 1 && g.head_chunks >= 1 &&
+                      g.positions_per_block >= 1 && g.position_blocks >= 1 &&
+                      heads >= p.group && heads - g.heads_per_block < p.group &&
+                      positions >= p.seqlen_q && positions - g.positions_per_block < p.seqlen_q &&
+                      g.rows == g.positions_per_block * g.heads_per_block &&
+                      g.rows <= blocks[b] &&
+                      g.tasks == (int64_t)p.batch * p.heads_kv * g.head_chunks * g.position_blocks;
+            if (!ok)
+                fail_msg("b%d hq%d hkv%d sq%d, block_q %d: heads %d x %d chunks, positions %d x "
+                         "%lld blocks, rows %d, tasks %lld: not every row is covered once",
+                         p.batch, p.heads_q, p.heads_kv, p.seqlen_q, blocks[b], g.heads_per_block,
+                         g.head_chunks, g.positions_per_block, (long long)g.position_blocks,
+                         g.rows, (long long)g.tasks);
+        }
+        /* the heuristic's choice, and a plan on it */
+        fj_cpu_tiled_blocks chosen;
+        assert_int_equal(fj_cpu_tiled_choose_blocks(NULL, &p, NULL, 2, &chosen), FJ_OK);
+        assert_true(chosen.block_q >= 1 && chosen.block_k >= 1);
+        fj_plan *plan = NULL;
+        if (fj_plan_create(c->tiled, &d, &plan) != FJ_OK)
+            fail_msg("shape %d: plan: %s", s, fj_last_error());
+        /* few rows per kv head take the decode path (src/cpu/decode.c): its
+           units of (batch, head group) must cover every kv head too */
+        const char *text = fj_plan_describe(plan), *split = strstr(text, "\nsplit: ");
+        if (strstr(text, "method: decode")) {
+            long long per_task = 0, units = 0;
+            const char *u = split ? strstr(split, "), ") : NULL;
+            if (!u || sscanf(split, "\nsplit: %lld", &per_task) != 1 ||
+                sscanf(u, "), %lld unit(s)", &units) != 1)
+                fail_msg("shape %d: cannot read the decode split:\n%s", s, text);
+            decode_plans++;
+            if (units < 1 || units * per_task < (long long)p.batch * p.heads_kv)
+                fail_msg("b%d hkv%d: %lld unit(s) of %lld kv head(s) do not cover every kv "
+                         "head:\n%s", p.batch, p.heads_kv, units, per_task, text);
+        }
+        fj_plan_destroy(plan);
+    }
+    printf("# %d of %d plans took the decode path\n", decode_plans, NELEMS(shapes));
+    assert_true(decode_plans > 0);
+}
+
 /* ---- suite ---------------------------------------------------------------- */
 
 static int setup(void **state)
@@ -360,6 +437,7 @@ int main(void)
         cmocka_unit_test(test_row_kernel_steps),
         cmocka_unit_test(test_force_blocks_hook),
         cmocka_unit_test(test_workspace_bounded),
+        cmocka_unit_test(test_geometry_at_int_max),
         cmocka_unit_test(test_head_chunks),
         cmocka_unit_test(test_thread_counts),
         cmocka_unit_test(test_rescaling_ramps),

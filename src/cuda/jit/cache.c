@@ -55,7 +55,11 @@
  * crash before the rename leaves a temporary file that no load reads and
  * fj_cache_clear removes. No locks: concurrent writers of one entry write the
  * same bytes and the last rename wins; files are never changed in place, so a
- * reader's open descriptor keeps one complete version.
+ * reader's open descriptor keeps one complete version. A directory at an
+ * entry's name (never made by a store) is removed when empty, else moved
+ * aside to a temporary name with its files, so the rename can land.
+ * SIGXFSZ is held off around the writes (src/fsize_signal.h): past a
+ * file-size limit a store fails with EFBIG like on a full disk.
  */
 #include "cuda/jit/cache.h"
 
@@ -70,6 +74,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsize_signal.h"
 #include "log.h"
 #include "status.h"
 
@@ -577,6 +582,48 @@ static int sync_dir(const char *dir)
     return 0;
 }
 
+/* A directory standing at an entry's name (no store makes one) would fail
+ * every rename onto it, and that kernel would compile again on every run.
+ * Empty, it is removed; with files in it, it is moved aside to a temporary
+ * name (its files kept: they are not the cache's to delete, and `flashjit
+ * cache clear` reports it). 0, or -1 with errno. */
+static int move_directory_away(const char *dir, const char *path)
+{
+    if (rmdir(path) == 0 || errno == ENOENT) return 0;
+    if (errno != ENOTEMPTY && errno != EEXIST) return -1;
+    char *aside = path_printf("%s/%s%s", dir, FJ_CACHE_TEMP_PREFIX, "XXXXXX");
+    if (!aside) {
+        errno = ENOMEM;
+        return -1;
+    }
+    int rc = -1;
+    if (mkdtemp(aside)) {
+        /* a directory renamed onto an empty one replaces it */
+        if (rename(path, aside) == 0 || errno == ENOENT) {
+            FJ_INFO("cache: a directory stood at %s; moved to %s", path, aside);
+            rc = 0;
+        } else {
+            int err = errno;
+            rmdir(aside);
+            errno = err;
+        }
+    }
+    free(aside);
+    return rc;
+}
+
+/* rename(temp, path), moving a directory at path out of the way first when
+ * there is one. Concurrent stores may do this at once: each attempt either
+ * finds the directory gone or moves it, so a few rounds suffice. */
+static int rename_over(const char *dir, const char *temp, const char *path)
+{
+    for (int attempt = 0;; attempt++) {
+        if (rename(temp, path) == 0) return 0;
+        if ((errno != EISDIR && errno != ENOTEMPTY && errno != EEXIST) || attempt == 3) return -1;
+        if (move_directory_away(dir, path) != 0) return -1;
+    }
+}
+
 fj_status fj_cache_store(const char *dir, const char *name, const fj_cache_key *key,
                          const void *data, size_t size)
 {
@@ -595,14 +642,22 @@ fj_status fj_cache_store(const char *dir, const char *name, const fj_cache_key *
     uint8_t header[HDR_FIXED + FJ_CACHE_NAME_MAX];
     size_t header_len = header_build(header, name, key, data, size);
     bool temp_exists = false;
+    /* Past a file-size limit the write fails with EFBIG, as on a full disk,
+       instead of SIGXFSZ killing the process. */
+    fj_fsize_guard guard;
+    fj_fsize_guard_begin(&guard);
     int fd = mkostemp(temp, O_CLOEXEC);
     if (fd < 0) {
+        fj_fsize_guard_end(&guard);
         s = fj_fail(FJ_ERR_IO, "cache: cannot create a temporary file in %s: %s", dir,
                     strerror(errno));
         goto done;
     }
     temp_exists = true;
-    if (write_full(fd, header, header_len) != 0 || (size && write_full(fd, data, size) != 0)) {
+    int write_failed = write_full(fd, header, header_len) != 0 ||
+                       (size && write_full(fd, data, size) != 0);
+    fj_fsize_guard_end(&guard); /* keeps errno */
+    if (write_failed) {
         s = fj_fail(FJ_ERR_IO, "cache: cannot write %s: %s", temp, strerror(errno));
         goto done;
     }
@@ -617,7 +672,7 @@ fj_status fj_cache_store(const char *dir, const char *name, const fj_cache_key *
         s = fj_fail(FJ_ERR_IO, "cache: cannot close %s: %s", temp, strerror(errno));
         goto done;
     }
-    if (rename(temp, path) != 0) {
+    if (rename_over(dir, temp, path) != 0) {
         s = fj_fail(FJ_ERR_IO, "cache: cannot rename %s to %s: %s", temp, path, strerror(errno));
         goto done;
     }
@@ -725,8 +780,12 @@ static bool describe_file(const char *path, const char *file, fj_cache_entry_inf
         snprintf(e->problem, sizeof e->problem, "cannot stat: %s", strerror(errno));
         return true;
     }
-    e->file_size = st.st_size > 0 ? (size_t)st.st_size : 0;
-    if (is_temp_file(file)) {
+    e->file_size = st.st_size > 0 && S_ISREG(st.st_mode) ? (size_t)st.st_size : 0;
+    if (S_ISDIR(st.st_mode)) {
+        e->temp = is_temp_file(file);
+        snprintf(e->problem, sizeof e->problem,
+                 "a directory, not a cache file (kept by clear while it has files in it)");
+    } else if (is_temp_file(file)) {
         e->temp = 1;
         snprintf(e->problem, sizeof e->problem,
                  "temporary file of a store in progress or an interrupted one");
@@ -773,6 +832,15 @@ fj_status fj_cache_clear(const char *dir, int *removed)
         }
         if (unlink(path) == 0) {
             (*removed)++;
+        } else if (errno == EISDIR || errno == EPERM) {
+            /* A directory under a cache name: removed when empty; one with
+               files in it is not the cache's to delete, and is left for
+               fj_cache_scan to list (not a failure). */
+            if (rmdir(path) == 0) (*removed)++;
+            else if (errno == ENOTEMPTY || errno == EEXIST)
+                FJ_DEBUG("cache: kept %s: a directory with files in it", path);
+            else if (errno != ENOENT && failures++ == 0)
+                s = fj_fail(FJ_ERR_IO, "cache: cannot remove %s: %s", path, strerror(errno));
         } else if (errno != ENOENT) { /* ENOENT: someone else removed it first */
             if (failures++ == 0)
                 s = fj_fail(FJ_ERR_IO, "cache: cannot remove %s: %s", path, strerror(errno));

@@ -86,10 +86,12 @@ typedef int (*fj_cache_visit_fn)(const fj_cache_entry_info *e, void *user); /* n
 fj_status fj_cache_scan(const char *dir, fj_cache_visit_fn fn, void *user);
 
 /* Removes every cache file ("*.fjk", damaged or not) and every temporary
- * file from dir, nothing else; *removed counts what was removed. A store
- * running at the same time loses its temporary file and fails with
- * FJ_ERR_IO, which its caller ignores. FJ_ERR_IO naming the first file that
- * could not be removed (the others are still tried). */
+ * file from dir, nothing else; *removed counts what was removed. A directory
+ * under such a name is removed when empty; one with files in it is kept
+ * (not an error; fj_cache_scan lists it). A store running at the same time
+ * loses its temporary file and fails with FJ_ERR_IO, which its caller
+ * ignores. FJ_ERR_IO naming the first file that could not be removed (the
+ * others are still tried). */
 fj_status fj_cache_clear(const char *dir, int *removed);
 
 #endif

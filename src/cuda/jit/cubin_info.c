@@ -57,10 +57,11 @@ static section section_at(const elf *e, unsigned i)
 }
 
 /* The NUL-terminated string at off in string section strtab, or NULL when it
- * runs off the section. */
+ * runs off the section. A NOBITS section holds no bytes of the file (its
+ * offset and size were never checked against it), so no string either. */
 static const char *string_at(const elf *e, const section *strtab, uint64_t off)
 {
-    if (off >= strtab->size) return NULL;
+    if (strtab->type == SHT_NOBITS || off >= strtab->size) return NULL;
     const char *s = (const char *)e->data + strtab->offset + off;
     return memchr(s, '\0', strtab->size - off) ? s : NULL;
 }
@@ -126,7 +127,8 @@ fj_status fj_cubin_resources_read(const void *cubin, size_t size, const char *en
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "the cubin has no kernel named '%s'", entry);
 
     section info;
-    if (!find_section(&e, ".nv.info", &info)) return bad(size, "no .nv.info section");
+    if (!find_section(&e, ".nv.info", &info) || info.type == SHT_NOBITS)
+        return bad(size, "no .nv.info section");
     int have_regs = 0;
     for (uint64_t off = 0; off + 4 <= info.size;) {
         const uint8_t *a = e.data + info.offset + off;
