@@ -10,6 +10,8 @@
  * vcvtps2ph gives the same round-to-nearest-even result for every value but
  * NaN (both quiet it and keep its sign; it keeps the payload's top bits,
  * the per-element form drops them). */
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -19,6 +21,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !defined(FJ_NO_MULTIVERSION)
 #define ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_F16C_PATH 1
 #else
@@ -57,10 +60,38 @@ __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *dst, c
 }
 #endif
 
+#ifdef HAVE_F16C_PATH
+/* F16C and AVX by CPUID, and the YMM state enabled in XCR0: clang's
+ * __builtin_cpu_supports does not know "f16c". */
+static bool cpu_asks_f16c(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool osxsave = c >> 27 & 1, avx = c >> 28 & 1, f16c = c >> 29 & 1;
+    if (!osxsave || !avx || !f16c) return false;
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6) == 6;
+}
+
+/* CPUID traps to the hypervisor in a virtual machine, so it is asked once;
+   a race only asks twice and stores the same answer. */
+static bool cpu_has_f16c(void)
+{
+    static _Atomic int known; /* 0 not asked, 1 no, 2 yes */
+    int k = atomic_load_explicit(&known, memory_order_relaxed);
+    if (!k) {
+        k = cpu_asks_f16c() ? 2 : 1;
+        atomic_store_explicit(&known, k, memory_order_relaxed);
+    }
+    return k == 2;
+}
+#endif
+
 static void narrow(uint16_t *dst, const float *src, fj_dtype t, int64_t n)
 {
 #ifdef HAVE_F16C_PATH
-    if (t == FJ_F16 && __builtin_cpu_supports("f16c")) {
+    if (t == FJ_F16 && cpu_has_f16c()) {
         f32_to_f16_f16c(dst, src, n);
         return;
     }

@@ -27,9 +27,17 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* The per-element conversion, kept scalar: the yardstick. */
-__attribute__((optimize("no-tree-vectorize"), noinline)) static void
+#if defined(__clang__)
+#define NO_VECTORIZE __attribute__((noinline))
+#define SCALAR_LOOP _Pragma("clang loop vectorize(disable)")
+#else
+#define NO_VECTORIZE __attribute__((optimize("no-tree-vectorize"), noinline))
+#define SCALAR_LOOP
+#endif
+NO_VECTORIZE static void
 scalar_convert(fj_dtype to, void *dst, fj_dtype from, const void *src, size_t n)
 {
+    SCALAR_LOOP
     for (size_t i = 0; i < n; i++) {
         float x = from == FJ_F32   ? ((const float *)src)[i]
                   : from == FJ_F16 ? fj_f16_to_f32(((const uint16_t *)src)[i])
@@ -70,7 +78,7 @@ int main(int argc, char **argv)
     uint16_t *half = malloc(n * 2);
     if (!src || !dst || !half) return 1;
     srand(1);
-    for (size_t i = 0; i < n; i++) src[i] = (float)rand() / RAND_MAX * 200.0f - 100.0f;
+    for (size_t i = 0; i < n; i++) src[i] = (float)((double)rand() / RAND_MAX) * 200.0f - 100.0f;
     const fj_dtype types[3] = {FJ_F32, FJ_F16, FJ_BF16};
     printf("%zu elements, median of %d runs\n%-12s %14s %14s %8s\n", n, RUNS, "conversion",
            "fj_convert ns", "scalar ns", "ratio");
