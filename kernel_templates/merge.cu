@@ -20,7 +20,8 @@
 #error "FJ_MERGE_DTYPE must be 0 (f32), 1 (f16) or 2 (bf16)"
 #endif
 
-namespace fjm {
+namespace fjm
+{
 
 constexpr int THREADS = FJ_MERGE_THREADS;
 #if FJ_MERGE_DTYPE == 0
@@ -130,10 +131,10 @@ extern "C" __global__ void __launch_bounds__(fjm::THREADS) fj_merge_rows(const f
         if (live) {
             const long long i = r % p.seqlen_q, h = r / p.seqlen_q % p.heads_q,
                             b = r / p.seqlen_q / p.heads_q;
-            const elem *ra = (const elem *)p.o_a +
-                             (b * p.a_stride[0] + i * p.a_stride[1] + h * p.a_stride[2]);
-            const elem *rb = (const elem *)p.o_b +
-                             (b * p.b_stride[0] + i * p.b_stride[1] + h * p.b_stride[2]);
+            const elem *ra =
+                (const elem *)p.o_a + (b * p.a_stride[0] + i * p.a_stride[1] + h * p.a_stride[2]);
+            const elem *rb =
+                (const elem *)p.o_b + (b * p.b_stride[0] + i * p.b_stride[1] + h * p.b_stride[2]);
             elem *ro = (elem *)p.o + (b * p.o_stride[0] + i * p.o_stride[1] + h * p.o_stride[2]);
             const float mx = fmaxf(la, lb);
             float row_lse, ca = 0.f, cb = 0.f, fill = 0.f;

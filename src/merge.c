@@ -23,9 +23,9 @@ static fj_status check_alias(const char *in_name, const void *in, const int64_t 
     return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                    "fj_merge: o is %s but o_stride {%lld, %lld, %lld} differs from %s {%lld, "
                    "%lld, %lld}: an output may alias an input only with the same strides",
-                   in_name, (long long)o_stride[0], (long long)o_stride[1],
-                   (long long)o_stride[2], stride_name, (long long)in_stride[0],
-                   (long long)in_stride[1], (long long)in_stride[2]);
+                   in_name, (long long)o_stride[0], (long long)o_stride[1], (long long)o_stride[2],
+                   stride_name, (long long)in_stride[0], (long long)in_stride[1],
+                   (long long)in_stride[2]);
 }
 
 fj_status fj_merge(fj_context *ctx, const fj_merge_desc *d, const void *o_a, const float *lse_a,
@@ -36,7 +36,11 @@ fj_status fj_merge(fj_context *ctx, const fj_merge_desc *d, const void *o_a, con
     fj_merge_problem m;
     fj_status s = fj_merge_problem_init(&m, d);
     if (s) return s;
-    const struct { const char *name; const void *ptr; size_t align; } t[6] = {
+    const struct {
+        const char *name;
+        const void *ptr;
+        size_t align;
+    } t[6] = {
         {"o_a", o_a, fj_dtype_size(m.dtype)}, {"lse_a", lse_a, sizeof(float)},
         {"o_b", o_b, fj_dtype_size(m.dtype)}, {"lse_b", lse_b, sizeof(float)},
         {"o", o, fj_dtype_size(m.dtype)},     {"lse", lse, sizeof(float)},

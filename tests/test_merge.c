@@ -40,12 +40,12 @@ static fj_context *ctx, *ref_ctx; /* the backend's; the CPU reference's (partial
 static char no_ctx[2048];
 static uint64_t seed;
 
-#define REQUIRE_CTX()                         \
-    do {                                      \
-        if (!ctx) {                           \
-            printf("SKIPPED: %s\n", no_ctx);  \
-            skip();                           \
-        }                                     \
+#define REQUIRE_CTX()                        \
+    do {                                     \
+        if (!ctx) {                          \
+            printf("SKIPPED: %s\n", no_ctx); \
+            skip();                          \
+        }                                    \
     } while (0)
 
 #define CHECK(c) assert_int_equal((c), FJ_OK)
@@ -159,8 +159,8 @@ static void draw_case(fjt_rng *rng, merge_case *c)
     c->ob_stride[1] = row;
     c->ob_stride[2] = (int64_t)sq * row;
     memcpy(c->part_b.o_stride, c->ob_stride, sizeof c->ob_stride);
-    snprintf(c->text, sizeof c->text, "%s split %d (%s, window_left %d)",
-             fjt_desc_str(&c->full), s, mask_names[mk], wl);
+    snprintf(c->text, sizeof c->text, "%s split %d (%s, window_left %d)", fjt_desc_str(&c->full), s,
+             mask_names[mk], wl);
 }
 
 /* Attention of desc d with k and v starting at key `key0` of the whole
@@ -267,7 +267,8 @@ static bool run_case(fjt_rng *rng, int index)
         }
         for (size_t r = 0; r < rows; r++) {
             if (isinf(hl[r]) || isinf(hl2[r])) inf_mismatch += hl[r] != hl2[r];
-            else if (fabs((double)hl[r] - hl2[r]) > lse_diff) lse_diff = fabs((double)hl[r] - hl2[r]);
+            else if (fabs((double)hl[r] - hl2[r]) > lse_diff)
+                lse_diff = fabs((double)hl[r] - hl2[r]);
         }
         double rel = den > 0 ? sqrt(num / den) : sqrt(num);
         if (!(rel <= tol) || inf_mismatch || !(lse_diff <= ltol)) {
@@ -319,8 +320,8 @@ static void test_split_keys_equal_whole(void **state)
     fjt_rng_init(&rng, seed);
     int failures = 0, n = backend == FJ_BACKEND_CUDA ? 60 : 40;
     for (int i = 0; i < n; i++) failures += !run_case(&rng, i);
-    if (failures) fail_msg("%d of %d cases failed (seed %llu)", failures, n,
-                           (unsigned long long)seed);
+    if (failures)
+        fail_msg("%d of %d cases failed (seed %llu)", failures, n, (unsigned long long)seed);
 }
 
 /* ---- the -inf, NaN and +inf rules ------------------------------------------------------ */
@@ -391,17 +392,23 @@ static void test_nonfinite_rules(void **state)
             for (int c = 0; c < D; c++) {
                 double got = fjt_load(ho, dt, orow + c);
                 if (row_nan) {
-                    if (!isnan(got)) fail_msg("%s row %d col %d: %g, want NaN", fj_dtype_name(dt), r, c, got);
+                    if (!isnan(got))
+                        fail_msg("%s row %d col %d: %g, want NaN", fj_dtype_name(dt), r, c, got);
                     continue;
                 }
                 if (empty) {
-                    if (got != 0.0) fail_msg("%s row %d col %d: %g, want 0", fj_dtype_name(dt), r, c, got);
+                    if (got != 0.0)
+                        fail_msg("%s row %d col %d: %g, want 0", fj_dtype_name(dt), r, c, got);
                     continue;
                 }
-                double a = wa ? fjt_load(ha, dt, orow + c) : 0, bb = wb ? fjt_load(hb, dt, orow + c) : 0;
-                double want = wa * a + wb * bb, ulp = dt == FJ_F32 ? 1e-6 : dt == FJ_F16 ? 1e-3 : 8e-3;
+                double a = wa ? fjt_load(ha, dt, orow + c) : 0,
+                       bb = wb ? fjt_load(hb, dt, orow + c) : 0;
+                double want = wa * a + wb * bb, ulp = dt == FJ_F32   ? 1e-6
+                                                      : dt == FJ_F16 ? 1e-3
+                                                                     : 8e-3;
                 if (!(fabs(got - want) <= ulp * fmax(1.0, fabs(want))))
-                    fail_msg("%s row %d col %d: %.9g, want %.9g", fj_dtype_name(dt), r, c, got, want);
+                    fail_msg("%s row %d col %d: %.9g, want %.9g", fj_dtype_name(dt), r, c, got,
+                             want);
             }
         }
         fj_free(ctx, da);
@@ -454,8 +461,8 @@ static void test_large_and_unaligned(void **state)
             size_t orow = ((b * S + i) * H + h) * D;
             double mx = fmax(la[r], lb[r]), ea = exp(la[r] - mx), eb = exp(lb[r] - mx);
             for (int c = 0; c < D; c++) {
-                double want = (ea * fjt_load(ha, dt, orow + c) + eb * fjt_load(hb, dt, orow + c)) /
-                              (ea + eb);
+                double want =
+                    (ea * fjt_load(ha, dt, orow + c) + eb * fjt_load(hb, dt, orow + c)) / (ea + eb);
                 double err = fabs(fjt_load(ho, dt, orow + c) - want);
                 if (!(err <= worst)) worst = err; /* NaN too */
             }
@@ -477,14 +484,31 @@ static void test_large_and_unaligned(void **state)
 /* ---- bad input -------------------------------------------------------------------------- */
 
 typedef struct bad_case {
-    const char *what;  /* a substring the message must hold */
-    int field;         /* which thing to break */
+    const char *what; /* a substring the message must hold */
+    int field;        /* which thing to break */
 } bad_case;
 
 enum {
-    BAD_CTX, BAD_DESC, BAD_OA, BAD_LA, BAD_OB, BAD_LB, BAD_O, BAD_BATCH, BAD_HEADS, BAD_SEQ,
-    BAD_DIM, BAD_DTYPE, BAD_STRIDE_NEG, BAD_O_OVERLAP, BAD_ALIAS, BAD_ALIAS_B, BAD_ALIGN_O,
-    BAD_ALIGN_LSE, BAD_RESERVED, BAD_COUNT
+    BAD_CTX,
+    BAD_DESC,
+    BAD_OA,
+    BAD_LA,
+    BAD_OB,
+    BAD_LB,
+    BAD_O,
+    BAD_BATCH,
+    BAD_HEADS,
+    BAD_SEQ,
+    BAD_DIM,
+    BAD_DTYPE,
+    BAD_STRIDE_NEG,
+    BAD_O_OVERLAP,
+    BAD_ALIAS,
+    BAD_ALIAS_B,
+    BAD_ALIGN_O,
+    BAD_ALIGN_LSE,
+    BAD_RESERVED,
+    BAD_COUNT
 };
 
 static void test_bad_input(void **state)

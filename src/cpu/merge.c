@@ -83,8 +83,8 @@ static void merge_task(void *arg, int64_t task, int worker)
 }
 
 fj_status fj_cpu_merge(fj_context *ctx, const fj_merge_problem *m, const void *o_a,
-                       const float *lse_a, const void *o_b, const float *lse_b, void *o,
-                       float *lse, void *stream)
+                       const float *lse_a, const void *o_b, const float *lse_b, void *o, float *lse,
+                       void *stream)
 {
     (void)stream;
     merge_job j = {m, o_a, o_b, lse_a, lse_b, o, lse, 0, 0};
@@ -93,7 +93,6 @@ fj_status fj_cpu_merge(fj_context *ctx, const fj_merge_problem *m, const void *o
     const int64_t tasks = (j.rows + j.rows_per_task - 1) / j.rows_per_task;
     if (j.rows * m->head_dim < POOL_MIN_ELEMENTS || fj_pool_threads(ctx->pool) == 1 || tasks == 1)
         for (int64_t t = 0; t < tasks; t++) merge_task(&j, t, 0);
-    else
-        fj_pool_run(ctx->pool, tasks, merge_task, &j);
+    else fj_pool_run(ctx->pool, tasks, merge_task, &j);
     return FJ_OK;
 }
