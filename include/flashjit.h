@@ -87,11 +87,12 @@ extern "C" {
  * library fills (fj_plan_info) are zeroed first, reserved slots included,
  * so a field added later reads as zero from an older library.
  *
- * 1.0.0: first release with these rules (0.1 structs had no reserved room). */
+ * 1.0.0: first release with these rules (0.1 structs had no reserved room).
+ * 1.1.0: fj_merge_desc, fj_merge_desc_init, fj_merge (node FLASHJIT_1.1). */
 #define FLASHJIT_VERSION_MAJOR 1
-#define FLASHJIT_VERSION_MINOR 0
+#define FLASHJIT_VERSION_MINOR 1
 #define FLASHJIT_VERSION_PATCH 0
-#define FLASHJIT_VERSION_STRING "1.0.0"
+#define FLASHJIT_VERSION_STRING "1.1.0"
 
 /* MAJOR*10000 + MINOR*100 + PATCH of the library actually linked (compare
  * with the macros to detect a header/library mismatch). Thread-safe. */
@@ -403,6 +404,61 @@ FJ_API void fj_plan_destroy(fj_plan *p);
  * streams use different cached plans. */
 FJ_API fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *q,
                               const void *k, const void *v, void *o, float *lse, void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Merging partial attention results (since 1.1)                             */
+
+/* Attention over a key set K = K1 u K2 (disjoint) is the merge of attention
+ * over K1 and attention over K2, each given by its output O and its lse (as
+ * fj_plan_execute writes them). An engine uses it for cascade attention (a
+ * shared prefix once for many sequences, then each sequence's own keys,
+ * merged in place into the first result) and for context parallelism (each
+ * GPU attends to its share of the keys, the results merged afterwards). Per
+ * row (b, i, h), in float32 (docs/semantics.md, "Merging"):
+ *
+ *     m = max(lse_a, lse_b),  w_a = exp(lse_a - m),  w_b = exp(lse_b - m)
+ *     O = (w_a O_a + w_b O_b) / (w_a + w_b),  lse = m + ln(w_a + w_b)
+ *
+ * rounded once to dtype on store. A side with lse = -inf (it saw no key)
+ * weighs exactly 0 and its O is not read; both -inf gives O = 0 and
+ * lse = -inf; a NaN lse, or +inf, makes the row NaN. */
+typedef struct fj_merge_desc {
+    int batch, heads_q, seqlen_q, head_dim; /* each >= 1; any head_dim */
+    fj_dtype dtype;                         /* o_a, o_b and o share it (f32, f16, bf16) */
+    int64_t a_stride[3], b_stride[3], o_stride[3];
+    /* element strides of the batch, seq and head axes of o_a, o_b and o, as
+       fj_attention_desc's (all three zero: dense [batch, seqlen_q, heads_q,
+       head_dim]; the head_dim axis is contiguous; >= 0; rows of o must not
+       overlap). lse_a, lse_b and lse are always dense float32 [batch, heads_q,
+       seqlen_q], as fj_plan_execute's lse. */
+    int64_t reserved[8]; /* zero: room for fields added later (see "Structs and ABI room") */
+} fj_merge_desc;
+
+/* Dense strides, reserved zero. */
+FJ_API void fj_merge_desc_init(fj_merge_desc *d, int batch, int heads_q, int seqlen_q,
+                               int head_dim, fj_dtype dtype);
+
+/* o, lse = merge(o_a, lse_a, o_b, lse_b) as above. Tensors are memory of the
+ * context's backend (device memory on CUDA, host memory on CPU), each aligned
+ * to its element size. lse: NULL (not written) or the merged lse.
+ * Aliasing, exactly: o may be o_a or o_b (the same pointer, then with the
+ * same strides), and lse may be lse_a or lse_b, so a result accumulates in
+ * place (merge(a, b) into a); any other overlap of an output with an input
+ * is not allowed (not checked: the result is undefined). Inputs may overlap
+ * each other.
+ * stream: a CUstream on CUDA (NULL: the default stream; the call is
+ * asynchronous, ordered after the stream's earlier work, e.g. the executes
+ * that wrote o_a and o_b), ignored on CPU (the call returns when done, on
+ * the context's worker threads when large). Allocates nothing (on CUDA, a
+ * context's first merge of a dtype compiles or loads its kernel once, as a
+ * plan does). Thread-safe; concurrent calls must not share an output.
+ * FJ_ERR_INVALID_ARGUMENT naming the argument and the rule for a NULL
+ * tensor, a size < 1, a dtype out of range, a negative stride, overlapping
+ * rows of o, an alias with other strides, a misaligned pointer or a nonzero
+ * reserved slot; nothing is written then. */
+FJ_API fj_status fj_merge(fj_context *ctx, const fj_merge_desc *d, const void *o_a,
+                          const float *lse_a, const void *o_b, const float *lse_b, void *o,
+                          float *lse, void *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Tuning: import and export (FFTW's wisdom)                                 */

@@ -42,6 +42,14 @@ typedef struct fj_backend_ops {
        by the core). */
     void (*info)(const void *state, fj_plan_info *info);
 
+    /* fj_merge on a validated merge (src/merge.c checked the pointers, their
+       alignment and the aliasing rule): o, lse = merge of a and b, lse NULL
+       when not wanted. Asynchronous on stream where the backend has streams.
+       Must not allocate once the context has made the merge once. */
+    fj_status (*merge)(fj_context *ctx, const fj_merge_problem *m, const void *o_a,
+                       const float *lse_a, const void *o_b, const float *lse_b, void *o,
+                       float *lse, void *stream);
+
     fj_status (*mem_alloc)(fj_context *ctx, size_t bytes, void **ptr);
     void (*mem_free)(fj_context *ctx, void *ptr);
     fj_status (*copy_to_device)(fj_context *ctx, void *dst, const void *src, size_t bytes);
@@ -95,6 +103,12 @@ extern const fj_backend_entry fj_cpu_reference_backend_entry;
  * with or without the CUDA backend), src/cpu/cpu_backends.c. */
 extern const fj_backend_tuning fj_cuda_tuning;
 extern const fj_backend_tuning fj_cpu_tiled_tuning;
+
+/* fj_merge on the host, for both CPU backends (src/cpu/merge.c): on the
+ * context's worker pool when large. */
+fj_status fj_cpu_merge(fj_context *ctx, const fj_merge_problem *m, const void *o_a,
+                       const float *lse_a, const void *o_b, const float *lse_b, void *o,
+                       float *lse, void *stream);
 
 /* Host memory for the CPU backends (src/cpu/memory.c), shared by both. */
 fj_status fj_cpu_mem_alloc(fj_context *ctx, size_t bytes, void **ptr);

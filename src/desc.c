@@ -240,6 +240,73 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     return check_output_rows(p->o_stride, on, d->head_dim);
 }
 
+void fj_merge_desc_init(fj_merge_desc *d, int batch, int heads_q, int seqlen_q, int head_dim,
+                        fj_dtype dtype)
+{
+    if (!d) return;
+    memset(d, 0, sizeof *d);
+    d->batch = batch;
+    d->heads_q = heads_q;
+    d->seqlen_q = seqlen_q;
+    d->head_dim = head_dim;
+    d->dtype = dtype;
+}
+
+fj_status fj_merge_problem_init(fj_merge_problem *m, const fj_merge_desc *d)
+{
+    if (!m) return fj_fail(FJ_ERR_INTERNAL, "fj_merge_problem_init: NULL problem");
+    if (!d) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_merge: desc is NULL");
+    memset(m, 0, sizeof *m);
+    for (int i = 0; i < (int)(sizeof d->reserved / sizeof d->reserved[0]); i++)
+        if (d->reserved[i])
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "fj_merge: reserved[%d] (%lld) must be zero: fill the desc with "
+                           "fj_merge_desc_init, then set its fields by name",
+                           i, (long long)d->reserved[i]);
+    struct { const char *name; int v; } sizes[] = {
+        {"batch", d->batch},
+        {"heads_q", d->heads_q},
+        {"seqlen_q", d->seqlen_q},
+        {"head_dim", d->head_dim},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].v <= 0)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_merge: %s (%d) must be >= 1",
+                           sizes[i].name, sizes[i].v);
+    if (!fj_dtype_name(d->dtype))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "fj_merge: dtype (%d) is not one of FJ_F32, FJ_F16, FJ_BF16",
+                       (int)d->dtype);
+    int64_t rows;
+    if (__builtin_mul_overflow((int64_t)d->batch * d->heads_q, (int64_t)d->seqlen_q, &rows) ||
+        __builtin_mul_overflow(rows, (int64_t)sizeof(float), &rows))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_merge: batch * heads_q * seqlen_q overflows");
+    m->batch = d->batch;
+    m->heads_q = d->heads_q;
+    m->seqlen_q = d->seqlen_q;
+    m->head_dim = d->head_dim;
+    m->dtype = d->dtype;
+    struct { const char *name; const int64_t *in; int64_t *out; } t[3] = {
+        {"a_stride", d->a_stride, m->a_stride},
+        {"b_stride", d->b_stride, m->b_stride},
+        {"o_stride", d->o_stride, m->o_stride},
+    };
+    int es = (int)fj_dtype_size(d->dtype);
+    int64_t n[3] = {d->batch, d->seqlen_q, d->heads_q};
+    for (int i = 0; i < 3; i++) {
+        bool dense = all_zero(t[i].in);
+        fj_status s;
+        if (!dense) memcpy(t[i].out, t[i].in, 3 * sizeof(int64_t));
+        else if (!dense_strides(t[i].out, d->seqlen_q, d->heads_q, d->head_dim))
+            return fj_fail_prefix(fail_extent(t[i].name, t[i].out, n, d->head_dim, true),
+                                  "fj_merge");
+        if ((s = check_strides(t[i].name, t[i].out, n, d->head_dim, es, dense)))
+            return fj_fail_prefix(s, "fj_merge");
+    }
+    fj_status s = check_output_rows(m->o_stride, n, d->head_dim);
+    return s ? fj_fail_prefix(s, "fj_merge") : FJ_OK;
+}
+
 fj_status fj_attention_desc_validate(const fj_attention_desc *d)
 {
     fj_clear_error();

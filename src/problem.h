@@ -69,6 +69,18 @@ int64_t fj_problem_q_extent(const fj_problem *p);
 int64_t fj_problem_kv_extent(const fj_problem *p, const int64_t stride[3]);
 int64_t fj_problem_o_extent(const fj_problem *p);
 
+/* A validated merge (fj_merge): the public fj_merge_desc with dense strides
+ * resolved. */
+typedef struct fj_merge_problem {
+    int batch, heads_q, seqlen_q, head_dim;
+    fj_dtype dtype;
+    int64_t a_stride[3], b_stride[3], o_stride[3]; /* resolved */
+} fj_merge_problem;
+
+/* Validates d and fills *m. FJ_ERR_INVALID_ARGUMENT naming the field and
+ * the rule on any bad field (pointers are fj_merge's to check). */
+fj_status fj_merge_problem_init(fj_merge_problem *m, const fj_merge_desc *d);
+
 /* The problem key of p (include/flashjit.h, "Problem keys";
    src/problem_key.c), e.g. "b2.hq16.hkv4.sq1024.sk1024.d128.bf16.causal_br". */
 void fj_problem_key_of(const fj_problem *p, char *buf, size_t n);

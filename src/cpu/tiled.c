@@ -440,4 +440,5 @@ const fj_backend_ops fj_cpu_tiled_ops = {
     .copy_to_device = fj_cpu_memcpy,
     .copy_to_host = fj_cpu_memcpy,
     .synchronize = fj_cpu_synchronize,
+    .merge = fj_cpu_merge,
 };

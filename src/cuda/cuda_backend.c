@@ -6,6 +6,7 @@
 
 #include "backend.h"
 #include "context.h"
+#include "cuda/cuda_merge.h"
 #include "cuda/cuda_plan.h"
 #include "cuda/device.h"
 #include "cuda/module_cache.h"
@@ -76,6 +77,7 @@ static const fj_backend_ops cuda_ops = {
     .copy_to_device = cuda_copy_to_device,
     .copy_to_host = cuda_copy_to_host,
     .synchronize = cuda_synchronize,
+    .merge = fj_cuda_merge,
 };
 
 const fj_backend_entry fj_cuda_backend_entry = {

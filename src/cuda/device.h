@@ -14,6 +14,7 @@
 #define FJ_CUDA_MIN_ARCH 80
 
 struct fj_module_cache; /* cuda/module_cache.h */
+struct fj_cuda_kernel;  /* cuda/module_cache.h */
 
 /* One context's device, fixed from fj_cuda_device_open on; the module
  * cache inside has its own lock, so the state is shared by all threads. */
@@ -30,6 +31,9 @@ typedef struct fj_cuda_state {
     size_t total_mem;       /* bytes */
     size_t l2_bytes;        /* L2 cache size */
     struct fj_module_cache *modules; /* set by the backend's probe (cuda_backend.c) */
+    /* fj_merge's kernel per fj_dtype, from modules, set at the first merge of
+       that dtype (cuda_merge.c); NULL before (zeroed by calloc) */
+    _Atomic(const struct fj_cuda_kernel *) merge_kernels[3];
 } fj_cuda_state;
 
 /* Loads the driver and NVRTC, checks the driver version, initializes,

@@ -192,7 +192,7 @@ static void test_parse_rejections(void **state)
         {"a.b.c.d.e.f.g.h.i.j.k", "11 dot-separated parts"},
         {"flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90",
          "kernel name 'flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90': 'flash_bwd' is not a "
-         "template name (flash_fwd, flash_wgmma, flash_tma, combine)"},
+         "template name (flash_fwd, flash_wgmma, flash_tma, combine, merge)"},
         {"flash_fwd.d7.bf16.causal.m128n64w4s2.sm_90",
          "kernel name 'flash_fwd.d7.bf16.causal.m128n64w4s2.sm_90': 'd7' is not d<head_dim> with "
          "head_dim a multiple of 8 in 8..256"},
@@ -349,7 +349,7 @@ static void test_check_rejections(void **state)
     static const bad_desc cases[] = {
         {"version", m_version, "generator_version 0 is not this generator's (1)"},
         {"template", m_template,
-         "template_id 9 is not a template (1 flash_fwd, 2 combine, 3 flash_wgmma, 4 flash_tma)"},
+         "template_id 9 is not a template (1 flash_fwd, 2 combine, 3 flash_wgmma, 4 flash_tma, 5 merge)"},
         {"template 0", m_template0, "template_id 0 is not a template"},
         {"head_dim 0", m_dim_small, "head_dim 0 is not a multiple of 8 in 8..256"},
         {"head_dim 100", m_dim_odd, "head_dim 100 is not a multiple of 8 in 8..256"},

@@ -1,7 +1,8 @@
 /* Renders a kernel's CUDA source (kernel_templates/README.md): a comment
  * naming the kernel, the descriptor as macros, then the embedded templates
  * fwd_params.h, common.cuh, the attention headers (attention kernels only)
- * and the kernel template. The output depends on the descriptor and the
+ * and the kernel template; for a template specialized on the dtype alone
+ * (merge), its dtype as FJ_MERGE_DTYPE, its header and its file. The output depends on the descriptor and the
  * embedded text only, so equal descriptors give equal bytes and equal cache
  * keys. */
 #include "cuda/jit/codegen.h"
@@ -47,6 +48,18 @@ static fj_status paste(fj_strbuf *b, const char *file)
     return FJ_OK;
 }
 
+static fj_status finish(fj_strbuf *b, const char *name, char **source, size_t *len)
+{
+    size_t n = b->len;
+    char *text = fj_strbuf_take(b);
+    if (!text)
+        return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory rendering the source of kernel %s",
+                       name);
+    *source = text;
+    *len = n;
+    return FJ_OK;
+}
+
 fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
 {
     *source = NULL;
@@ -63,6 +76,19 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
     fj_strbuf_init(&b);
     fj_strbuf_printf(&b, "// flashjit generated kernel %s\n// generator version %u\n", name,
                      (unsigned)k->generator_version);
+    const fj_template_row *row = fj_template_row_of(k->template_id);
+    if (row->dtype_only) {
+        /* fj_dtype's values: 0 f32, 1 f16, 2 bf16 */
+        fj_strbuf_printf(&b, "#define FJ_MERGE_DTYPE %u\n", (unsigned)k->dtype);
+        const char *only[2] = {row->header, row->file};
+        for (int i = 0; i < 2; i++) {
+            if (only[i] && (s = paste(&b, only[i])) != FJ_OK) {
+                fj_strbuf_free(&b);
+                return s;
+            }
+        }
+        return finish(&b, name, source, len);
+    }
     bool causal = k->mask == FJ_MASK_CAUSAL || k->mask == FJ_MASK_CAUSAL_WINDOW;
     bool window = k->mask == FJ_MASK_WINDOW || k->mask == FJ_MASK_CAUSAL_WINDOW;
     fj_strbuf_printf(&b,
@@ -81,7 +107,6 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
                      window, (unsigned)k->block_m, (unsigned)k->block_n, (unsigned)k->warps,
                      (unsigned)k->stages, (unsigned)k->split_kv, fj_kernel_desc_smem_bytes(k));
 
-    const fj_template_row *row = fj_template_row_of(k->template_id);
     const char *files[4 + N_ATTENTION_HEADERS];
     size_t n_files = 0;
     files[n_files++] = "fwd_params.h";
@@ -96,12 +121,5 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
             return s;
         }
     }
-    size_t n = b.len;
-    char *text = fj_strbuf_take(&b);
-    if (!text)
-        return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory rendering the source of kernel %s",
-                       name);
-    *source = text;
-    *len = n;
-    return FJ_OK;
+    return finish(&b, name, source, len);
 }

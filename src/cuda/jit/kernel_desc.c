@@ -79,6 +79,13 @@ int fj_kernel_desc_name(const fj_kernel_desc *k, char *buf, size_t n)
     if (!t) snprintf(tbuf, sizeof tbuf, "template%u", (unsigned)k->template_id), t = tbuf;
     if (!d) snprintf(dbuf, sizeof dbuf, "dtype%u", (unsigned)k->dtype), d = dbuf;
     if (!m) snprintf(mbuf, sizeof mbuf, "mask%u", (unsigned)k->mask), m = mbuf;
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    if (r && r->dtype_only) {
+        const char *any = k->dtype == FJ_F32 ? "f32" : d;
+        int len = snprintf(buf, n, "%s.%s.sm_%u", t, any, (unsigned)k->arch);
+        if (n > 0 && len < 0) buf[0] = '\0';
+        return len;
+    }
     char tiles[64];
     tiles_text(k, tiles, sizeof tiles);
     int len = snprintf(buf, n, "%s.d%u.%s.%s.%s%s.sm_%u", t, (unsigned)k->head_dim, d, m, tiles,
@@ -154,6 +161,33 @@ static bool lookup_mask(const char *s, uint32_t *v)
 
 static bool head_dim_ok(uint32_t d) { return d >= 8 && d <= FJ_MAX_HEAD_DIM && d % 8 == 0; }
 
+/* "<template>.<dtype>.sm_<arch>" of a template specialized on the dtype
+   alone (the merge kernel). */
+static fj_status parse_dtype_only(const char *name, const fj_template_row *row, char *parts[8],
+                                  int nparts, fj_kernel_desc *k)
+{
+    if (nparts != 3)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%s': %d dot-separated parts; %s kernels are named "
+                       "%s.<dtype>.sm_<arch>",
+                       name, nparts, row->name, row->name);
+    fj_kernel_desc d;
+    fj_kernel_desc_init(&d);
+    d.template_id = row->id;
+    if (!strcmp(parts[1], "f32")) d.dtype = FJ_F32;
+    else if (!strcmp(parts[1], "f16")) d.dtype = FJ_F16;
+    else if (!strcmp(parts[1], "bf16")) d.dtype = FJ_BF16;
+    else
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%s': '%s' is not a %s dtype (f32, f16, bf16)", name, parts[1],
+                       row->name);
+    if (!parse_prefixed(parts[2], "sm_", &d.arch))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name '%s': '%s' is not sm_<arch>", name,
+                       parts[2]);
+    *k = d;
+    return FJ_OK;
+}
+
 fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
 {
     if (!name) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name is NULL");
@@ -177,14 +211,15 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
         *dot = '\0';
         p = dot + 1;
     }
+    fj_kernel_desc d;
+    fj_kernel_desc_init(&d);
+    const fj_template_row *row = fj_template_row_named(parts[0]);
+    if (row && row->dtype_only) return parse_dtype_only(name, row, parts, nparts, k);
     if (nparts != 6 && nparts != 7)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "kernel name '%s': %d dot-separated parts; expected 6 or 7: " NAME_GRAMMAR,
                        name, nparts);
 
-    fj_kernel_desc d;
-    fj_kernel_desc_init(&d);
-    const fj_template_row *row = fj_template_row_named(parts[0]);
     char names[256];
     if (!row)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name '%s': '%s' is not a template name (%s)",
@@ -254,11 +289,15 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
     else if (!r)
         snprintf(why, sizeof why, "template_id %u is not a template (%s)",
                  (unsigned)k->template_id, fj_template_names(names, sizeof names, true));
-    else if (!head_dim_ok(k->head_dim))
+    else if (!r->dtype_only && !head_dim_ok(k->head_dim))
         snprintf(why, sizeof why, "head_dim %u is not a multiple of 8 in 8..%d",
                  (unsigned)k->head_dim, FJ_MAX_HEAD_DIM);
-    else if (!dtype_name(k->dtype))
-        snprintf(why, sizeof why, "dtype %u is not f16 or bf16", (unsigned)k->dtype);
+    else if (!(r->dtype_only && k->dtype == FJ_F32) && !dtype_name(k->dtype))
+        snprintf(why, sizeof why, "dtype %u is not %s", (unsigned)k->dtype,
+                 r->dtype_only ? "f32, f16 or bf16" : "f16 or bf16");
+    else if (r->dtype_only && k->mask)
+        snprintf(why, sizeof why, "mask %u: %s kernels take no mask (0)", (unsigned)k->mask,
+                 r->name);
     else if (!fj_mask_kind_name(k->mask))
         snprintf(why, sizeof why, "mask %u is not a mask kind (0..3)", (unsigned)k->mask);
     else if (k->split_kv > 1)

@@ -238,6 +238,21 @@ static void combine_rules(const fj_tile_shape *t, char *why, size_t n)
         snprintf(why, n, "warps %u is not 1, 2, 4 or 8", (unsigned)t->warps);
 }
 
+/* ---- merge: fj_merge's two partial results ---------------------------------------- */
+
+/* no tiles and no shared memory: each thread merges its share of a row */
+static size_t merge_smem(const fj_tile_shape *t)
+{
+    (void)t;
+    return 0;
+}
+
+static void merge_rules(const fj_tile_shape *t, char *why, size_t n)
+{
+    if (t->head_dim || t->block_m || t->block_n || t->warps || t->stages || t->split_kv)
+        snprintf(why, n, "merge kernels take no head dim, tiles or split (all must be 0)");
+}
+
 /* ---- the table ------------------------------------------------------------------- */
 
 /* In the prefill heuristic's order of preference. */
@@ -317,6 +332,23 @@ static const fj_template_row rows[] = {
         .smem_formula = "0",
         .smem_bytes = combine_smem,
         .rules = combine_rules,
+    },
+    {
+        .id = FJ_TEMPLATE_MERGE,
+        .name = "merge",
+        .header = "merge_params.h",
+        .file = "merge.cu",
+        .entry = "fj_merge_rows",
+        .dtype_only = true,
+        .unit_letter = 'w',
+        .unit_name = "warps",
+        .warps_per_unit = 1,
+        .min_arch = 80,
+        .arch_why = "it converts to bf16 with cvt.rn.bf16.f32",
+        .launch = FJ_LAUNCH_MERGE_ROWS,
+        .smem_formula = "0",
+        .smem_bytes = merge_smem,
+        .rules = merge_rules,
     },
 };
 #define ROW_COUNT (int)(sizeof rows / sizeof rows[0])

@@ -24,6 +24,7 @@ typedef enum fj_template_id {
     FJ_TEMPLATE_COMBINE = 2,     /* split-KV merge */
     FJ_TEMPLATE_FLASH_WGMMA = 3, /* warpgroup MMA, cp.async loads (sm_90) */
     FJ_TEMPLATE_FLASH_TMA = 4,   /* warp-specialized TMA + wgmma, persistent (sm_90) */
+    FJ_TEMPLATE_MERGE = 5,       /* fj_merge: two partial results, any head dim */
 } fj_template_id;
 
 /* How the backend launches a template's kernel. */
@@ -35,6 +36,8 @@ typedef enum fj_launch_kind {
     /* a persistent grid of at most one block per SM walking the tiles;
        fj_fwd_params followed by the TMA descriptors of fj_tma_params */
     FJ_LAUNCH_PERSISTENT_TMA,
+    /* fj_merge's rows, several per block; fj_merge_params (merge_params.h) */
+    FJ_LAUNCH_MERGE_ROWS,
 } fj_launch_kind;
 
 /* The descriptor fields a row's rules and formulas read. */
@@ -49,6 +52,11 @@ typedef struct fj_template_row {
     const char *header;      /* a kernel_templates/ header pasted before it, or NULL */
     const char *entry;       /* its __global__ function */
     bool attention;          /* computes attention (the combine kernel only merges) */
+    /* Specialized on the dtype alone (f32 included; any head dim, no tiles,
+       no mask): its descriptor has only template, dtype and arch set, its
+       name is "<name>.<dtype>.sm_<arch>", and its source is its header and
+       file only (not fwd_params.h and common.cuh). */
+    bool dtype_only;
     /* The tile string "m<M>n<N><letter><units>s<S>": warps = units *
        warps_per_unit + extra_warps. */
     char unit_letter;        /* 'w' warps, 'g' warpgroups, 'c' consumer warpgroups */
