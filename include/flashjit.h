@@ -243,10 +243,18 @@ typedef struct fj_attention_desc {
        contiguous; a tensor whose three strides are all zero is dense
        [batch, seq, heads, head_dim]. Strides are >= 0; inputs may overlap
        (stride 0 broadcasts); output rows must not overlap. */
-    int64_t reserved[8];           /* zero: room for fields added later (see "Structs and ABI room") */
+    /* Logit softcap (Gemma 2/3): with softcap c > 0 every score s = scale * q.k
+       becomes c * tanh(s / c) before the mask and the softmax (lse is over
+       the capped scores; docs/semantics.md). 0: off. Negative, NaN or
+       infinite: FJ_ERR_INVALID_ARGUMENT. softcap and reserved0 took the
+       first int64 slot of the reserved room, so the struct's size and the
+       other fields' offsets are unchanged. */
+    float softcap;
+    int32_t reserved0;             /* zero: room for a field added later */
+    int64_t reserved[7];           /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_attention_desc;
 
-/* No mask, no window, default scale, dense strides, reserved zero. */
+/* No mask, no window, default scale, no softcap, dense strides, reserved zero. */
 FJ_API void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q, int heads_kv,
                                    int seqlen_q, int seqlen_k, int head_dim, fj_dtype dtype);
 

@@ -556,6 +556,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         const unsigned off = (unsigned)(key0 * KV_ROW_BYTES);
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
+        if constexpr (FJ_SOFTCAP) fja::cap_scores(s, c.cap_in);
         if constexpr (MASKED) mask_tile(p, n * BN + key0, s);
         online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         fj_cp_async_wait<0>();
@@ -587,6 +588,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         const unsigned off = (unsigned)(stage * TILE_BYTES + k_sub * KV_ROW_BYTES);
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
+        if constexpr (FJ_SOFTCAP) fja::cap_scores(s, c.cap_in);
         if constexpr (MASKED) mask_tile(p, n * BN + k_sub, s);
         online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         pv_tile(st, off, s);
@@ -714,7 +716,8 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
 
     Ctx c;
     c.n_begin = n_begin;
-    c.scale = fabsf(p.scale_log2);
+    c.scale = FJ_SOFTCAP ? p.softcap_log2 : fabsf(p.scale_log2);
+    c.cap_in = fabsf(p.softcap_in);
 
     /* Columns [D, DPAD) of Q and K take part in the k16 steps: zero them once
        (cp.async only ever writes the data chunks). */

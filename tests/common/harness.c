@@ -232,7 +232,8 @@ static double dot_row(const double *q, const void *x, fj_dtype t, size_t base, i
     return (a0 + a1) + (a2 + a3);
 }
 
-/* One query row: scores, then the softmax-weighted sum of the V rows. */
+/* One query row: scores (capped, with a softcap: c tanh(s / c) in double),
+ * then the softmax-weighted sum of the V rows. */
 static void oracle_row(fjt_problem *p, int b, int h, int i, double *s, double *qrow)
 {
     const fj_attention_desc *d = &p->d;
@@ -245,6 +246,7 @@ static void oracle_row(fjt_problem *p, int b, int h, int i, double *s, double *q
     for (int j = 0; j < d->seqlen_k; j++) {
         if (!sees(d, i, j)) continue;
         s[j] = dot_row(qrow, p->k, t, off(p->ks, b, j, hk), D) * scale;
+        if (d->softcap > 0.0f) s[j] = d->softcap * tanh(s[j] / d->softcap);
         if (s[j] > m) m = s[j];
     }
     double *o = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * D;
