@@ -8,7 +8,8 @@
  * <mask>: "nomask", or causal_br|causal_tl, wl<N>, wr<N> in that order, each
  * optional, at least one. Then, only with a softcap, ".sc<value>": the
  * shortest decimal that reads back as the same float, with 'p' for the
- * decimal point ('.' separates fields), e.g. "sc50", "sc2p5", "sc1e-05". */
+ * decimal point ('.' separates fields), e.g. "sc50", "sc2p5", "sc1e-05"
+ * (softcap_text says which form). */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -37,13 +38,21 @@ static void mask_text(fj_causal causal, int window_left, int window_right, char 
     if (!len) snprintf(buf, n, "nomask");
 }
 
-/* The softcap's text: the shortest %g form that strtof reads back as v, '.'
-   written 'p' ("50", "2p5", "1e-05"). v finite and > 0. */
+/* The softcap's text, '.' written 'p': in [1e-4, 1e9) the fewest decimals
+   (%.Nf) that strtof reads back as v ("50", "2p5", "0p001"), else the
+   fewest significant digits in %g's exponent form ("1e-05", "1p5e+10").
+   v finite and > 0. */
 static void softcap_text(float v, char *buf, size_t n)
 {
-    for (int digits = 1; digits <= 9; digits++) {
-        snprintf(buf, n, "%.*g", digits, (double)v);
-        if (strtof(buf, NULL) == v) break;
+    bool done = false;
+    if (v >= 1e-4f && v < 1e9f)
+        for (int decimals = 0; decimals <= 16 && !done; decimals++) {
+            snprintf(buf, n, "%.*f", decimals, (double)v);
+            done = strtof(buf, NULL) == v;
+        }
+    for (int digits = 1; digits <= 9 && !done; digits++) {
+        snprintf(buf, n, "%.*e", digits - 1, (double)v);
+        done = strtof(buf, NULL) == v;
     }
     for (char *c = buf; *c; c++)
         if (*c == '.') *c = 'p';
@@ -203,18 +212,14 @@ static fj_status mask_fields(cursor *c, fj_attention_desc *d)
                        "causal_tl, wl<N>, wr<N>; a key is " KEY_FORM ")",
                        c->key, c->field + 1);
     if (!strcmp(f, "nomask")) {
-        if (!next_field(c, f, sizeof f)) {
-            if (c->at[-1] == '.')
-                return fj_fail(FJ_ERR_INVALID_ARGUMENT, "problem key '%s' ends with '.'", c->key);
+        if (!*c->at && c->at[-1] != '.') return FJ_OK; /* "nomask" ends the key */
+        if (next_field(c, f, sizeof f) && parse_softcap(f, &d->softcap) && !*c->at &&
+            c->at[-1] != '.')
             return FJ_OK;
-        }
-        if (!parse_softcap(f, &d->softcap))
-            return bad(c, f, "the only field that may follow 'nomask', " SOFTCAP_FORM);
-        if (*c->at || c->at[-1] == '.')
-            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "problem key '%s': nothing may follow the softcap (field %d)", c->key,
-                           c->field);
-        return FJ_OK;
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "problem key '%s': nothing may follow 'nomask' but " SOFTCAP_FORM
+                       ", the last field (field %d)",
+                       c->key, c->field);
     }
     int stage = 0; /* 1: causal seen, 2: wl seen, 3: wr seen, 4: softcap seen */
     do {

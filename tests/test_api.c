@@ -135,7 +135,7 @@ static void test_desc_rules(void **state)
     d.softcap = FLT_MAX;
     expect_invalid(&d, "softcap (");
     expect_invalid(&d, "must be in [");
-    d.softcap = 1e-38f;
+    d.softcap = 1e-39f; /* scale / softcap beyond FLT_MAX */
     d.scale = 1.0f;
     expect_invalid(&d, "must be in [");
     d.scale = 1e-30f;

@@ -494,11 +494,11 @@ const char *fjt_desc_str(const fj_attention_desc *d)
 {
     static _Thread_local char buf[384];
     snprintf(buf, sizeof buf,
-             "b%d hq%d hkv%d sq%d sk%d d%d %s causal=%s window=%d,%d scale=%g strides q[%lld %lld "
-             "%lld] o[%lld %lld %lld]",
+             "b%d hq%d hkv%d sq%d sk%d d%d %s causal=%s window=%d,%d scale=%g softcap=%g strides "
+             "q[%lld %lld %lld] o[%lld %lld %lld]",
              d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
              fj_dtype_name(d->dtype), fj_causal_name(d->causal), d->window_left, d->window_right,
-             (double)d->scale, (long long)d->q_stride[0], (long long)d->q_stride[1],
+             (double)d->scale, (double)d->softcap, (long long)d->q_stride[0], (long long)d->q_stride[1],
              (long long)d->q_stride[2], (long long)d->o_stride[0], (long long)d->o_stride[1],
              (long long)d->o_stride[2]);
     return buf;
