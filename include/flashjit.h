@@ -280,10 +280,14 @@ FJ_API double fj_attention_flops(const fj_attention_desc *d);
  * <dtype> is f32, f16 or bf16; <mask> is "nomask", or in this order and each
  * at most once: causal_br or causal_tl (FJ_CAUSAL_BOTTOM_RIGHT, _TOP_LEFT),
  * wl<N> (window_left N), wr<N> (window_right N), e.g. "causal_br.wl256".
- * Numbers are decimal, without sign or leading zeros. The scale and the
- * strides are not part of it: a key names the shape and the mask, which
- * choose the kernel and its tuning. FJ_PROBLEM_KEY_MAX bytes hold any key
- * with its NUL. */
+ * Numbers are decimal, without sign or leading zeros. A problem with a
+ * softcap ends in one more field, sc<softcap>: the shortest decimal that
+ * reads back as the same float, with 'p' for the decimal point ("sc50",
+ * "sc2p5"; in exponent form outside [1e-4, 1e9): "sc1e-05"). The scale and
+ * the strides are not part of it: a key names the shape, the mask and the
+ * softcap, which choose the kernel (its tuning point leaves the softcap out:
+ * capped and plain problems share tiles). FJ_PROBLEM_KEY_MAX bytes hold any
+ * key with its NUL. */
 #define FJ_PROBLEM_KEY_MAX 128
 
 /* Writes d's key into buf (n bytes). FJ_ERR_INVALID_ARGUMENT when d breaks a

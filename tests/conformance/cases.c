@@ -654,9 +654,11 @@ static void add_capped(builder *b, const char *name, fj_attention_desc d, float 
 {
     d.softcap = softcap;
     d.scale = scale;
-    fjt_case c = fjt_case_make("softcap", name, &d, layout, lse);
+    /* "softcap": CUDA must run them (and they may be heavy); "softcap-cpu":
+       f32 or head dims no kernel takes, in every build */
+    fjt_case c = fjt_case_make(cuda ? "softcap" : "softcap-cpu", name, &d, layout, lse);
     if (cuda) c.must_run |= FJT_ON(FJ_BACKEND_CUDA);
-    c.heavy = fjt_case_work(&c) > HEAVY_WORK;
+    c.heavy = cuda && fjt_case_work(&c) > HEAVY_WORK;
     /* scores of magnitude ~c carry f32 rounding of ~c 2^-24 per term;
        a peaky softmax over them (c 30..50) moves f32 outputs by a few 1e-6,
        lse by ~1e-5 (as the odd family's scale 8) */
