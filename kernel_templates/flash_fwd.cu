@@ -147,9 +147,10 @@ __host__ __device__ constexpr int s_regs(int ksub) { return MT * (ksub / 8) * 4;
    sub-tile (FA2's shape) at 255 registers without spilling, where sharing
    192 with the masked loop spilled 12 bytes. Kernels with a window keep 160
    in both: their third key loop leaves ptxas 8 bytes short on sm_80 at
-   d120-d128 (compile-all, every kind). */
+   d120-d128 (compile-all, every kind). So do softcap kernels (FJ_SOFTCAP):
+   the cap's temporaries spill 8 bytes at 192 on sm_80 at d128. */
 #ifndef FJ_ACC_BUDGET_UNMASKED
-#define FJ_ACC_BUDGET_UNMASKED (FJ_HAS_WINDOW ? FJ_ACC_BUDGET : 192)
+#define FJ_ACC_BUDGET_UNMASKED (FJ_HAS_WINDOW || FJ_SOFTCAP ? FJ_ACC_BUDGET : 192)
 #endif
 /* largest KSUB dividing BNW (a warp's keys of a tile), a multiple of 16 and
    >= min_ksub, with O + S + extra within the budget; 0 when none */
