@@ -448,7 +448,7 @@ __device__ __forceinline__ bool scores_to_p(const fj_fwd_params &p, const Consum
                                             bool defer_pack)
 {
     if constexpr (FJ_SOFTCAP) {
-        fja::cap_scores(s, k.cap_in); /* before the mask: its -inf stays */
+        fja::cap_scores(s, p.softcap_in); /* before the mask: its -inf stays */
     } else if (k.negate) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)

@@ -765,6 +765,28 @@ static void test_for_problem_softcap(void **state)
             capped.softcap = 0;
             assert_memory_equal(&plain, &capped, sizeof plain);
         }
+    /* where flash_tma's tiles have no room for the cap (3 consumer
+       warpgroups; a window at d256) the check says so and a capped problem
+       takes flash_wgmma's tiles */
+    fj_kernel_desc k;
+    assert_int_equal(fj_kernel_desc_parse("flash_tma.d64.bf16.causal.softcap.m192n128c3s2.sm_90", &k), FJ_OK);
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fj_last_error(), "more than 2 consumer warpgroups"));
+    k.softcap = 0;
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
+    static const struct { int dim, wl; } falls_back[] = {{64, -1}, {256, 100}};
+    for (size_t i = 0; i < 2; i++) {
+        fj_attention_desc d;
+        fj_attention_desc_init(&d, 1, 8, 8, 4096, 4096, falls_back[i].dim, FJ_BF16);
+        d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+        d.window_left = falls_back[i].wl;
+        d.softcap = 50.0f;
+        fj_problem p;
+        assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+        assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
+        assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_WGMMA);
+        assert_int_equal(k.softcap, 1);
+    }
 }
 
 static void test_for_problem_mask(void **state)

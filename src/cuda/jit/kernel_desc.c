@@ -257,6 +257,20 @@ size_t fj_kernel_desc_smem_bytes(const fj_kernel_desc *k)
     return r->smem_bytes(&t);
 }
 
+/* Whether a capped kernel of these tiles compiles without spilling: the cap's
+   temporaries (an ex2 and an rcp per score in flight) do not fit flash_tma's
+   3-consumer tiles (128 registers per thread: 8 to 96 bytes of spills at d64)
+   nor its windowed d256 tiles (8 to 16 bytes); every other capped variant
+   compile-all builds is spill-free (nvcc 13, sm_80 and sm_90). */
+static bool softcap_fits(const fj_kernel_desc *k, const fj_template_row *r)
+{
+    if (k->template_id != FJ_TEMPLATE_FLASH_TMA) return true;
+    unsigned consumers = k->warps > r->extra_warps ? (k->warps - r->extra_warps) / r->warps_per_unit
+                                                   : 0;
+    bool window = k->mask == FJ_MASK_WINDOW || k->mask == FJ_MASK_CAUSAL_WINDOW;
+    return consumers <= 2 && !(window && k->head_dim > 192);
+}
+
 fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
 {
     char name[160];
@@ -286,6 +300,11 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
     else if (k->softcap && !r->attention)
         snprintf(why, sizeof why, "softcap is for the attention templates; %s does not compute "
                  "scores", r->name);
+    else if (k->softcap && !softcap_fits(k, r))
+        snprintf(why, sizeof why,
+                 "softcap: flash_tma has no registers for the cap with more than 2 consumer "
+                 "warpgroups (128 per thread), or with a window at head dims above 192 (ptxas "
+                 "spills, compile-all)");
     else if (k->arch < r->min_arch && !r->max_arch)
         snprintf(why, sizeof why, "arch sm_%u is older than sm_%u: %s", (unsigned)k->arch,
                  (unsigned)r->min_arch, r->arch_why);
@@ -330,7 +349,18 @@ void fj_kernel_desc_heuristic_excluding(fj_kernel_desc *k, uint32_t excluded)
    the band code gets an 8-byte stack frame at some head dims (compile-all's
    zero-spill rule). Decode with a causal mask that hides nothing is
    unmasked in the launch view already. */
+static void default_tiles(const fj_problem *p, uint32_t arch, fj_kernel_desc *k);
+
+/* A capped problem whose heuristic tiles break softcap_fits takes the next
+   template's heuristic (flash_wgmma on sm_90). */
 void fj_kernel_desc_default(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
+{
+    default_tiles(p, arch, k);
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    if (k->softcap && r && !softcap_fits(k, r)) fj_kernel_desc_heuristic_excluding(k, r->id);
+}
+
+static void default_tiles(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
 {
     fj_kernel_desc_init(k);
     k->template_id = FJ_TEMPLATE_FLASH_FWD;
