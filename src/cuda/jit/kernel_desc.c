@@ -260,7 +260,8 @@ size_t fj_kernel_desc_smem_bytes(const fj_kernel_desc *k)
 /* Whether a capped kernel of these tiles compiles without spilling: the cap's
    temporaries (an ex2 and an rcp per score in flight) do not fit flash_tma's
    3-consumer tiles (128 registers per thread: 8 to 96 bytes of spills at d64)
-   nor its windowed d256 tiles (8 to 16 bytes); every other capped variant
+   nor its windowed tiles above d160 (8 to 16 bytes at d192 and d256); every
+   other capped variant
    compile-all builds is spill-free (nvcc 13, sm_80 and sm_90). */
 static bool softcap_fits(const fj_kernel_desc *k, const fj_template_row *r)
 {
@@ -268,7 +269,7 @@ static bool softcap_fits(const fj_kernel_desc *k, const fj_template_row *r)
     unsigned consumers = k->warps > r->extra_warps ? (k->warps - r->extra_warps) / r->warps_per_unit
                                                    : 0;
     bool window = k->mask == FJ_MASK_WINDOW || k->mask == FJ_MASK_CAUSAL_WINDOW;
-    return consumers <= 2 && !(window && k->head_dim > 192);
+    return consumers <= 2 && !(window && k->head_dim > 160);
 }
 
 fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
@@ -303,7 +304,7 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
     else if (k->softcap && !softcap_fits(k, r))
         snprintf(why, sizeof why,
                  "softcap: flash_tma has no registers for the cap with more than 2 consumer "
-                 "warpgroups (128 per thread), or with a window at head dims above 192 (ptxas "
+                 "warpgroups (128 per thread), or with a window at head dims above 160 (ptxas "
                  "spills, compile-all)");
     else if (k->arch < r->min_arch && !r->max_arch)
         snprintf(why, sizeof why, "arch sm_%u is older than sm_%u: %s", (unsigned)k->arch,
