@@ -88,7 +88,8 @@ extern "C" {
  * so a field added later reads as zero from an older library.
  *
  * 1.0.0: first release with these rules (0.1 structs had no reserved room).
- * 1.1.0: fj_merge_desc, fj_merge_desc_init, fj_merge (node FLASHJIT_1.1). */
+ * 1.1.0: fj_merge_desc, fj_merge_desc_init, fj_merge (node FLASHJIT_1.1);
+ *        fj_attention_desc.softcap (its first reserved slot). */
 #define FLASHJIT_VERSION_MAJOR 1
 #define FLASHJIT_VERSION_MINOR 1
 #define FLASHJIT_VERSION_PATCH 0
@@ -244,10 +245,18 @@ typedef struct fj_attention_desc {
        contiguous; a tensor whose three strides are all zero is dense
        [batch, seq, heads, head_dim]. Strides are >= 0; inputs may overlap
        (stride 0 broadcasts); output rows must not overlap. */
-    int64_t reserved[8];           /* zero: room for fields added later (see "Structs and ABI room") */
+    /* Logit softcap (Gemma 2/3): with softcap c > 0 every score s = scale * q.k
+       becomes c * tanh(s / c) before the mask and the softmax (lse is over
+       the capped scores; docs/semantics.md). 0: off. Negative, NaN or
+       infinite: FJ_ERR_INVALID_ARGUMENT. softcap and reserved0 took the
+       first int64 slot of the reserved room, so the struct's size and the
+       other fields' offsets are unchanged. */
+    float softcap;
+    int32_t reserved0;             /* zero: room for a field added later */
+    int64_t reserved[7];           /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_attention_desc;
 
-/* No mask, no window, default scale, dense strides, reserved zero. */
+/* No mask, no window, default scale, no softcap, dense strides, reserved zero. */
 FJ_API void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q, int heads_kv,
                                    int seqlen_q, int seqlen_k, int head_dim, fj_dtype dtype);
 
@@ -273,10 +282,14 @@ FJ_API double fj_attention_flops(const fj_attention_desc *d);
  * <dtype> is f32, f16 or bf16; <mask> is "nomask", or in this order and each
  * at most once: causal_br or causal_tl (FJ_CAUSAL_BOTTOM_RIGHT, _TOP_LEFT),
  * wl<N> (window_left N), wr<N> (window_right N), e.g. "causal_br.wl256".
- * Numbers are decimal, without sign or leading zeros. The scale and the
- * strides are not part of it: a key names the shape and the mask, which
- * choose the kernel and its tuning. FJ_PROBLEM_KEY_MAX bytes hold any key
- * with its NUL. */
+ * Numbers are decimal, without sign or leading zeros. A problem with a
+ * softcap ends in one more field, sc<softcap>: the shortest decimal that
+ * reads back as the same float, with 'p' for the decimal point ("sc50",
+ * "sc2p5"; in exponent form outside [1e-4, 1e9): "sc1e-05"). The scale and
+ * the strides are not part of it: a key names the shape, the mask and the
+ * softcap, which choose the kernel (its tuning point leaves the softcap out:
+ * capped and plain problems share tiles). FJ_PROBLEM_KEY_MAX bytes hold any
+ * key with its NUL. */
 #define FJ_PROBLEM_KEY_MAX 128
 
 /* Writes d's key into buf (n bytes). FJ_ERR_INVALID_ARGUMENT when d breaks a

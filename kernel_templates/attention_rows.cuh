@@ -138,7 +138,8 @@ __device__ __forceinline__ KeyTiles key_tiles(const fj_fwd_params &p, int m0, in
  * is recomputed from threadIdx, blockIdx and the parameters (constant
  * memory) where it is used. */
 struct Ctx {
-    float scale; /* |scale_log2| */
+    float scale;  /* |scale_log2|, or softcap_log2 when FJ_SOFTCAP */
+    float cap_in; /* FJ_SOFTCAP: |softcap_in| (Q negated for a negative scale) */
     int n_begin; /* the lowest key tile this block handles (tiles run downwards) */
 };
 

@@ -147,9 +147,10 @@ __host__ __device__ constexpr int s_regs(int ksub) { return MT * (ksub / 8) * 4;
    sub-tile (FA2's shape) at 255 registers without spilling, where sharing
    192 with the masked loop spilled 12 bytes. Kernels with a window keep 160
    in both: their third key loop leaves ptxas 8 bytes short on sm_80 at
-   d120-d128 (compile-all, every kind). */
+   d120-d128 (compile-all, every kind). So do softcap kernels (FJ_SOFTCAP):
+   the cap's temporaries spill 8 bytes at 192 on sm_80 at d128. */
 #ifndef FJ_ACC_BUDGET_UNMASKED
-#define FJ_ACC_BUDGET_UNMASKED (FJ_HAS_WINDOW ? FJ_ACC_BUDGET : 192)
+#define FJ_ACC_BUDGET_UNMASKED (FJ_HAS_WINDOW || FJ_SOFTCAP ? FJ_ACC_BUDGET : 192)
 #endif
 /* largest KSUB dividing BNW (a warp's keys of a tile), a multiple of 16 and
    >= min_ksub, with O + S + extra within the budget; 0 when none */
@@ -556,6 +557,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         const unsigned off = (unsigned)(key0 * KV_ROW_BYTES);
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
+        if constexpr (FJ_SOFTCAP) fja::cap_scores(s, c.cap_in);
         if constexpr (MASKED) mask_tile(p, n * BN + key0, s);
         online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         fj_cp_async_wait<0>();
@@ -587,6 +589,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         const unsigned off = (unsigned)(stage * TILE_BYTES + k_sub * KV_ROW_BYTES);
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
+        if constexpr (FJ_SOFTCAP) fja::cap_scores(s, c.cap_in);
         if constexpr (MASKED) mask_tile(p, n * BN + k_sub, s);
         online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         pv_tile(st, off, s);
@@ -714,7 +717,8 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
 
     Ctx c;
     c.n_begin = n_begin;
-    c.scale = fabsf(p.scale_log2);
+    c.scale = FJ_SOFTCAP ? p.softcap_log2 : fabsf(p.scale_log2);
+    c.cap_in = fabsf(p.softcap_in);
 
     /* Columns [D, DPAD) of Q and K take part in the k16 steps: zero them once
        (cp.async only ever writes the data chunks). */

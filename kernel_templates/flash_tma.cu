@@ -400,8 +400,9 @@ struct Consumer {
     int lane, warp;  /* warp within the consumer */
     unsigned it;     /* K/V tiles consumed (the pipeline's position) */
     unsigned q_uses; /* Q tiles consumed */
-    float scale;     /* |scale_log2| */
-    bool negate;     /* scale_log2 < 0: S is negated first */
+    float scale;     /* |scale_log2|, or softcap_log2 when FJ_SOFTCAP */
+    bool negate;     /* scale_log2 < 0: S is negated first (FJ_SOFTCAP: cap_in has the sign) */
+    float cap_in;    /* FJ_SOFTCAP: softcap_in, with the scale's sign */
 };
 
 /* The consumers take turns issuing GEMMs: consumer c waits on barrier 1 + c
@@ -428,7 +429,8 @@ __device__ __forceinline__ unsigned stage_of(unsigned it) { return it % STAGES; 
 __device__ __forceinline__ unsigned parity_of(unsigned it) { return (it / STAGES) & 1u; }
 
 /* P = exp2(S * scale - m) of key tile n's scores (the shared headers'
-   mask and online softmax, fja::): S negated first for a negative scale,
+   mask and online softmax, fja::): S negated first for a negative scale
+   (capped instead with a softcap, the sign riding on cap_in),
    masked when MASKED; the rescale of O deferred (alpha, returned: whether
    the max moved) while a wgmma still accumulates into O. Packed into pa
    unless `defer_pack` (then the caller packs once the wgmma reading pa is
@@ -445,7 +447,9 @@ __device__ __forceinline__ bool scores_to_p(const fj_fwd_params &p, const Consum
                                             unsigned (&pa)[KV][4], float (&alpha)[1][2],
                                             bool defer_pack)
 {
-    if (k.negate) {
+    if constexpr (FJ_SOFTCAP) {
+        fja::cap_scores(s, p.softcap_in); /* before the mask: its -inf stays */
+    } else if (k.negate) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -620,8 +624,9 @@ __device__ __forceinline__ void consume(const fj_fwd_params &p, const fj_tma_par
     k.warp = (int)((threadIdx.x >> 5) & 3u);
     k.it = 0;
     k.q_uses = 0;
-    k.scale = fabsf(p.scale_log2);
+    k.scale = FJ_SOFTCAP ? p.softcap_log2 : fabsf(p.scale_log2);
     k.negate = p.scale_log2 < 0.f;
+    k.cap_in = p.softcap_in;
     /* the last consumer hands the first turn to the first */
     if (CONSUMERS > 1 && c == CONSUMERS - 1) named_arrive(1, 256);
     for (int r = 0, tile; (tile = nth_tile(t, r)) >= 0; ++r) {

@@ -368,6 +368,7 @@ __device__ __forceinline__ void scores_softmax(const fj_fwd_params &p, const Ctx
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s[0]);
+    if constexpr (FJ_SOFTCAP) fja::cap_scores(s, c.cap_in);
     if constexpr (MASKED) mask_tile(p, n * BN, s);
     /* no wgmma writes O here; the deferred form keeps this path's order
        (O rescaled after P is computed) */
@@ -431,6 +432,7 @@ __device__ __forceinline__ void pipelined_step(const fj_fwd_params &p, const Ctx
     wgmma_commit();
     wgmma_wait<1>();
     fence_regs(s[0]);
+    if constexpr (FJ_SOFTCAP) fja::cap_scores(s, c.cap_in);
     if constexpr (MASKED) mask_tile(p, n * BN, s);
     float alpha[MT][2];
     const bool rescale = online_softmax_deferred<MASKED>(s, st.m, st.l, alpha, c.scale);
@@ -489,7 +491,8 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     const unsigned s_q = smem_base() + SMEM_Q;
     Ctx c;
     c.n_begin = n_begin;
-    c.scale = fabsf(p.scale_log2);
+    c.scale = FJ_SOFTCAP ? p.softcap_log2 : fabsf(p.scale_log2);
+    c.cap_in = fabsf(p.softcap_in);
 
     /* Prologue: Q, then T_0 .. T_STAGES-2, one group each. */
     {

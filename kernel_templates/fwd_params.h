@@ -25,6 +25,10 @@ typedef struct fj_fwd_params {
                                  per kv head); the one-warp split kernels then load
                                  them with an L2 evict_first policy */
     float scale_log2;         /* softmax scale * log2(e): scores go through exp2 */
+    /* Read only when FJ_SOFTCAP (softcap c > 0): softcap_in = 2 log2(e) scale / c,
+       so tanh(scale q.k / c) = 1 - 2 / (1 + exp2(q.k softcap_in)); softcap_log2 =
+       c log2(e), the softmax's scale of the capped scores. */
+    float softcap_in, softcap_log2;
 } fj_fwd_params;
 
 /* flash_tma's second parameter block: the TMA descriptors (CUtensorMap, 128

@@ -37,7 +37,40 @@
 #define FJ_RESCALE_LOG2 8.0f
 #endif
 
+#ifndef FJ_SOFTCAP
+#define FJ_SOFTCAP 0
+#endif
+
 namespace fja {
+
+/* The logit softcap (FJ_SOFTCAP kernels only; docs/semantics.md): each raw
+ * score s (q.k, sign-corrected for a negative scale) becomes
+ * tanh(|scale| s / c) = 1 - 2 / (1 + 2^(s * cap_in)), cap_in = 2 log2(e)
+ * |scale| / c, and the softmax then runs with scale c log2(e) in place of
+ * |scale| log2(e): exp2(c log2(e) tanh(..) - m) = exp(c tanh(..) - m ln 2).
+ * Applied before the mask (whose -inf must stay -inf). One ex2 and one rcp
+ * (MUFU) per score, three FMA-pipe operations: the absolute error of tanh is
+ * within about 2^-21 (ex2.approx 2^-22 relative, rcp.approx 1 ulp; the
+ * rounding of 1 - 2r near 0 adds 2^-24), so the capped score is off by at
+ * most c 2^-21, as P's relative error. tanh.approx.f32 would save the rcp
+ * but its 2^-11 relative error makes c 2^-11 (2.4 % of P at c = 50): beyond
+ * the f16 tolerance for c > 4. Saturates exactly: 2^s overflows to inf and
+ * rcp(inf) = 0 gives 1; 2^s = 0 gives -1; NaN stays NaN. */
+__device__ __forceinline__ float softcap_tanh(float s, float cap_in)
+{
+    return fmaf(-2.f, fj_rcp(1.f + fj_exp2(s * cap_in)), 1.f);
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void cap_scores(float (&s)[MT][NT][4], float cap_in)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = softcap_tanh(s[mt][nt][e], cap_in);
+}
 
 /* The state before the first key: m = -inf, l = 0, O = 0. */
 template <int MT, int NDT>

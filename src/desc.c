@@ -158,6 +158,12 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
                            "fj_attention_desc_init, then set its fields by name",
                            i, (long long)d->reserved[i]);
 
+    if (d->reserved0)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "reserved0 (%d) must be zero: fill the desc with fj_attention_desc_init, "
+                       "then set its fields by name",
+                       (int)d->reserved0);
+
     struct { const char *name; int v; } sizes[] = {
         {"batch", d->batch},       {"heads_q", d->heads_q},   {"heads_kv", d->heads_kv},
         {"seqlen_q", d->seqlen_q}, {"seqlen_k", d->seqlen_k}, {"head_dim", d->head_dim},
@@ -198,6 +204,24 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
                        "are computed as scale x log2(e) x q.k in float32)",
                        (double)d->scale, FLT_MAX / M_LOG2E);
 
+    const double scale = d->scale != 0.0f ? fabs((double)d->scale) : 1.0 / sqrt((double)d->head_dim);
+    if (!(d->softcap >= 0.0f) || !isfinite(d->softcap))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "softcap (%g) must be 0 (off) or finite and > 0 (scores become "
+                       "softcap * tanh(score / softcap))",
+                       (double)d->softcap);
+    /* The backends compute the cap as softcap x log2(e) x tanh(q.k x scale /
+       softcap) in float32, the tanh through 2^(2 log2(e) x ...): both factors
+       must be finite. Only absurd caps (below 1e-38 x scale, above 1e38) fail. */
+    if (d->softcap > 0.0f && (2.0 * M_LOG2E * d->softcap > FLT_MAX ||
+                              2.0 * M_LOG2E * scale / d->softcap > FLT_MAX))
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "softcap (%g) must be in [%.6g, %.6g] with this scale (%g): softcap x "
+                       "2 log2(e) and scale x 2 log2(e) / softcap are float32 factors and must "
+                       "be finite",
+                       (double)d->softcap, 2.0 * M_LOG2E * scale / FLT_MAX,
+                       FLT_MAX / (2.0 * M_LOG2E), scale);
+
     /* lse has batch*heads_q*seqlen_q floats; every other count is smaller
        than some tensor extent checked below. */
     int64_t rows;
@@ -217,6 +241,7 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     p->window_left = d->window_left;
     p->window_right = d->window_right;
     p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
+    p->softcap = d->softcap > 0.0f ? d->softcap : 0.0f; /* -0: off, as 0 */
     p->diag_offset = d->causal == FJ_CAUSAL_TOP_LEFT ? 0 : (int64_t)d->seqlen_k - d->seqlen_q;
     p->masked = d->causal != FJ_CAUSAL_NONE || d->window_left >= 0 || d->window_right >= 0;
 

@@ -18,6 +18,7 @@ typedef struct fj_problem {
     fj_causal causal;
     int window_left, window_right; /* -1 = unbounded */
     float scale;                   /* resolved: 1/sqrt(head_dim) when the desc said 0 */
+    float softcap;                 /* 0: off; > 0: scores become softcap * tanh(score / softcap) */
     int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3]; /* resolved */
     /* Query row i is aligned with key row i + diag_offset: seqlen_k - seqlen_q
        for NONE and BOTTOM_RIGHT, 0 for TOP_LEFT. */

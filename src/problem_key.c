@@ -6,16 +6,22 @@
  *     b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>
  *
  * <mask>: "nomask", or causal_br|causal_tl, wl<N>, wr<N> in that order, each
- * optional, at least one. */
+ * optional, at least one. Then, only with a softcap, ".sc<value>": the
+ * shortest decimal that reads back as the same float, with 'p' for the
+ * decimal point ('.' separates fields), e.g. "sc50", "sc2p5", "sc1e-05"
+ * (softcap_text says which form). */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "problem.h"
 #include "status.h"
 
 #define KEY_FORM                                                                           \
-    "b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>"
+    "b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>" \
+    "[.sc<softcap>]"
 
 /* The mask fields after the dtype, as one string ("nomask", "causal_br.wl256"). */
 static void mask_text(fj_causal causal, int window_left, int window_right, char *buf, size_t n)
@@ -32,19 +38,44 @@ static void mask_text(fj_causal causal, int window_left, int window_right, char 
     if (!len) snprintf(buf, n, "nomask");
 }
 
-static int key_text(int batch, int hq, int hkv, int sq, int sk, int d, fj_dtype dtype,
-                    fj_causal causal, int wl, int wr, char *buf, size_t n)
+/* The softcap's text, '.' written 'p': in [1e-4, 1e9) the fewest decimals
+   (%.Nf) that strtof reads back as v ("50", "2p5", "0p001"), else the
+   fewest significant digits in %g's exponent form ("1e-05", "1p5e+10").
+   v finite and > 0. */
+static void softcap_text(float v, char *buf, size_t n)
 {
-    char mask[64];
+    bool done = false;
+    if (v >= 1e-4f && v < 1e9f)
+        for (int decimals = 0; decimals <= 16 && !done; decimals++) {
+            snprintf(buf, n, "%.*f", decimals, (double)v);
+            done = strtof(buf, NULL) == v;
+        }
+    for (int digits = 1; digits <= 9 && !done; digits++) {
+        snprintf(buf, n, "%.*e", digits - 1, (double)v);
+        done = strtof(buf, NULL) == v;
+    }
+    for (char *c = buf; *c; c++)
+        if (*c == '.') *c = 'p';
+}
+
+static int key_text(int batch, int hq, int hkv, int sq, int sk, int d, fj_dtype dtype,
+                    fj_causal causal, int wl, int wr, float softcap, char *buf, size_t n)
+{
+    char mask[64], cap[40] = "";
     mask_text(causal, wl, wr, mask, sizeof mask);
-    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s", batch, hq, hkv, sq, sk, d,
-                    fj_dtype_name(dtype), mask);
+    if (softcap > 0.0f) {
+        char v[32];
+        softcap_text(softcap, v, sizeof v);
+        snprintf(cap, sizeof cap, ".sc%s", v);
+    }
+    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s", batch, hq, hkv, sq, sk, d,
+                    fj_dtype_name(dtype), mask, cap);
 }
 
 void fj_problem_key_of(const fj_problem *p, char *buf, size_t n)
 {
     key_text(p->batch, p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim, p->dtype,
-             p->causal, p->window_left, p->window_right, buf, n);
+             p->causal, p->window_left, p->window_right, p->softcap, buf, n);
 }
 
 void fj_problem_format(const fj_problem *p, char *buf, size_t n)
@@ -146,7 +177,32 @@ static fj_status dtype_field(cursor *c, fj_dtype *out)
     return bad(c, f, "a dtype: f32, f16 or bf16");
 }
 
-/* "nomask" alone, or [causal_br|causal_tl][.wl<N>][.wr<N>] with at least one. */
+/* "sc<value>" as softcap_text writes it, and nothing else: the value read
+   back must print as the same text, so one softcap has one spelling. */
+static bool parse_softcap(const char *f, float *out)
+{
+    if (strncmp(f, "sc", 2) || !f[2] || strlen(f) >= 32) return false;
+    char num[32], *end;
+    snprintf(num, sizeof num, "%s", f + 2);
+    for (char *c = num; *c; c++) {
+        if (*c == '.') return false; /* written 'p' */
+        if (*c == 'p') *c = '.';
+    }
+    float v = strtof(num, &end);
+    if (*end || !(v > 0.0f) || !isfinite(v)) return false;
+    char again[32];
+    softcap_text(v, again, sizeof again);
+    if (strcmp(again, f + 2)) return false;
+    *out = v;
+    return true;
+}
+
+#define SOFTCAP_FORM                                                                        \
+    "sc<softcap> (the softcap as the shortest decimal that reads back exactly, 'p' for the " \
+    "point: sc50, sc2p5)"
+
+/* "nomask", or [causal_br|causal_tl][.wl<N>][.wr<N>] with at least one; then
+   an optional sc<softcap>. */
 static fj_status mask_fields(cursor *c, fj_attention_desc *d)
 {
     char f[32];
@@ -156,16 +212,25 @@ static fj_status mask_fields(cursor *c, fj_attention_desc *d)
                        "causal_tl, wl<N>, wr<N>; a key is " KEY_FORM ")",
                        c->key, c->field + 1);
     if (!strcmp(f, "nomask")) {
-        if (*c->at || c->at[-1] == '.')
-            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "problem key '%s': nothing may follow 'nomask' (field %d)", c->key,
-                           c->field);
-        return FJ_OK;
+        if (!*c->at && c->at[-1] != '.') return FJ_OK; /* "nomask" ends the key */
+        if (next_field(c, f, sizeof f) && parse_softcap(f, &d->softcap) && !*c->at &&
+            c->at[-1] != '.')
+            return FJ_OK;
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "problem key '%s': nothing may follow 'nomask' but " SOFTCAP_FORM
+                       ", the last field (field %d)",
+                       c->key, c->field);
     }
-    int stage = 0; /* 1: causal seen, 2: wl seen, 3: wr seen */
+    int stage = 0; /* 1: causal seen, 2: wl seen, 3: wr seen, 4: softcap seen */
     do {
         int v;
-        if (stage < 1 && (!strcmp(f, "causal_br") || !strcmp(f, "causal_tl"))) {
+        if (stage == 4) {
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "problem key '%s': nothing may follow the softcap (field %d)", c->key,
+                           c->field);
+        } else if (stage >= 1 && parse_softcap(f, &d->softcap)) {
+            stage = 4;
+        } else if (stage < 1 && (!strcmp(f, "causal_br") || !strcmp(f, "causal_tl"))) {
             d->causal = f[7] == 'b' ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_TOP_LEFT;
             stage = 1;
         } else if (stage < 2 && !strncmp(f, "wl", 2) && parse_number(f + 2, &v)) {
@@ -177,7 +242,7 @@ static fj_status mask_fields(cursor *c, fj_attention_desc *d)
         } else {
             return bad(c, f,
                        stage ? "the next mask field (causal_br or causal_tl, then wl<N>, then "
-                               "wr<N>, each once, in that order)"
+                               "wr<N>, each once, in that order) or " SOFTCAP_FORM
                              : "a mask: nomask, or causal_br or causal_tl, then wl<N>, then "
                                "wr<N>, in that order");
         }

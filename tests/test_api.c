@@ -116,6 +116,31 @@ static void test_desc_rules(void **state)
     d.scale = -INFINITY;
     expect_invalid(&d, "scale");
 
+    /* softcap: 0 off, > 0 finite on; anything else named with its rule */
+    fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, FJ_F32);
+    assert_true(d.softcap == 0.0f);
+    const float bad_caps[] = {-1.0f, -0.0001f, -INFINITY, INFINITY, NAN};
+    for (size_t i = 0; i < sizeof bad_caps / sizeof bad_caps[0]; i++) {
+        d.softcap = bad_caps[i];
+        expect_invalid(&d, "softcap (");
+        expect_invalid(&d, "must be 0 (off) or finite and > 0");
+    }
+    d.softcap = 30.0f;
+    assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+    d.softcap = 1e-3f;
+    assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+    d.softcap = -0.0f; /* negative zero is zero: off */
+    assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+    /* softcap x 2 log2(e) and scale x 2 log2(e) / softcap must be finite floats */
+    d.softcap = FLT_MAX;
+    expect_invalid(&d, "softcap (");
+    expect_invalid(&d, "must be in [");
+    d.softcap = 1e-39f; /* scale / softcap beyond FLT_MAX */
+    d.scale = 1.0f;
+    expect_invalid(&d, "must be in [");
+    d.scale = 1e-30f;
+    assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+
     fj_attention_desc_init(&d, 1, 2, 2, 8, 8, 64, FJ_F32);
     d.k_stride[1] = -128;
     d.k_stride[2] = 64;
@@ -293,28 +318,49 @@ static void test_context_options(void **state)
 static void test_reserved_room(void **state)
 {
     (void)state;
-    enum { SLOTS = 8 };
-    assert_int_equal(sizeof((fj_attention_desc *)0)->reserved, SLOTS * sizeof(int64_t));
+    enum { SLOTS = 8, DESC_SLOTS = 7 };
+    /* fj_attention_desc's first slot holds softcap and reserved0 (1.0's
+       layout: 8 slots after o_stride, the size unchanged). */
+    assert_int_equal(sizeof((fj_attention_desc *)0)->reserved, DESC_SLOTS * sizeof(int64_t));
+    assert_int_equal(offsetof(fj_attention_desc, softcap),
+                     offsetof(fj_attention_desc, o_stride) + 3 * sizeof(int64_t));
+    assert_int_equal(offsetof(fj_attention_desc, reserved0),
+                     offsetof(fj_attention_desc, softcap) + sizeof(float));
+    assert_int_equal(offsetof(fj_attention_desc, reserved),
+                     offsetof(fj_attention_desc, softcap) + sizeof(int64_t));
+    assert_int_equal(sizeof(fj_attention_desc),
+                     offsetof(fj_attention_desc, softcap) + SLOTS * sizeof(int64_t));
     assert_int_equal(sizeof((fj_context_options *)0)->reserved, SLOTS * sizeof(int64_t));
     assert_int_equal(sizeof((fj_plan_options *)0)->reserved, SLOTS * sizeof(int));
+    {
+        fj_attention_desc d;
+        memset(&d, 0xa5, sizeof d);
+        fj_attention_desc_init(&d, 1, 2, 1, 5, 7, 16, FJ_F32);
+        assert_true(d.softcap == 0.0f);
+        assert_int_equal(d.reserved0, 0);
+        d.reserved0 = -3;
+        expect_invalid(&d, "reserved0 (-3) must be zero");
+        assert_non_null(strstr(fj_last_error(), "fj_attention_desc_init"));
+    }
     for (int i = 0; i < SLOTS; i++) {
         fj_attention_desc d;
         memset(&d, 0xa5, sizeof d);
         fj_attention_desc_init(&d, 1, 2, 1, 5, 7, 16, FJ_F32);
-        for (int j = 0; j < SLOTS; j++) assert_int_equal(d.reserved[j], 0);
+        for (int j = 0; j < DESC_SLOTS; j++) assert_int_equal(d.reserved[j], 0);
         assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
-        d.reserved[i] = i % 2 ? -1 : INT64_C(1) << 40;
         char want[64];
-        snprintf(want, sizeof want, "reserved[%d] (%lld) must be zero", i,
-                 (long long)d.reserved[i]);
-        expect_invalid(&d, want);
-        assert_non_null(strstr(fj_last_error(), "fj_attention_desc_init"));
-
         fj_context *ctx = cpu_ctx(FJ_BACKEND_CPU);
         fj_plan *plan = (fj_plan *)&d;
-        assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_INVALID_ARGUMENT);
-        assert_null(plan);
-        assert_non_null(strstr(fj_last_error(), want));
+        if (i < DESC_SLOTS) {
+            d.reserved[i] = i % 2 ? -1 : INT64_C(1) << 40;
+            snprintf(want, sizeof want, "reserved[%d] (%lld) must be zero", i,
+                     (long long)d.reserved[i]);
+            expect_invalid(&d, want);
+            assert_non_null(strstr(fj_last_error(), "fj_attention_desc_init"));
+            assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_INVALID_ARGUMENT);
+            assert_null(plan);
+            assert_non_null(strstr(fj_last_error(), want));
+        }
 
         fj_plan_options po;
         memset(&po, 0x77, sizeof po);

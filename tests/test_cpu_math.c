@@ -147,6 +147,41 @@ static void test_row_kernels(void **state)
 
 static atomic_int hits[1000];
 
+/* The softcap's tanh (vmath.h): within 4e-7 x out of out * tanh(in * x) on a
+ * sweep (vector lanes and the scalar tail alike), exact saturation, the
+ * sign, and NaN and infinities as tanh takes them. */
+static void test_softcap_tanh(void **state)
+{
+    (void)state;
+    enum { N = 200003 }; /* not a multiple of the vector width: a scalar tail */
+    float *x = malloc(N * sizeof *x);
+    assert_non_null(x);
+    const float in = 0.37f, out = 3.0f;
+    for (int i = 0; i < N; i++) x[i] = -150.0f + 300.0f * (float)i / (N - 1);
+    float *y = malloc(N * sizeof *y);
+    assert_non_null(y);
+    memcpy(y, x, N * sizeof *y);
+    fj_vsoftcap(y, N, in, out);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        double want = out * tanh((double)in * x[i]);
+        double err = fabs(y[i] - want);
+        if (err > worst) worst = err;
+        assert_true(fabs(fj_softcapf(x[i], in, out) - want) <= 4e-7 * out);
+        assert_true((y[i] < 0) == (x[i] < 0) || y[i] == 0.0f);
+    }
+    if (worst > 4e-7 * out) fail_msg("softcap tanh error %.3g > %.3g", worst, 4e-7 * out);
+    float special[9] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e30f, -1e30f, 200.0f, -200.0f};
+    fj_vsoftcap(special, 9, in, out); /* one vector and a tail of one */
+    assert_true(special[0] == out && special[1] == -out && isnan(special[2]));
+    assert_true(special[3] == 0.0f && special[4] == 0.0f);
+    assert_true(special[5] == out && special[6] == -out && special[7] == out &&
+                special[8] == -out);
+    assert_true(fj_softcapf(INFINITY, in, out) == out && isnan(fj_softcapf(NAN, in, out)));
+    free(x);
+    free(y);
+}
+
 static void count_task(void *arg, int64_t t, int worker)
 {
     (void)arg;
@@ -174,7 +209,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expf_accuracy), cmocka_unit_test(test_f16_exhaustive),
         cmocka_unit_test(test_bf16_exhaustive), cmocka_unit_test(test_rounding),
-        cmocka_unit_test(test_row_kernels), cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_row_kernels), cmocka_unit_test(test_softcap_tanh),
+        cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,6 +26,7 @@ static void expect_same_fields(const fj_attention_desc *a, const fj_attention_de
     assert_int_equal(a->causal, b->causal);
     assert_int_equal(a->window_left, b->window_left);
     assert_int_equal(a->window_right, b->window_right);
+    assert_true(a->softcap == b->softcap);
 }
 
 static void test_random_problems_round_trip(void **state)
@@ -94,6 +95,65 @@ static void test_spellings(void **state)
     }
 }
 
+/* The softcap's field: one spelling per float, read back exactly, after the
+ * mask; the longest key of any valid problem fits FJ_PROBLEM_KEY_MAX. */
+static void test_softcap_field(void **state)
+{
+    (void)state;
+    static const struct {
+        float cap;
+        const char *text;
+    } caps[] = {
+        {50.0f, "sc50"},      {2.5f, "sc2p5"},        {0.05f, "sc0p05"},
+        {1000.0f, "sc1000"},  {1e-3f, "sc0p001"},     {1e-5f, "sc1e-05"},
+        {0.1f, "sc0p1"},      {1.00000012f, "sc1p0000001"}, {7e8f, "sc700000000"},
+        {2e9f, "sc2e+09"},    {1e-4f, "sc0p0001"},    {123456.789f, "sc123456p79"},
+        {3e-38f, "sc3e-38"},  {1.17549435e-38f, "sc1p1754944e-38"},
+    };
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+        fj_attention_desc d, back;
+        fj_attention_desc_init(&d, 1, 2, 1, 3, 4, 8, FJ_F16);
+        d.scale = 1e-30f; /* so that the tiniest caps are valid */
+        d.softcap = caps[i].cap;
+        char key[FJ_PROBLEM_KEY_MAX], want[FJ_PROBLEM_KEY_MAX];
+        if (fj_problem_key(&d, key, sizeof key)) fail_msg("cap %g: %s", (double)caps[i].cap, fj_last_error());
+        snprintf(want, sizeof want, "b1.hq2.hkv1.sq3.sk4.d8.f16.nomask.%s", caps[i].text);
+        assert_string_equal(key, want);
+        assert_int_equal(fj_problem_key_parse(key, &back), FJ_OK);
+        assert_true(back.softcap == d.softcap);
+    }
+    /* after the mask fields, and every float reads back to itself */
+    fjt_rng rng;
+    fjt_rng_init(&rng, fjt_seed() ^ 0x5c);
+    for (int i = 0; i < 3000; i++) {
+        fj_attention_desc d, back;
+        fj_attention_desc_init(&d, 1, 1, 1, 9, 9, 16, FJ_BF16);
+        d.causal = (fj_causal)(i % 3);
+        d.window_left = i % 5 == 0 ? 7 : -1;
+        uint32_t bits = (uint32_t)fjt_next(&rng) & 0x7fffffffu;
+        memcpy(&d.softcap, &bits, sizeof bits);
+        if (fj_attention_desc_validate(&d)) continue; /* NaN, inf, out of range */
+        char key[FJ_PROBLEM_KEY_MAX], again[FJ_PROBLEM_KEY_MAX];
+        assert_int_equal(fj_problem_key(&d, key, sizeof key), FJ_OK);
+        if (d.softcap > 0.0f) assert_non_null(strstr(key, ".sc"));
+        if (fj_problem_key_parse(key, &back)) fail_msg("%s: %s", key, fj_last_error());
+        expect_same_fields(&d, &back);
+        assert_int_equal(fj_problem_key(&back, again, sizeof again), FJ_OK);
+        assert_string_equal(key, again);
+    }
+    /* The longest: every number as long as the tensors' extents allow, both
+       windows, a 9-digit cap in exponent form. */
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2147483647, 2147483647, 1073741823, 1073741823, 1, FJ_BF16);
+    d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    d.window_left = d.window_right = 2147483647;
+    d.scale = 1e-30f;
+    d.softcap = 1.17549435e-38f;
+    char key[FJ_PROBLEM_KEY_MAX];
+    if (fj_problem_key(&d, key, sizeof key)) fail_msg("longest key: %s", fj_last_error());
+    assert_true(strlen(key) < FJ_PROBLEM_KEY_MAX);
+}
+
 static void test_malformed_keys_are_refused(void **state)
 {
     (void)state;
@@ -121,6 +181,23 @@ static void test_malformed_keys_are_refused(void **state)
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask ", "field 8"},
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.", "nothing may follow 'nomask'"},
         {"b2147483648.hq8.hkv8.sq1.sk4.d64.bf16.nomask", "field 1"},
+        /* the softcap: its one spelling, last, once */
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.sc50", "field 8 ('sc50')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.sc50.sc50", "nothing may follow 'nomask' but"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.sc50.", "nothing may follow 'nomask' but"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc50.wl3", "nothing may follow the softcap"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc50.", "ends with '.'"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc050", "field 9 ('sc050')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc50p0", "field 9 ('sc50p0')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc5e+01", "field 9 ('sc5e+01')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc2.5", "nothing may follow the softcap"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc0", "field 9 ('sc0')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc-1", "field 9 ('sc-1')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.scinf", "field 9 ('scinf')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.scnan", "field 9 ('scnan')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc", "field 9 ('sc')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc0x1p3", "field 9 ('sc0x1p3')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc3e+38", "softcap (3e+38) must be in ["},
         /* Well formed, but the desc's rules refuse it. */
         {"b0.hq8.hkv8.sq1.sk4.d64.bf16.nomask", "batch (0) must be >= 1"},
         {"b1.hq8.hkv3.sq1.sk4.d64.bf16.nomask", "heads_q (8) is not a multiple of heads_kv (3)"},
@@ -201,6 +278,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_problems_round_trip),
         cmocka_unit_test(test_spellings),
+        cmocka_unit_test(test_softcap_field),
         cmocka_unit_test(test_malformed_keys_are_refused),
         cmocka_unit_test(test_buffer_and_invalid_desc),
         cmocka_unit_test(test_points),

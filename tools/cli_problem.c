@@ -27,6 +27,7 @@ const char *cli_problem_flags_help(void)
            "  --dtype f32|f16|bf16 (bf16)  --scale X (0: 1/sqrt(head_dim))\n"
            "  --causal [none|bottom-right|top-left] (none; alone: bottom-right)\n"
            "  --window LEFT,RIGHT (-1,-1: unbounded)\n"
+           "  --softcap C (0: off; > 0: scores become C * tanh(score / C))\n"
            "  --backend auto|reference|cpu|cuda (auto)\n"
            "  --repeat N (20)  --warmup N (3)  --check  --lse  --seed N (1)\n";
 }
@@ -86,6 +87,16 @@ int cli_problem_flag(const char *cmd, int argc, char **argv, int *i, cli_problem
             return -1;
         }
         f->d.scale = (float)s;
+        ++*i;
+    } else if (!strcmp(a, "--softcap")) {
+        char *end;
+        double c = val ? strtod(val, &end) : 0;
+        if (!val || *end || !isfinite(c) || c < 0) {
+            cli_usage_error(cmd, "--softcap: '%s' is not a finite number >= 0 (0: off)",
+                            val ? val : "");
+            return -1;
+        }
+        f->d.softcap = (float)c;
         ++*i;
     } else if (!strcmp(a, "--repeat")) {
         if (!cli_parse_int(cmd, a, val, 1, 100000, &f->repeat)) return -1;

@@ -10,7 +10,8 @@
  * with every kind. --kinds shipped adds the tiles of the shipped tuning
  * tables' entries for the arch (what a plan takes on that device when the
  * user's tuning file has no entry), with their split variants when split is
- * also given. --head-dims, --dtype, --mask and --kinds select a subset.
+ * also given; --kinds softcap adds each of those kernels again with the logit
+ * softcap (FJ_SOFTCAP). --head-dims, --dtype, --mask and --kinds select a subset.
  *
  * Registers, spills and static shared memory are read from each cubin's ELF
  * (src/cubin_info.h), not from ptxas -v output (NVRTC 13 prints that into the
@@ -37,14 +38,16 @@
 #define USAGE_TEXT \
     "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n" \
     "                            [--head-dims 64,128] [--mask nomask,causal,window,causal_window]\n" \
-    "                            [--kinds prefill,decode,split,shipped] [--cache-dir DIR]\n" \
+    "                            [--kinds prefill,decode,split,shipped,softcap]\n" \
+    "                            [--cache-dir DIR]\n" \
     "                            [--max-spill BYTES]\n" \
     "\n" \
     "Compiles every kernel the runtime chooses without a tuning file (head dims 8..256\n" \
     "step 8, f16 and bf16, four mask kinds, the heuristic's tiles; --kinds: the prefill\n" \
     "tiles, the decode tiles (at most 16 query rows per head), and 'split': the split-KV\n" \
     "variants of both and the combine kernel; 'shipped': the shipped tuning tables'\n" \
-    "tiles for the arch; default prefill,decode) for each arch\n" \
+    "tiles for the arch; 'softcap': the kernels of the other kinds given again with the\n" \
+    "logit softcap; default prefill,decode) for each arch\n" \
     "(default sm_90), on N threads (default: one per core), through the disk cache the\n" \
     "library uses (FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit;\n" \
     "--cache-dir overrides, \"\" turns it off), so a rerun is fast. Prints each\n" \
@@ -84,9 +87,11 @@ typedef enum variant_kind {
     KIND_DECODE,
     KIND_SPLIT,
     KIND_SHIPPED,
+    KIND_SOFTCAP,
     KIND_COUNT
 } variant_kind;
-static const char *const kind_names[KIND_COUNT] = {"prefill", "decode", "split", "shipped"};
+static const char *const kind_names[KIND_COUNT] = {"prefill", "decode", "split", "shipped",
+                                                   "softcap"};
 
 typedef struct flags {
     uint32_t archs[MAX_ARCHS];
@@ -192,7 +197,7 @@ static int parse_flags(int argc, char **argv, flags *f)
             if (!each_token(val, kind_item, f))
                 return cli_usage_error("compile-all",
                                        "--kinds: '%s' is not a list of prefill, decode, split, "
-                                       "shipped",
+                                       "shipped, softcap",
                                        val ? val : "");
             any_kind = true;
         } else if (!strcmp(a, "--jobs")) {
@@ -220,11 +225,12 @@ static int parse_flags(int argc, char **argv, flags *f)
 
 /* The descriptor the runtime chooses for a problem of this shape and mask
  * with seqlen_q queries: built from a problem, exactly as a plan does. */
-static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, int seqlen_q, uint32_t arch,
-                              fj_kernel_desc *k)
+static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, bool softcap, int seqlen_q,
+                              uint32_t arch, fj_kernel_desc *k)
 {
     fj_attention_desc d;
     fj_attention_desc_init(&d, 1, 1, 1, seqlen_q, seqlen_q, head_dim, dtype);
+    if (softcap) d.softcap = 30.0f; /* the value is a launch parameter, not code */
     if (mask == FJ_MASK_CAUSAL || mask == FJ_MASK_CAUSAL_WINDOW) d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
     if (mask == FJ_MASK_WINDOW || mask == FJ_MASK_CAUSAL_WINDOW) d.window_left = 0;
     fj_problem p;
@@ -289,16 +295,19 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
             dtype == FJ_F32 || mask < 0 || e->head_dim < 8 || e->head_dim > FJ_MAX_HEAD_DIM ||
             !f->head_dim[e->head_dim] || !f->dtype[dtype] || !f->mask[mask])
             continue;
-        fj_kernel_desc k;
-        fj_status s = runtime_desc(e->head_dim, dtype, mask, e->bucket == 1 ? 1 : 128, arch, &k);
-        if (!s) s = fj_kernel_desc_parse_tiles(e->config, &k);
-        if (s) return fj_fail_prefix(s, "shipped entry d%d %s %s bucket %d '%s'", e->head_dim,
-                                     e->dtype, e->mask, e->bucket, e->config);
-        fj_kernel_desc out[4];
-        int m = 0;
-        out[m++] = k;
-        if (f->kind[KIND_SPLIT]) add_split_of(&k, out, &m);
-        add_unique(out, m, v, n);
+        for (int cap = 0; cap <= (int)f->kind[KIND_SOFTCAP]; cap++) {
+            fj_kernel_desc k;
+            fj_status s = runtime_desc(e->head_dim, dtype, mask, cap, e->bucket == 1 ? 1 : 128,
+                                       arch, &k);
+            if (!s) s = fj_kernel_desc_parse_tiles(e->config, &k);
+            if (s) return fj_fail_prefix(s, "shipped entry d%d %s %s bucket %d '%s'", e->head_dim,
+                                         e->dtype, e->mask, e->bucket, e->config);
+            fj_kernel_desc out[4];
+            int m = 0;
+            out[m++] = k;
+            if (f->kind[KIND_SPLIT]) add_split_of(&k, out, &m);
+            add_unique(out, m, v, n);
+        }
         matched++;
     }
     if (!matched)
@@ -312,28 +321,31 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
 static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mask, uint32_t arch,
                            variant *v, size_t *n)
 {
-    fj_kernel_desc prefill, decode;
-    fj_status s;
-    if ((s = runtime_desc(head_dim, dtype, mask, 128, arch, &prefill)) ||
-        (s = runtime_desc(head_dim, dtype, mask, 1, arch, &decode)))
-        return s;
-    fj_kernel_desc out[8];
-    int m = 0;
-    if (f->kind[KIND_PREFILL]) out[m++] = prefill;
-    if (f->kind[KIND_DECODE]) out[m++] = decode;
-    if (f->kind[KIND_SPLIT]) {
-        /* the combine kernels of both are the same two (add_unique) */
-        add_split_of(&prefill, out, &m);
-        add_split_of(&decode, out, &m);
+    for (int cap = 0; cap <= (int)f->kind[KIND_SOFTCAP]; cap++) {
+        fj_kernel_desc prefill, decode;
+        fj_status s;
+        if ((s = runtime_desc(head_dim, dtype, mask, cap, 128, arch, &prefill)) ||
+            (s = runtime_desc(head_dim, dtype, mask, cap, 1, arch, &decode)))
+            return s;
+        fj_kernel_desc out[8];
+        int m = 0;
+        if (f->kind[KIND_PREFILL]) out[m++] = prefill;
+        if (f->kind[KIND_DECODE]) out[m++] = decode;
+        if (f->kind[KIND_SPLIT]) {
+            /* the combine kernels of both are the same two (add_unique) */
+            add_split_of(&prefill, out, &m);
+            add_split_of(&decode, out, &m);
+        }
+        add_unique(out, m, v, n);
     }
-    add_unique(out, m, v, n);
     return FJ_OK;
 }
 
 static fj_status make_variants(const flags *f, variant **out, size_t *count)
 {
-    size_t n = 0, cap = (size_t)f->narchs * 2 * 4 * (FJ_MAX_HEAD_DIM / 8) * 6 +
-                        (size_t)f->narchs * fj_tuning_count(fj_tuning_shipped()) * 4;
+    size_t n = 0, cap = ((size_t)f->narchs * 2 * 4 * (FJ_MAX_HEAD_DIM / 8) * 6 +
+                         (size_t)f->narchs * fj_tuning_count(fj_tuning_shipped()) * 4) *
+                        (f->kind[KIND_SOFTCAP] ? 2 : 1);
     variant *v = calloc(cap, sizeof *v);
     if (!v) return FJ_ERR_OUT_OF_MEMORY;
     static const fj_dtype dtypes[2] = {FJ_F16, FJ_BF16};

@@ -15,7 +15,7 @@
 static const char *const usage_text =
     "usage: flashjit source NAME [--ptx]\n"
     "       flashjit source --head-dim D [--dtype f16|bf16] [--causal [KIND]] [--window L,R]\n"
-    "                       [--seqlen-q N] [--seqlen-k N] [--heads-q N] [--heads-kv N]\n"
+    "                       [--softcap C] [--seqlen-q N] [--seqlen-k N] [--heads-q N] [--heads-kv N]\n"
     "                       [--arch sm_XX] [--block-m M] [--block-n N] [--warps W]\n"
     "                       [--stages S] [--ptx]\n"
     "\n"
@@ -52,6 +52,7 @@ typedef struct source_flags {
     fj_dtype dtype;
     fj_causal causal;
     int window_left, window_right;
+    float softcap; /* 0: off; any value > 0 gives the capped kernel */
     uint32_t arch;
     int tiles[4]; /* block_m, block_n, warps, stages; 0: the heuristic's */
 } source_flags;
@@ -110,6 +111,14 @@ static int parse_flags(int argc, char **argv, source_flags *f)
                                        val ? val : "");
             f->window_left = l, f->window_right = r;
             i++, f->from_flags = true;
+        } else if (!strcmp(a, "--softcap")) {
+            char *end;
+            double c = val ? strtod(val, &end) : 0;
+            if (!val || *end || !(c >= 0) || c > 1e30)
+                return cli_usage_error("source", "--softcap: '%s' is not a number >= 0 (0: off)",
+                                       val ? val : "");
+            f->softcap = (float)c;
+            i++, f->from_flags = true;
         } else if (a[0] == '-') {
             return cli_usage_error("source", "unknown option '%s' (see flashjit source --help)", a);
         } else if (f->name) {
@@ -139,6 +148,7 @@ static fj_status desc_from_flags(const source_flags *f, fj_kernel_desc *k)
     d.causal = f->causal;
     d.window_left = f->window_left;
     d.window_right = f->window_right;
+    d.softcap = f->softcap;
     fj_problem p;
     fj_status s = fj_problem_init(&p, &d);
     if (s != FJ_OK) return s;

@@ -7,7 +7,8 @@ so they name and list problems exactly as `flashjit bench` does:
     b4.hq16.hkv4.sq4096.sk4096.d128.bf16.causal_br
 
 <mask>: "nomask", or causal_br|causal_tl, wl<N>, wr<N> in that order, each at
-most once. The C library's fj_problem_key_parse is the definition; this reader
+most once; then, with a softcap, sc<value> (the shortest decimal that reads
+back as the same float32, 'p' for the point: sc50, sc2p5, sc1e-05). The C library's fj_problem_key_parse is the definition; this reader
 follows it, and `problem_key.py --check path/to/flashjit` (a meson test)
 compares the two on every grid: the keys this module lists for a grid must be
 those `flashjit bench --grid NAME --list` prints.
@@ -15,7 +16,9 @@ those `flashjit bench --grid NAME --list` prints.
 usage: problem_key.py --check FLASHJIT   (exit 0 when C and Python agree)
 """
 import collections
+import math
 import os
+import struct
 import subprocess
 import sys
 
@@ -25,8 +28,41 @@ MAX_HEAD_DIM = 256
 DTYPES = ("f32", "f16", "bf16")
 
 Problem = collections.namedtuple(
-    "Problem", "batch heads_q heads_kv seqlen_q seqlen_k head_dim dtype causal window_left window_right")
-Problem.__new__.__defaults__ = ("none", -1, -1)
+    "Problem",
+    "batch heads_q heads_kv seqlen_q seqlen_k head_dim dtype causal window_left window_right softcap")
+Problem.__new__.__defaults__ = ("none", -1, -1, 0.0)
+
+
+def _f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def softcap_text(v):
+    """src/problem_key.c's softcap_text: the fewest decimals in [1e-4, 1e9), else
+    the fewest significant digits in exponent form; '.' written 'p'."""
+    text = None
+    if 1e-4 <= v < 1e9:
+        for k in range(17):
+            if _f32(float("%.*f" % (k, v))) == v:
+                text = "%.*f" % (k, v)
+                break
+    if text is None:
+        for k in range(9):
+            if _f32(float("%.*e" % (k, v))) == v:
+                text = "%.*e" % (k, v)
+                break
+    return text.replace(".", "p")
+
+
+def _softcap(field):
+    t = field[2:]
+    try:
+        v = _f32(float(t.replace("p", "."))) if field.startswith("sc") and "." not in t else None
+    except ValueError:
+        v = None
+    if v is None or not (v > 0) or math.isinf(v) or softcap_text(v) != t:
+        raise ValueError("field '%s' is not sc<softcap>" % field)
+    return v
 
 
 def format_key(p):
@@ -38,9 +74,9 @@ def format_key(p):
         mask.append("wl%d" % p.window_left)
     if p.window_right >= 0:
         mask.append("wr%d" % p.window_right)
-    return "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s" % (
+    return "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s" % (
         p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, p.dtype,
-        ".".join(mask) or "nomask")
+        ".".join(mask) or "nomask", ".sc" + softcap_text(p.softcap) if p.softcap > 0 else "")
 
 
 def _number(field, prefix, what):
@@ -62,9 +98,13 @@ def parse_key(key):
         n = [_number(f, prefix, what) for f, (prefix, what) in zip(fields, names)]
         if fields[6] not in DTYPES:
             raise ValueError("field '%s' is not a dtype" % fields[6])
-        causal, wl, wr = "none", -1, -1
+        causal, wl, wr, cap = "none", -1, -1, 0.0
         mask = fields[7:]
-        if mask != ["nomask"]:
+        if len(mask) > 1 and mask[-1].startswith("sc"):
+            cap = _softcap(mask.pop())
+        if mask == ["nomask"]:
+            pass
+        else:
             stage = 0
             for f in mask:
                 if stage < 1 and f in ("causal_br", "causal_tl"):
@@ -77,7 +117,7 @@ def parse_key(key):
                     raise ValueError("field '%s' is not the next mask field" % f)
     except ValueError as e:
         raise ValueError("problem key '%s': %s" % (key, e)) from None
-    p = Problem(*n, fields[6], causal, wl, wr)
+    p = Problem(*n, fields[6], causal, wl, wr, cap)
     if min(n) < 1 or p.head_dim > MAX_HEAD_DIM or p.heads_q % p.heads_kv:
         raise ValueError("problem key '%s' breaks a rule of the desc (sizes >= 1, head_dim <= %d, "
                          "heads_q a multiple of heads_kv)" % (key, MAX_HEAD_DIM))
@@ -157,7 +197,9 @@ def check(flashjit):
             print("grid %-12s %3d rows, C and Python agree" % (name, len(read_grid(name))))
     for key in ("b01.hq1.hkv1.sq1.sk1.d8.f32.nomask", "b1.hq1.hkv1.sq1.sk1.d8.f32.wl1.causal_br",
                 "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.wl1", "b1.hq2.hkv3.sq1.sk1.d8.f32.nomask",
-                "b1.hq1.hkv1.sq1.sk1.d8.fp16.nomask", "b1.hq1.hkv1.sq1.sk1.d8.f32"):
+                "b1.hq1.hkv1.sq1.sk1.d8.fp16.nomask", "b1.hq1.hkv1.sq1.sk1.d8.f32",
+                "b1.hq1.hkv1.sq1.sk1.d8.f32.sc50", "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.sc50p0",
+                "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.sc5e+01", "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.sc0"):
         try:
             parse_key(key)
             print("'%s' parsed" % key)

@@ -6,6 +6,8 @@
  * BLOCK_KEYS keys, and for each block each of its kv heads in turn:
  *     S = log2(e) scale Q K_blk^T          (kernels->scores, the rows that see
  *                                           part of the block)
+ *     with a softcap c: S = c tanh(S / c) in base 2 on the keys a row sees
+ *         (every kernel set alike: the cap is applied here, on their scores)
  *     per row: unseen keys -inf, the online softmax step (tiled_softmax.h),
  *         the accumulator rescaled when the row's max moved
  *     O_acc += P V_blk                      (kernels->accumulate)
@@ -220,9 +222,15 @@ static void load_queries(const decode_job *j, const decode_ws *w, int64_t b, int
         }
 }
 
+/* The softcap on base-2 scores: x becomes out * tanh(in * x), out = c log2(e)
+   and in its inverse (c tanh(s / c) in base 2); out 0: off. */
+typedef struct cap_factors {
+    float in, out;
+} cap_factors;
+
 /* Keys [j0, j0 + nk) for the rows that see part of them. */
 static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_t hk, int64_t j0,
-                      int nk, float alpha, const pos_block *blk)
+                      int nk, float alpha, const cap_factors *cap, const pos_block *blk)
 {
     const fj_problem *p = j->p;
     const fj_cpu_decode_plan *dp = j->dp;
@@ -252,6 +260,7 @@ static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_
             memset(srow, 0, (size_t)nk * sizeof(float));
             continue;
         }
+        if (cap->out > 0.0f) fj_vsoftcap(srow + a, e - a, cap->in, cap->out);
         for (int64_t c = 0; c < a; c++) srow[c] = -INFINITY;
         for (int64_t c = e; c < nk; c++) srow[c] = -INFINITY;
         float factor = fj_tiled_softmax_step(srow, nk, &w->row_max[r], &w->row_sum[r]);
@@ -371,6 +380,11 @@ static void run_unit(const decode_job *j, int64_t unit, int c, int worker)
     const int heads = p->heads_kv - hk0 < dp->heads_per_task ? (int)(p->heads_kv - hk0)
                                                               : dp->heads_per_task;
     const float alpha = (float)(M_LOG2E * p->scale);
+    cap_factors cap = {0.0f, 0.0f};
+    if (p->softcap > 0.0f) {
+        cap.out = (float)(M_LOG2E * p->softcap);
+        cap.in = (float)(1.0 / (M_LOG2E * p->softcap));
+    }
     pos_block blk;
     make_block(p, dp, pb, &blk);
     int64_t c0 = blk.jlo, c1 = blk.jhi;
@@ -395,7 +409,7 @@ static void run_unit(const decode_job *j, int64_t unit, int c, int worker)
         const int nk = (int)(c1 - j0 < BLOCK_KEYS ? c1 - j0 : BLOCK_KEYS);
         for (int i = 0; i < heads; i++) {
             const decode_ws w = worker_ws(dp, worker, i);
-            key_block(j, &w, b, hk0 + i, j0, nk, alpha, &blk);
+            key_block(j, &w, b, hk0 + i, j0, nk, alpha, &cap, &blk);
         }
     }
     for (int i = 0; i < heads; i++) {

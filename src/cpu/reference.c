@@ -1,7 +1,7 @@
 /* FJ_BACKEND_CPU_REFERENCE: the yardstick every other backend is checked
  * against. Deliberately plain: per (batch, head, block of query rows), the
- * scores S = Q K^T of the block are materialized with one sgemm, softmax is
- * taken row by row in float32 (max-subtracted, so stable), and O = P V is a
+ * scores S = Q K^T of the block are materialized with one sgemm, scaled (and
+ * capped, with a softcap), softmax is taken row by row in float32 (max-subtracted, so stable), and O = P V is a
  * second sgemm. The block height keeps the score workspace under
  * SCORE_BYTES_PER_THREAD at any sequence length. */
 #include <cblas.h>
@@ -91,6 +91,8 @@ static void ref_task(void *arg, int64_t task, int worker)
             float *vis = row + lo;
             int64_t n = hi - lo;
             fj_vscale(vis, n, p->scale);
+            if (p->softcap > 0.0f)
+                fj_vsoftcap(vis, n, (float)(1.0 / p->softcap), p->softcap);
             float m = fj_vmax(vis, n);
             float sum = fj_vexp_scaled_sum(vis, n, 1.0f, m);
             fj_vscale(vis, n, 1.0f / sum);

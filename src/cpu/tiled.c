@@ -6,7 +6,8 @@
  * the kv head (their rows are stacked, so they share every K/V block and its
  * conversion, and a GQA decode step is an sgemm, not a matrix-vector
  * product). For each block of keys that some row of the block sees:
- *     S = log2(e) scale Q K_blk^T       (cblas_sgemm, rows that see the block only)
+ *     S = log2(e) scale Q K_blk^T       (cblas_sgemm, rows that see the block only;
+ *                                        with a softcap, c tanh(S / c) in base 2)
  *     per row: keys it does not see set to 0 in S, then the online softmax
  *         step (tiled_softmax.h): S = 2^(S - running max), running sum
  *         updated, and the row's accumulator rescaled when the max moved
@@ -140,6 +141,9 @@ typedef struct row_block {
     const float *qm; /* the block's queries, rows ldq apart */
     int ldq;
     float alpha; /* log2(e) * scale: scores in base 2 */
+    /* softcap c: a base-2 score x becomes cap_out * tanh(cap_in * x), cap_out
+       = c log2(e), cap_in its inverse (c tanh(s / c) in base 2); 0: off */
+    float cap_in, cap_out;
 } row_block;
 
 /* Keys [j0, j0 + nk): scores of the rows that see part of them, the online
@@ -183,6 +187,7 @@ static void key_block(const row_block *rb, int64_t j0, int nk)
             memset(srow, 0, (size_t)nk * sizeof(float));
             continue;
         }
+        if (rb->cap_out > 0.0f) fj_vsoftcap(srow + a, e - a, rb->cap_in, rb->cap_out);
         for (int64_t c = 0; c < a; c++) srow[c] = -INFINITY; /* unseen keys: weight 0 */
         for (int64_t c = e; c < nk; c++) srow[c] = -INFINITY;
         float factor = fj_tiled_softmax_step(srow, nk, &w->row_max[r], &w->row_sum[r]);
@@ -228,6 +233,10 @@ static void tiled_task(void *arg, int64_t task, int worker)
     rest /= tp->head_chunks;
 
     row_block rb = {.job = j, .w = worker_ws(tp, worker), .alpha = (float)(M_LOG2E * p->scale)};
+    if (p->softcap > 0.0f) {
+        rb.cap_out = (float)(M_LOG2E * p->softcap);
+        rb.cap_in = (float)(1.0 / (M_LOG2E * p->softcap));
+    }
     rb.hk = rest % p->heads_kv;
     rb.b = rest / p->heads_kv;
     const int64_t pos0 = pblk * tp->positions_per_block;

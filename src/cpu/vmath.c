@@ -123,3 +123,26 @@ void fj_vexp(float *y, const float *x, int64_t n)
     for (; j + LANES <= n; j += LANES) vstore(y + j, vexp_lanes(vload(x + j)));
     for (; j < n; j++) y[j] = fj_expf(x[j]);
 }
+
+FJ_VECTOR_CLONES
+void fj_vsoftcap(float *x, int64_t n, float in, float out)
+{
+    const vint sign = (vint){0} + INT32_MIN;
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        vfloat y = vload(x + j) * in;
+        vint yi, mag_i;
+        memcpy(&yi, &y, sizeof yi);
+        mag_i = yi & ~sign;
+        vfloat mag;
+        memcpy(&mag, &mag_i, sizeof mag);
+        vfloat e = vexp_lanes(mag * -2.0f);
+        vfloat t = (1.0f - e) / (1.0f + e); /* >= 0, or NaN */
+        vint ti;
+        memcpy(&ti, &t, sizeof ti);
+        ti |= yi & sign;
+        memcpy(&t, &ti, sizeof t);
+        vstore(x + j, t * out);
+    }
+    for (; j < n; j++) x[j] = fj_softcapf(x[j], in, out);
+}

@@ -139,6 +139,10 @@ static void fill_params(fj_fwd_params *prm, const fj_problem *p, int num_splits)
     prm->window_right = p->window_right;
     prm->num_splits = num_splits;
     prm->scale_log2 = (float)((double)p->scale * LOG2E);
+    if (p->softcap > 0.0f) { /* finite: fj_problem_init's rule */
+        prm->softcap_in = (float)(2.0 * LOG2E * (double)p->scale / p->softcap);
+        prm->softcap_log2 = (float)(LOG2E * p->softcap);
+    }
 }
 
 /* Whether the loaded kernel can be launched with the plan's block at all. */

@@ -232,7 +232,8 @@ static double dot_row(const double *q, const void *x, fj_dtype t, size_t base, i
     return (a0 + a1) + (a2 + a3);
 }
 
-/* One query row: scores, then the softmax-weighted sum of the V rows. */
+/* One query row: scores (capped, with a softcap: c tanh(s / c) in double),
+ * then the softmax-weighted sum of the V rows. */
 static void oracle_row(fjt_problem *p, int b, int h, int i, double *s, double *qrow)
 {
     const fj_attention_desc *d = &p->d;
@@ -245,6 +246,7 @@ static void oracle_row(fjt_problem *p, int b, int h, int i, double *s, double *q
     for (int j = 0; j < d->seqlen_k; j++) {
         if (!sees(d, i, j)) continue;
         s[j] = dot_row(qrow, p->k, t, off(p->ks, b, j, hk), D) * scale;
+        if (d->softcap > 0.0f) s[j] = d->softcap * tanh(s[j] / d->softcap);
         if (s[j] > m) m = s[j];
     }
     double *o = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * D;
@@ -492,11 +494,11 @@ const char *fjt_desc_str(const fj_attention_desc *d)
 {
     static _Thread_local char buf[384];
     snprintf(buf, sizeof buf,
-             "b%d hq%d hkv%d sq%d sk%d d%d %s causal=%s window=%d,%d scale=%g strides q[%lld %lld "
-             "%lld] o[%lld %lld %lld]",
+             "b%d hq%d hkv%d sq%d sk%d d%d %s causal=%s window=%d,%d scale=%g softcap=%g strides "
+             "q[%lld %lld %lld] o[%lld %lld %lld]",
              d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
              fj_dtype_name(d->dtype), fj_causal_name(d->causal), d->window_left, d->window_right,
-             (double)d->scale, (long long)d->q_stride[0], (long long)d->q_stride[1],
+             (double)d->scale, (double)d->softcap, (long long)d->q_stride[0], (long long)d->q_stride[1],
              (long long)d->q_stride[2], (long long)d->o_stride[0], (long long)d->o_stride[1],
              (long long)d->o_stride[2]);
     return buf;

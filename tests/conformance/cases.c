@@ -644,6 +644,134 @@ static void odd_shapes(builder *b, uint64_t seed)
     }
 }
 
+/* ---- the logit softcap (issue 22) ------------------------------------------ */
+
+/* A capped case; the CUDA backend must run it when cuda (f16/bf16, head dim
+   a multiple of 8). Scales near 1 and above make the scores reach the cap
+   (uniform [-1, 1] data: q.k has a standard deviation of sqrt(D) / 3). */
+static void add_capped(builder *b, const char *name, fj_attention_desc d, float softcap,
+                       float scale, fjt_layout layout, bool lse, bool cuda)
+{
+    d.softcap = softcap;
+    d.scale = scale;
+    /* "softcap": CUDA must run them (and they may be heavy); "softcap-cpu":
+       f32 or head dims no kernel takes, in every build */
+    fjt_case c = fjt_case_make(cuda ? "softcap" : "softcap-cpu", name, &d, layout, lse);
+    if (cuda) c.must_run |= FJT_ON(FJ_BACKEND_CUDA);
+    c.heavy = cuda && fjt_case_work(&c) > HEAVY_WORK;
+    /* scores of magnitude ~c carry f32 rounding of ~c 2^-24 per term;
+       a peaky softmax over them (c 30..50) moves f32 outputs by a few 1e-6,
+       lse by ~1e-5 (as the odd family's scale 8) */
+    if (softcap >= 20.0f && d.dtype == FJ_F32) c.rel_tol = 3e-5;
+    if (softcap >= 20.0f) c.lse_tol = 1e-3;
+    add(b, &c);
+}
+
+/* Every mask kind (rows that see no key included), GQA and MQA, every
+   dtype, caps from far below the scores (nearly a sign function) to far
+   above them (nearly no cap), positive, negative and default scales; decode
+   with 1..16 query rows and split-KV lengths; head dims every CUDA class
+   takes, and odd ones for the CPU backends alone. */
+static void softcap(builder *b)
+{
+    static const float caps[] = {1.0f, 5.0f, 30.0f, 50.0f, 0.25f, 2.5f};
+    static const float scales[] = {1.0f, -0.7f, 0.0f, 4.0f, 2.0f, 0.5f};
+    static const struct {
+        const char *name;
+        int sq, sk;
+        fj_causal causal;
+        int wl, wr;
+    } m[] = {
+        {"nomask", 130, 257, FJ_CAUSAL_NONE, -1, -1},
+        {"causal-br", 200, 200, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1},
+        {"causal-br-more-queries", 200, 64, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1}, /* empty rows */
+        {"causal-tl-more-keys", 64, 300, FJ_CAUSAL_TOP_LEFT, -1, -1},
+        {"left-window", 300, 300, FJ_CAUSAL_BOTTOM_RIGHT, 16, -1},
+        {"band", 257, 300, FJ_CAUSAL_NONE, 5, 5},
+        {"causal-and-right", 128, 128, FJ_CAUSAL_BOTTOM_RIGHT, 64, 7},
+    };
+    char name[48];
+    int k = 0;
+    for (int i = 0; i < NELEMS(m); i++)
+        for (int t = 0; t < 3; t++, k++) {
+            fj_dtype dt = all_dtypes[t];
+            int hq = i % 2 ? 4 : 8, hkv = i % 3 == 0 ? 1 : 2;
+            fj_attention_desc d = desc(2, hq, hkv, m[i].sq, m[i].sk, t == 1 ? 64 : 128, dt,
+                                       m[i].causal, m[i].wl, m[i].wr);
+            snprintf(name, sizeof name, "mask-%s-%s", m[i].name, fj_dtype_name(dt));
+            add_capped(b, name, d, caps[k % NELEMS(caps)], scales[k % NELEMS(scales)],
+                       (fjt_layout)(k % 3), true, dt != FJ_F32);
+        }
+
+    /* decode: 1..16 query rows, long keys (CUDA splits them), GQA packing */
+    static const struct {
+        int batch, hq, hkv, sq, sk, dim;
+        fj_causal causal;
+        int wl;
+    } dec[] = {
+        {1, 32, 8, 1, 4096, 128, FJ_CAUSAL_NONE, -1},
+        {2, 8, 1, 1, 9000, 64, FJ_CAUSAL_BOTTOM_RIGHT, -1},
+        {1, 16, 4, 2, 3001, 128, FJ_CAUSAL_BOTTOM_RIGHT, -1},
+        {1, 8, 8, 3, 2048, 80, FJ_CAUSAL_TOP_LEFT, -1},
+        {2, 16, 2, 4, 2500, 256, FJ_CAUSAL_NONE, -1},
+        {1, 8, 2, 7, 4099, 64, FJ_CAUSAL_BOTTOM_RIGHT, 127},
+        {1, 12, 3, 13, 1500, 40, FJ_CAUSAL_TOP_LEFT, 700},
+        {1, 8, 1, 16, 8192, 128, FJ_CAUSAL_BOTTOM_RIGHT, -1},
+        {1, 4, 4, 16, 5000, 96, FJ_CAUSAL_NONE, -1},
+        {1, 8, 2, 4, 3, 64, FJ_CAUSAL_BOTTOM_RIGHT, -1}, /* row 0 sees nothing */
+        {1, 16, 16, 1, 1, 64, FJ_CAUSAL_NONE, -1},      /* one key */
+    };
+    for (int i = 0; i < NELEMS(dec); i++) {
+        fj_dtype dt = all_dtypes[i % 3];
+        fj_attention_desc d = desc(dec[i].batch, dec[i].hq, dec[i].hkv, dec[i].sq, dec[i].sk,
+                                   dec[i].dim, dt, dec[i].causal, dec[i].wl, -1);
+        snprintf(name, sizeof name, "decode-sq%d-sk%d-h%d-%d-%s", dec[i].sq, dec[i].sk, dec[i].hq,
+                 dec[i].hkv, fj_dtype_name(dt));
+        add_capped(b, name, d, caps[i % NELEMS(caps)], scales[(i + 3) % NELEMS(scales)],
+                   i % 4 == 3 ? FJT_BHSD : FJT_DENSE, i % 5 != 4, dt != FJ_F32);
+    }
+
+    /* split-KV shapes of the split family (few query tiles, many keys) */
+    add_capped(b, "split-decode-gqa-bf16", desc(2, 32, 8, 1, 32768, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1), 50.0f, 1.0f, FJT_DENSE, true, true);
+    add_capped(b, "split-sq3-causal-f16", desc(2, 4, 1, 3, 3001, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1), 2.5f, -1.0f, FJT_PADDED, true, true);
+    add_capped(b, "split-window-bf16", desc(1, 2, 2, 17, 5000, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, 0), 5.0f, 2.0f, FJT_DENSE, true, true);
+    add_capped(b, "split-empty-rows-f16", desc(1, 4, 4, 200, 6000, 80, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1), 30.0f, 0.0f, FJT_DENSE, true, true);
+    add_capped(b, "split-prefill-bf16", desc(1, 2, 2, 100, 9000, 160, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1), 1.0f, 1.0f, FJT_KV_BROADCAST, false, true);
+
+    /* every CUDA head-dim class, long enough for several key tiles */
+    static const int dims[] = {8, 32, 72, 96, 160, 192, 200, 256};
+    for (int i = 0; i < NELEMS(dims); i++) {
+        fj_dtype dt = i % 2 ? FJ_BF16 : FJ_F16;
+        fj_attention_desc d = desc(1, 4, 2, 257, 384, dims[i], dt,
+                                   i % 3 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1);
+        snprintf(name, sizeof name, "dim%d-%s", dims[i], fj_dtype_name(dt));
+        add_capped(b, name, d, caps[i % NELEMS(caps)], scales[i % NELEMS(scales)], FJT_DENSE,
+                   true, true);
+    }
+
+    /* head dims no GPU kernel takes, sizes around the CPU blocks, the cap
+       far below the scores (0.05: nearly +-0.05 everywhere) and far above */
+    static const int odd_dims[] = {1, 3, 7, 13, 33, 127, 255};
+    static const float odd_caps[] = {0.05f, 1000.0f, 3.0f, 0.5f, 12.0f, 1.5f, 7.0f};
+    for (int i = 0; i < NELEMS(odd_dims); i++) {
+        fj_dtype dt = all_dtypes[i % 3];
+        fj_attention_desc d = desc(1, 3, 1, 1 + 37 * i, 17 + 71 * i, odd_dims[i], dt,
+                                   (fj_causal)(i % 3), i == 4 ? 9 : -1, -1);
+        snprintf(name, sizeof name, "odd-d%d-%s", odd_dims[i], fj_dtype_name(dt));
+        add_capped(b, name, d, odd_caps[i], scales[i % NELEMS(scales)], (fjt_layout)(i % 3),
+                   true, false);
+    }
+
+    /* Gemma's caps on large scores: most of them saturate */
+    for (int t = 0; t < 3; t++) {
+        fj_attention_desc d = desc(1, 8, 4, 96, 300, 128, all_dtypes[t], FJ_CAUSAL_BOTTOM_RIGHT,
+                                   -1, -1);
+        snprintf(name, sizeof name, "saturated-%s", fj_dtype_name(all_dtypes[t]));
+        add_capped(b, name, d, t == 2 ? 30.0f : 50.0f, 8.0f, FJT_DENSE, true,
+                   all_dtypes[t] != FJ_F32);
+    }
+}
+
 /* `flashjit bench --grid smoke`'s problems, in bench's order (dtype, then
  * shape): --perf prints the rows bench prints for them. */
 static void bench_smoke(builder *b)
@@ -687,6 +815,7 @@ bool fjt_cases_build(fjt_case_list *l, uint64_t seed)
     decode(&b);
     broadcast(&b);
     odd_shapes(&b, seed);
+    softcap(&b);
     bench_smoke(&b);
     return b.ok;
 }

@@ -279,6 +279,36 @@ static void test_random_no_amx(void **state)
     assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_AUTO), FJ_OK);
 }
 
+/* The logit softcap on every kernel set (auto: AMX or AVX-512 where the CPU
+ * has them; no AMX; generic), its keys whole and split finely (the merge of
+ * capped partial results), caps below and above the scores. */
+static void test_softcap(void **state)
+{
+    (void)state;
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0xd00c);
+    static const fj_cpu_decode_mode modes[] = {FJ_CPU_DECODE_AUTO, FJ_CPU_DECODE_NO_AMX,
+                                               FJ_CPU_DECODE_GENERIC};
+    static const float caps[] = {0.5f, 2.0f, 5.0f, 30.0f};
+    for (int m = 0; m < NELEMS(modes); m++)
+        for (int fine = 0; fine <= 1; fine++) {
+            assert_int_equal(fj_cpu_decode_force(modes[m]), FJ_OK);
+            fj_cpu_decode_force_split(fine);
+            fj_context *ctx = make_context(fine ? 5 : 2);
+            for (int i = 0; i < 12; i++) {
+                fj_attention_desc d;
+                random_decode(&rng, &d);
+                d.softcap = caps[fjt_range(&rng, 0, NELEMS(caps) - 1)];
+                if (fjt_range(&rng, 0, 1)) d.scale = (float)(0.5 + 2.0 * fjt_uniform(&rng));
+                check_decode(ctx, &d, &rng,
+                             modes[m] == FJ_CPU_DECODE_GENERIC ? "generic" : NULL);
+            }
+            fj_context_destroy(ctx);
+        }
+    fj_cpu_decode_force_split(false);
+    assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_AUTO), FJ_OK);
+}
+
 /* bf16 prefill on the AMX tiles (blocks of up to 16 rows per kv head): more
  * than 16 rows per kv head, every mask, GQA up to 16, odd sizes, every
  * layout, 1-3 workers. Where the CPU has no AMX the suite says so and
@@ -567,6 +597,7 @@ int main(void)
         cmocka_unit_test(test_random_fine_split),
         cmocka_unit_test(test_random_generic),
         cmocka_unit_test(test_random_no_amx),
+        cmocka_unit_test(test_softcap),
         cmocka_unit_test(test_amx_prefill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -112,6 +112,18 @@ static void test_name_example(void **state)
     k.split_kv = 1, k.warps = 12, k.block_m = 192, k.block_n = 64, k.stages = 4;
     fj_kernel_desc_name(&k, name, sizeof name);
     assert_string_equal(name, "flash_wgmma.d128.bf16.causal.m192n64g3s4.split.sm_90");
+    /* the softcap is a part of its own after the mask (its value is a launch
+       parameter); the combine kernel of a capped plan has none */
+    k.softcap = 1;
+    fj_kernel_desc_name(&k, name, sizeof name);
+    assert_string_equal(name, "flash_wgmma.d128.bf16.causal.softcap.m192n64g3s4.split.sm_90");
+    fj_kernel_desc c;
+    fj_kernel_desc_combine_for(&k, 1, &c);
+    assert_int_equal(c.softcap, 0);
+    c.softcap = 1;
+    assert_int_equal(fj_kernel_desc_check(&c, 0), FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fj_last_error(), "softcap is for the attention templates"));
+    k.softcap = 0;
     char tiles[32];
     fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
     assert_string_equal(tiles, "m192n64g3s4");
@@ -150,6 +162,7 @@ static void test_name_round_trip(void **state)
                                 k.warps = tl[2];
                                 k.stages = tl[3];
                                 k.split_kv = split;
+                                k.softcap = (d / 8 + m + ti) % 2;
                                 k.arch = archs[a];
                                 char name[128], again[128];
                                 fj_kernel_desc_name(&k, name, sizeof name);
@@ -185,10 +198,18 @@ static void test_parse_rejections(void **state)
 {
     (void)state;
     static const bad_name cases[] = {
-        {"", "kernel name '': 1 dot-separated parts; expected 6 or 7: <template>.d<head_dim>."
-             "<dtype>.<mask>.m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split].sm_<arch>"},
-        {"flash_fwd.d128.bf16.causal.m128n64w4s2", "5 dot-separated parts; expected 6 or 7"},
-        {"flash_fwd.d128.bf16.causal.m128n64w4s2.split.sm_90.x", "8 dot-separated parts"},
+        {"", "kernel name '': 1 dot-separated parts; expected 6 to 8: <template>.d<head_dim>."
+             "<dtype>.<mask>[.softcap].m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split].sm_<arch>"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2", "5 dot-separated parts; expected 6 to 8"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2.split.sm_90.x",
+         "8 dot-separated parts, more than its optional parts allow"},
+        {"flash_fwd.d128.bf16.causal.softcap.m128n64w4s2.split.sm_90.x", "9 dot-separated parts"},
+        {"flash_fwd.d128.bf16.causal.sc.m128n64w4s2.sm_90",
+         "'sc' is not m<block_m>n<block_n>w<warps>s<stages>"},
+        {"flash_fwd.d128.bf16.causal.sc.m128n64w4s2.sm_90", "(or 'softcap' before them)"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2.softcap.sm_90",
+         "'softcap' is not 'split', the only optional part after the tiles"},
+        {"flash_fwd.d128.bf16.softcap.causal.m128n64w4s2.sm_90", "'softcap' is not a mask kind"},
         {"a.b.c.d.e.f.g.h.i.j.k", "11 dot-separated parts"},
         {"flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90",
          "kernel name 'flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90': 'flash_bwd' is not a "
@@ -339,6 +360,7 @@ static void m_bn_zero(fj_kernel_desc *k) { k->block_n = 0; }
 static void m_stages0(fj_kernel_desc *k) { k->stages = 0; }
 static void m_stages5(fj_kernel_desc *k) { k->stages = 5; }
 static void m_split(fj_kernel_desc *k) { k->split_kv = 2; }
+static void m_softcap(fj_kernel_desc *k) { k->softcap = 2; }
 static void m_arch(fj_kernel_desc *k) { k->arch = 75; }
 static void m_smem90(fj_kernel_desc *k) { k->head_dim = 256, k->block_n = 128, k->stages = 4; }
 static void m_smem86(fj_kernel_desc *k) { k->arch = 86; }
@@ -371,6 +393,7 @@ static void test_check_rejections(void **state)
         {"stages 0", m_stages0, "stages 0 is not in 1..4"},
         {"stages 5", m_stages5, "stages 5 is not in 1..4"},
         {"split_kv", m_split, "split_kv 2 is not 0 or 1"},
+        {"softcap", m_softcap, "softcap 2 is not 0 or 1"},
         {"arch", m_arch, "arch sm_75 is older than sm_80"},
         /* (128 + 2*4*128) * 264 * 2 = 608256 > 227 KiB */
         {"smem sm_90", m_smem90, "needs 608256 bytes of shared memory"},
@@ -716,6 +739,54 @@ static void test_for_problem_rejections(void **state)
     assert_contains(fj_last_error(), "the nearest supported head dim is 8 (zero-pad");
     assert_int_equal(desc_for(128, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 75, &k), FJ_ERR_UNSUPPORTED);
     assert_contains(fj_last_error(), "arch sm_75 is older than sm_80");
+}
+
+/* A softcap sets the descriptor's flag and nothing else: the same template
+ * and tiles as the plain problem (prefill and decode), so tuning applies to
+ * both. */
+static void test_for_problem_softcap(void **state)
+{
+    (void)state;
+    static const uint32_t archs[] = {80, 90};
+    static const int seqlens[] = {1, 16, 128, 4096};
+    for (size_t a = 0; a < 2; a++)
+        for (size_t i = 0; i < sizeof seqlens / sizeof seqlens[0]; i++) {
+            fj_attention_desc d;
+            fj_attention_desc_init(&d, 1, 8, 2, seqlens[i], 4096, 128, FJ_BF16);
+            fj_problem p;
+            fj_kernel_desc plain, capped;
+            assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+            assert_int_equal(fj_kernel_desc_for_problem(&p, archs[a], &plain), FJ_OK);
+            d.softcap = 30.0f;
+            assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+            assert_int_equal(fj_kernel_desc_for_problem(&p, archs[a], &capped), FJ_OK);
+            assert_int_equal(plain.softcap, 0);
+            assert_int_equal(capped.softcap, 1);
+            capped.softcap = 0;
+            assert_memory_equal(&plain, &capped, sizeof plain);
+        }
+    /* where flash_tma's tiles have no room for the cap (3 consumer
+       warpgroups; a window at d256) the check says so and a capped problem
+       takes flash_wgmma's tiles */
+    fj_kernel_desc k;
+    assert_int_equal(fj_kernel_desc_parse("flash_tma.d64.bf16.causal.softcap.m192n128c3s2.sm_90", &k), FJ_OK);
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fj_last_error(), "more than 2 consumer warpgroups"));
+    k.softcap = 0;
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
+    static const struct { int dim, wl; } falls_back[] = {{64, -1}, {256, 100}};
+    for (size_t i = 0; i < 2; i++) {
+        fj_attention_desc d;
+        fj_attention_desc_init(&d, 1, 8, 8, 4096, 4096, falls_back[i].dim, FJ_BF16);
+        d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+        d.window_left = falls_back[i].wl;
+        d.softcap = 50.0f;
+        fj_problem p;
+        assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+        assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_OK);
+        assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_WGMMA);
+        assert_int_equal(k.softcap, 1);
+    }
 }
 
 static void test_for_problem_mask(void **state)
@@ -1157,6 +1228,7 @@ int main(void)
         cmocka_unit_test(test_smem),
         cmocka_unit_test(test_for_problem_rejections),
         cmocka_unit_test(test_for_problem_mask),
+        cmocka_unit_test(test_for_problem_softcap),
         cmocka_unit_test(test_heuristic),
         cmocka_unit_test(test_parse_tiles),
         cmocka_unit_test(test_codegen_macros),

@@ -3,7 +3,8 @@
  *
  * The first byte picks the mode:
  *   bit 7 set   validation: every size, window, stride and the scale taken
- *               raw from the input (INT_MAX, negative, overflowing, NaN).
+ *               raw from the input (INT_MAX, negative, overflowing, NaN);
+ *               with bit 5 also the softcap (any float bits).
  *               The rules must hold without a crash: an invalid desc is
  *               FJ_ERR_INVALID_ARGUMENT with a message, for validate, plan
  *               creation and fj_attention alike, and fj_attention writes
@@ -11,7 +12,9 @@
  *               OUT_OF_MEMORY) whose describe text is not empty.
  *   otherwise   execution: small problems of every kind (sizes, GQA, every
  *               dtype, mask and window, dense, BHSD, padded, broadcast and
- *               raw strides, a scale in [-4, 4]) run on cpu-reference and cpu
+ *               raw strides, a scale in [-4, 4]; with bit 5 a softcap, from
+ *               0.01 to 100, down to 2^-140 or any float bits, read after
+ *               the scale) run on cpu-reference and cpu
  *               with poisoned outputs; each must be within the dtype's
  *               tolerance of the oracle, write nothing between output rows,
  *               and give rows that see no key exactly 0 and lse -inf.
@@ -78,7 +81,7 @@ static int raw_size(fuzz_input *in)
     }
 }
 
-static void validation(fuzz_input *in)
+static void validation(fuzz_input *in, uint8_t flags)
 {
     /* one read per statement: argument evaluation order is unspecified */
     int sizes[6];
@@ -90,6 +93,7 @@ static void validation(fuzz_input *in)
     d.window_left = (int)fuzz_u32(in) % 300 - 2;
     d.window_right = fuzz_u8(in) < 128 ? -1 : (int)fuzz_u32(in);
     d.scale = fuzz_u8(in) < 128 ? 0.0f : float_of(fuzz_u32(in));
+    if (flags & 0x20) d.softcap = float_of(fuzz_u32(in));
     int64_t *strides[4] = {d.q_stride, d.k_stride, d.v_stride, d.o_stride};
     for (int t = 0; t < 4; t++)
         if (fuzz_u8(in) & 1)
@@ -288,6 +292,14 @@ static void execution(fuzz_input *in, uint8_t flags)
     case 2: d.scale = (float)ldexp(1.0, -fuzz_range(in, 0, 140)); break; /* down to denormal */
     default: d.scale = -0.0f; break;
     }
+    if (flags & 0x20) { /* the inputs before bit 5 existed draw no softcap */
+        switch (fuzz_u8(in) % 4) {
+        case 0: d.softcap = (float)fuzz_range(in, 1, 1000) / 100.0f; break;
+        case 1: d.softcap = (float)fuzz_range(in, 1, 100); break;
+        case 2: d.softcap = (float)ldexp(1.0, -fuzz_range(in, 0, 140)); break;
+        default: d.softcap = float_of(fuzz_u32(in)); break; /* NaN, negative, huge: refused */
+        }
+    }
     layout(in, &d);
     double work = (double)d.batch * d.heads_q * d.seqlen_q * d.seqlen_k * d.head_dim;
     if (work > MAX_WORK) return;
@@ -345,7 +357,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     make_contexts();
     fuzz_input in = {data, size, 0};
     uint8_t flags = fuzz_u8(&in);
-    if (flags & 0x80) validation(&in);
+    if (flags & 0x80) validation(&in, flags);
     else execution(&in, flags);
     return 0;
 }

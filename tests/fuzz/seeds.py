@@ -37,7 +37,8 @@ GROUPS = [1, 2, 3, 4, 5, 8]
 
 
 def execution(flags, hkv, group, batch, sq, sk, dim, dtype, causal, wl, wr, scale_kind,
-              scale_arg, layout, layout_arg=b"", seed=12345, tail=b""):
+              scale_arg, layout, layout_arg=b"", seed=12345, tail=b"", softcap=b""):
+    # softcap: with flags bit 5, its kind byte and value (read after the scale)
     b = u8(flags)
     b += rng_range(1, 3, hkv)
     b += rng_range(1, 3, batch)
@@ -47,7 +48,7 @@ def execution(flags, hkv, group, batch, sq, sk, dim, dtype, causal, wl, wr, scal
     b += rng_range(1, 256, dim) + u8(dtype) + u8(causal)
     b += (u8(0) if wl == -1 else u8(200) + rng_range(-2, max_seq + 8, wl))
     b += (u8(0) if wr == -1 else u8(200) + rng_range(-2, max_seq + 8, wr))
-    b += u8(scale_kind) + scale_arg
+    b += u8(scale_kind) + scale_arg + softcap
     b += u8(layout) + layout_arg
     b += u64(seed) + tail
     return b
@@ -82,6 +83,19 @@ def attention_seeds():
                 u32(1) + u8(1))
     s["nonfinite-window-f32"] = execution(0x40, 1, 1, 1, 24, 24, 16, 0, 0, 2, 0, 0, b"", 0,
                                           tail=sprinkle)
+    # softcap (flags bit 5): kind 0 hundredths 1..1000, 1 integer 1..100,
+    # 2 2^-n, 3 raw float bits
+    s["softcap-causal-bf16"] = execution(0x20, 2, 2, 1, 33, 37, 64, 2, 1, -1, -1, 1, u32(400 + 200),
+                                         0, softcap=u8(0) + rng_range(1, 1000, 250))
+    s["softcap-window-f32"] = execution(0x21, 1, 3, 1, 60, 100, 16, 0, 0, 17, 3, 0, b"", 1,
+                                        softcap=u8(1) + rng_range(1, 100, 30))
+    s["softcap-decode-f16"] = execution(0x21, 1, 8, 1, 2, 300, 64, 1, 1, -1, -1, 1, u32(400 + 300),
+                                        0, softcap=u8(0) + rng_range(1, 1000, 5))
+    s["softcap-negative"] = execution(0x20, 1, 1, 1, 8, 8, 16, 0, 0, -1, -1, 0, b"", 0,
+                                      softcap=u8(3) + u32(0xBF800000))
+    sprinkle = rng_range(1, 6, 2) + u8(1) + u32(40) + u8(1) + u8(1) + u32(3) + u8(0)
+    s["softcap-nonfinite-f32"] = execution(0x60, 1, 1, 1, 10, 12, 8, 0, 0, -1, -1, 0, b"", 0,
+                                           tail=sprinkle, softcap=u8(1) + rng_range(1, 100, 2))
     # validation mode: raw sizes (kind byte, then the value's bytes)
     def size(kind, v):
         return u8(kind) + (rng_range(-2, 300, v) if kind == 0 else
@@ -100,6 +114,10 @@ def attention_seeds():
                       u32(1) + u8(0) + u8(200) + u32(0x7FC00000) + u8(0) * 4)
     s["huge-scale"] = (u8(0x80) + size(0, 1) * 3 + size(0, 8) * 2 + size(0, 64) + u8(0) + u8(0) +
                        u32(1) + u8(0) + u8(200) + u32(0x7F7FFFFF) + u8(0) * 4)
+    s["nan-softcap"] = (u8(0xA0) + size(0, 1) * 3 + size(0, 8) * 2 + size(0, 64) + u8(0) + u8(0) +
+                        u32(1) + u8(0) + u8(0) + u32(0x7FC00000) + u8(0) * 4)
+    s["tiny-softcap"] = (u8(0xA0) + size(0, 1) * 3 + size(0, 8) * 2 + size(0, 64) + u8(0) + u8(0) +
+                         u32(1) + u8(0) + u8(0) + u32(0x00000001) + u8(0) * 4)
     return s
 
 

@@ -106,6 +106,9 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
                      (unsigned)k->head_dim, k->dtype == FJ_F16, k->dtype == FJ_BF16, causal,
                      window, (unsigned)k->block_m, (unsigned)k->block_n, (unsigned)k->warps,
                      (unsigned)k->stages, (unsigned)k->split_kv, fj_kernel_desc_smem_bytes(k));
+    /* Only capped kernels define it (softmax.cuh defaults it to 0), so the
+       plain kernels' macro block is as it was. */
+    if (k->softcap) fj_strbuf_printf(&b, "#define FJ_SOFTCAP 1\n");
 
     const char *files[4 + N_ATTENTION_HEADERS];
     size_t n_files = 0;

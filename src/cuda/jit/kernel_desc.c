@@ -17,7 +17,8 @@
 
 /* The grammar, spelled once for error messages. */
 #define NAME_GRAMMAR \
-    "<template>.d<head_dim>.<dtype>.<mask>.m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split].sm_<arch>"
+    "<template>.d<head_dim>.<dtype>.<mask>[.softcap].m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split]" \
+    ".sm_<arch>"
 
 void fj_kernel_desc_init(fj_kernel_desc *k)
 {
@@ -88,8 +89,11 @@ int fj_kernel_desc_name(const fj_kernel_desc *k, char *buf, size_t n)
     }
     char tiles[64];
     tiles_text(k, tiles, sizeof tiles);
-    int len = snprintf(buf, n, "%s.d%u.%s.%s.%s%s.sm_%u", t, (unsigned)k->head_dim, d, m, tiles,
-                       k->split_kv ? ".split" : "", (unsigned)k->arch);
+    char cap[24] = "";
+    if (k->softcap == 1) snprintf(cap, sizeof cap, ".softcap");
+    else if (k->softcap) snprintf(cap, sizeof cap, ".softcap%u", (unsigned)k->softcap);
+    int len = snprintf(buf, n, "%s.d%u.%s.%s%s.%s%s.sm_%u", t, (unsigned)k->head_dim, d, m, cap,
+                       tiles, k->split_kv ? ".split" : "", (unsigned)k->arch);
     if (n > 0 && len < 0) buf[0] = '\0';
     return len;
 }
@@ -215,9 +219,9 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
     fj_kernel_desc_init(&d);
     const fj_template_row *row = fj_template_row_named(parts[0]);
     if (row && row->dtype_only) return parse_dtype_only(name, row, parts, nparts, k);
-    if (nparts != 6 && nparts != 7)
+    if (nparts < 6 || nparts > 8)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "kernel name '%s': %d dot-separated parts; expected 6 or 7: " NAME_GRAMMAR,
+                       "kernel name '%s': %d dot-separated parts; expected 6 to 8: " NAME_GRAMMAR,
                        name, nparts);
 
     char names[256];
@@ -240,22 +244,36 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
                        "kernel name '%s': '%s' is not a mask kind (nomask, causal, window, "
                        "causal_window)",
                        name, parts[3]);
+    int at = 4; /* the next part: [softcap] tiles [split] arch */
+    if (nparts > 6 && !strcmp(parts[at], "softcap")) {
+        d.softcap = 1;
+        at++;
+    }
     char letter;
-    if (!parse_tiles(parts[4], &d, &letter))
+    if (!parse_tiles(parts[at], &d, &letter))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "kernel name '%s': '%s' is not %s", name, parts[4],
-                       fj_template_tile_grammars(names, sizeof names));
+                       "kernel name '%s': '%s' is not %s%s", name, parts[at],
+                       fj_template_tile_grammars(names, sizeof names),
+                       at == 4 && nparts > 6 ? " (or 'softcap' before them)" : "");
     if (!units_to_warps(row, letter, &d))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "kernel name '%s': %s kernels count warps as %c<%s>, not as in '%s'", name,
-                       parts[0], row->unit_letter, row->unit_name, parts[4]);
-    if (nparts == 7) {
-        if (strcmp(parts[5], "split"))
+                       parts[0], row->unit_letter, row->unit_name, parts[at]);
+    at++;
+    if (at < nparts - 1) {
+        if (strcmp(parts[at], "split"))
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "kernel name '%s': '%s' is not 'split', the only optional part", name,
-                           parts[5]);
+                           "kernel name '%s': '%s' is not 'split', the only optional part after "
+                           "the tiles",
+                           name, parts[at]);
         d.split_kv = 1;
+        at++;
     }
+    if (at != nparts - 1)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%s': %d dot-separated parts, more than its optional parts "
+                       "allow: " NAME_GRAMMAR,
+                       name, nparts);
     const char *arch = parts[nparts - 1];
     if (!parse_prefixed(arch, "sm_", &d.arch))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name '%s': '%s' is not sm_<arch>", name,
@@ -272,6 +290,21 @@ size_t fj_kernel_desc_smem_bytes(const fj_kernel_desc *k)
     if (!r) return 0;
     fj_tile_shape t = shape_of(k);
     return r->smem_bytes(&t);
+}
+
+/* Whether a capped kernel of these tiles compiles without spilling: the cap's
+   temporaries (an ex2 and an rcp per score in flight) do not fit flash_tma's
+   3-consumer tiles (128 registers per thread: 8 to 96 bytes of spills at d64)
+   nor its windowed tiles above d160 (8 to 16 bytes at d192 and d256); every
+   other capped variant
+   compile-all builds is spill-free (nvcc 13, sm_80 and sm_90). */
+static bool softcap_fits(const fj_kernel_desc *k, const fj_template_row *r)
+{
+    if (k->template_id != FJ_TEMPLATE_FLASH_TMA) return true;
+    unsigned consumers = k->warps > r->extra_warps ? (k->warps - r->extra_warps) / r->warps_per_unit
+                                                   : 0;
+    bool window = k->mask == FJ_MASK_WINDOW || k->mask == FJ_MASK_CAUSAL_WINDOW;
+    return consumers <= 2 && !(window && k->head_dim > 160);
 }
 
 fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
@@ -302,6 +335,16 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
         snprintf(why, sizeof why, "mask %u is not a mask kind (0..3)", (unsigned)k->mask);
     else if (k->split_kv > 1)
         snprintf(why, sizeof why, "split_kv %u is not 0 or 1", (unsigned)k->split_kv);
+    else if (k->softcap > 1)
+        snprintf(why, sizeof why, "softcap %u is not 0 or 1", (unsigned)k->softcap);
+    else if (k->softcap && !r->attention)
+        snprintf(why, sizeof why, "softcap is for the attention templates; %s does not compute "
+                 "scores", r->name);
+    else if (k->softcap && !softcap_fits(k, r))
+        snprintf(why, sizeof why,
+                 "softcap: flash_tma has no registers for the cap with more than 2 consumer "
+                 "warpgroups (128 per thread), or with a window at head dims above 160 (ptxas "
+                 "spills, compile-all)");
     else if (k->arch < r->min_arch && !r->max_arch)
         snprintf(why, sizeof why, "arch sm_%u is older than sm_%u: %s", (unsigned)k->arch,
                  (unsigned)r->min_arch, r->arch_why);
@@ -346,13 +389,25 @@ void fj_kernel_desc_heuristic_excluding(fj_kernel_desc *k, uint32_t excluded)
    the band code gets an 8-byte stack frame at some head dims (compile-all's
    zero-spill rule). Decode with a causal mask that hides nothing is
    unmasked in the launch view already. */
+static void default_tiles(const fj_problem *p, uint32_t arch, fj_kernel_desc *k);
+
+/* A capped problem whose heuristic tiles break softcap_fits takes the next
+   template's heuristic (flash_wgmma on sm_90). */
 void fj_kernel_desc_default(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
+{
+    default_tiles(p, arch, k);
+    const fj_template_row *r = fj_template_row_of(k->template_id);
+    if (k->softcap && r && !softcap_fits(k, r)) fj_kernel_desc_heuristic_excluding(k, r->id);
+}
+
+static void default_tiles(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
 {
     fj_kernel_desc_init(k);
     k->template_id = FJ_TEMPLATE_FLASH_FWD;
     k->head_dim = (uint32_t)p->head_dim;
     k->dtype = (uint32_t)p->dtype;
     k->mask = (uint32_t)fj_problem_mask_kind(p);
+    k->softcap = p->softcap > 0.0f;
     k->split_kv = 0;
     k->arch = arch;
     if (p->seqlen_q <= FJ_DECODE_MAX_ROWS && k->mask == FJ_MASK_NONE) {
@@ -442,6 +497,7 @@ void fj_kernel_desc_combine_for(const fj_kernel_desc *k, unsigned warps, fj_kern
     c->template_id = FJ_TEMPLATE_COMBINE;
     c->split_kv = 1;
     c->mask = FJ_MASK_NONE;
+    c->softcap = 0; /* merges partials: one combine kernel serves capped and plain plans */
     c->warps = warps;
     c->block_m = 16 * warps;
     c->block_n = 64;

@@ -1,7 +1,8 @@
 /* The kernel descriptor: the one key for everything about a generated kernel.
  * A fixed-size struct of uint32 fields (no padding), zeroed before it is
  * filled, holding every field that changes the generated code. Its canonical
- * name, e.g. "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90", appears
+ * name, e.g. "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90" (with a softcap
+ * "flash_fwd.d128.bf16.causal.softcap.m128n64w4s2.sm_90"), appears
  * identically in logs, errors, cache file names, the tuning file, plan
  * describe and the CLI (`flashjit source NAME`). */
 #ifndef FJ_KERNEL_DESC_H
@@ -32,6 +33,7 @@ typedef struct fj_kernel_desc {
     uint32_t head_dim;          /* exact: a multiple of 8, 8..256 */
     uint32_t dtype;             /* fj_dtype: FJ_F16 or FJ_BF16 */
     uint32_t mask;              /* fj_mask_kind */
+    uint32_t softcap;           /* 0/1: scores capped (the cap's value is a launch parameter) */
     uint32_t block_m, block_n;  /* query rows per block, keys per tile */
     uint32_t warps;             /* warps per block, every role counted */
     uint32_t stages;            /* K/V tiles in flight */
