@@ -148,6 +148,45 @@ static void test_source_bad_shape_flags(void **state)
     expect_in(fx->r.err, "give a kernel NAME or problem flags, not both", "stderr");
 }
 
+/* Options parse as GNU getopt_long: "--opt=value", "--" ends the options;
+ * values are checked by the same validators, which name the flag typed. */
+static void test_gnu_option_syntax(void **state)
+{
+    fixture *fx = *state;
+    run_cli(fx, NULL, NULL, "run", "--backend=cpu", "--seqlen-q=16", "--head-dim=16",
+            "--repeat=1", "--warmup=0", "--causal=top-left", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in(fx->r.out, ".causal_tl ", "stdout");
+    run_cli(fx, NULL, NULL, "run", "--backend", "cpu", "--seqlen-q", "16", "--head-dim", "16",
+            "--repeat", "1", "--causal", "--warmup", "0", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in(fx->r.out, ".causal_br ", "stdout");
+    static const struct {
+        const char *args[4];
+        const char *message;
+    } bad[] = {
+        {{"run", "--causal", "sideways"},
+         "flashjit run: --causal: 'sideways' is not a causal alignment: one of none, "
+         "bottom-right, top-left"},
+        {{"run", "--causal=sideways"}, "--causal: 'sideways' is not a causal alignment"},
+        {{"run", "--", "--check"}, "flashjit run: unexpected argument '--check'"},
+        {{"run", "--bogus=1"}, "flashjit run: unknown option '--bogus=1'"},
+        {{"run", "--head-dim=0"}, "--head-dim: '0' is not an integer"},
+        {{"bench", "--backends", "foo"}, "flashjit bench: --backends: 'foo' is not one of"},
+        {{"bench", "--dtypes=f8"}, "flashjit bench: --dtypes: 'f8' is not one of"},
+        {{"bench", "--plot-metric", "watts"}, "--plot-metric: 'watts' is not tflops or gbps"},
+        {{"source", "--causal", "sideways"}, "--causal: 'sideways' is not a causal alignment"},
+        {{"info", "extra"}, "flashjit info: unexpected argument 'extra'"},
+        {{"cache", "--dir"}, "flashjit cache: --dir needs a value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run_cli(fx, NULL, NULL, bad[i].args[0], bad[i].args[1], bad[i].args[2], bad[i].args[3],
+                NULL);
+        fjt_cli_expect_status(&fx->r, 2);
+        expect_in(fx->r.err, bad[i].message, "stderr");
+    }
+}
+
 /* FLASHJIT_LOG: an unknown value stops the program with the accepted ones
  * named (it was silently off); the known ones work. */
 static void test_log_values(void **state)
@@ -230,6 +269,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_source_prefill_keeps_the_mask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_source_decode_from_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_source_bad_shape_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gnu_option_syntax, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_info_reports_nvrtc, setup, teardown),
     };

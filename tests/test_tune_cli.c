@@ -186,7 +186,9 @@ static void test_rerun_resumes_and_force_retunes(void **state)
     fj_tuning_free(parse_file(fx->file, 2));
 }
 
-/* Without --output, the file a default context reads: FLASHJIT_TUNING_FILE. */
+/* Without --write or --output nothing is written (the report says how to
+ * save); --write appends to the file a default context reads:
+ * FLASHJIT_TUNING_FILE. */
 static void test_default_output_is_the_context_tuning_file(void **state)
 {
     fixture *fx = *state;
@@ -194,8 +196,29 @@ static void test_default_output_is_the_context_tuning_file(void **state)
     snprintf(env_file, sizeof env_file, "%s/from-env.txt", fx->dir);
     run_tune(fx, env_file, TINY, NULL);
     fjt_cli_expect_status(&fx->r, 0);
+    assert_false(exists(env_file));
+    expect_in("stdout", fx->r.out, "output none (a report only)");
+    expect_in("stdout", fx->r.out, "not saved: rerun with --write");
+    expect_in("stdout", fx->r.out, env_file);
+    run_tune(fx, env_file, TINY, "--write", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
     expect_in("stdout", fx->r.out, env_file);
     fj_tuning_free(parse_file(env_file, 1));
+}
+
+/* A point whose runs scatter past --max-spread is reported as too wide to
+ * trust, naming the threshold; 0 % makes any scatter count. */
+static void test_spread_warning(void **state)
+{
+    fixture *fx = *state;
+    run_tune(fx, NULL, TINY, "--output", fx->file, "--max-spread=0", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in("stdout", fx->r.out, "warning: b");
+    expect_in("stdout", fx->r.out, "> 0%, --max-spread): too wide to trust");
+    expect_in("stdout", fx->r.out, "spread more than 0% between runs");
+    run_tune(fx, NULL, TINY, "--output", fx->file, "--force", "--max-spread", "1000000", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    if (strstr(fx->r.out, "too wide to trust")) fail_msg("warned at 1000000%%:\n%s", fx->r.out);
 }
 
 /* A last line cut short (a writer killed mid-line) is ended before the new
@@ -280,6 +303,10 @@ static void test_bad_flags_exit_2_naming_the_flag(void **state)
     fixture *fx = *state;
     static const bad_case cases[] = {
         {{"--bogus"}, 2, "unknown option '--bogus'"},
+        {{"--repeat=0"}, 2, "--repeat: '0'"},
+        {{"--max-spread", "lots"}, 2, "--max-spread: 'lots'"},
+        {{"--write"}, 2, "--write and --output exclude each other"},
+        {{"--", "--decode"}, 2, "unexpected argument '--decode'"},
         {{"--head-dims", "0"}, 2, "--head-dims: '0' is not a head dim"},
         {{"--head-dims", "64,300"}, 2, "--head-dims: '300'"},
         {{"--head-dims", "sixty"}, 2, "--head-dims: 'sixty'"},
@@ -365,6 +392,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_tune_writes_an_entry_plans_use, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rerun_resumes_and_force_retunes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_default_output_is_the_context_tuning_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_spread_warning, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_short_last_line_does_not_swallow_the_entry, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_grid_file, setup, teardown),

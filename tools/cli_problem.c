@@ -1,6 +1,7 @@
 #include "cli_problem.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,91 +33,165 @@ const char *cli_problem_flags_help(void)
            "  --repeat N (20)  --warmup N (3)  --check  --lse  --seed N (1)\n";
 }
 
-static bool is_causal_value(const char *s)
+/* ---- the problem flags: one row each ---------------------------------------
+ * A setter gets the flag as typed ("--batch"), its value (NULL: none given)
+ * and its row; 0, or -1 after printing a message naming the flag. */
+typedef struct problem_flag problem_flag;
+typedef int (*problem_setter)(const char *cmd, const char *flag, const char *val,
+                              cli_problem_flags *f, const problem_flag *row);
+struct problem_flag {
+    const char *name;
+    int has_arg;
+    problem_setter set;
+    size_t off; /* set_desc_int: into fj_attention_desc; set_int: into cli_problem_flags */
+    int lo, hi;
+};
+
+static int set_desc_int(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                        const problem_flag *row)
 {
-    return s && (!strcmp(s, "none") || !strcmp(s, "bottom-right") || !strcmp(s, "top-left"));
+    return cli_parse_int(cmd, flag, val, row->lo, row->hi, (int *)((char *)&f->d + row->off)) ? 0
+                                                                                            : -1;
 }
 
-int cli_problem_flag(const char *cmd, int argc, char **argv, int *i, cli_problem_flags *f)
+static int set_int(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                   const problem_flag *row)
 {
-    const char *a = argv[*i];
-    const char *val = *i + 1 < argc ? argv[*i + 1] : NULL;
-    static const struct { const char *flag; size_t off; int lo, hi; } ints[] = {
-        {"--batch", offsetof(fj_attention_desc, batch), 1, 1 << 20},
-        {"--heads-q", offsetof(fj_attention_desc, heads_q), 1, 1 << 16},
-        {"--heads-kv", offsetof(fj_attention_desc, heads_kv), 1, 1 << 16},
-        {"--seqlen-q", offsetof(fj_attention_desc, seqlen_q), 1, 1 << 30},
-        {"--seqlen-k", offsetof(fj_attention_desc, seqlen_k), 1, 1 << 30},
-        {"--head-dim", offsetof(fj_attention_desc, head_dim), 1, FJ_MAX_HEAD_DIM},
-    };
-    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
-        if (strcmp(a, ints[k].flag)) continue;
-        int *dst = (int *)((char *)&f->d + ints[k].off);
-        if (!cli_parse_int(cmd, a, val, ints[k].lo, ints[k].hi, dst)) return -1;
-        ++*i;
-        return 1;
-    }
-    if (!strcmp(a, "--dtype")) {
-        if (!cli_parse_dtype(cmd, val, &f->d.dtype)) return -1;
-        ++*i;
-    } else if (!strcmp(a, "--backend")) {
-        if (!cli_parse_backend(cmd, val, &f->backend)) return -1;
-        ++*i;
-    } else if (!strcmp(a, "--causal")) {
-        if (is_causal_value(val)) {
-            cli_parse_causal(cmd, val, &f->d.causal);
-            ++*i;
-        } else {
-            f->d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
-        }
-    } else if (!strcmp(a, "--window")) {
-        int l, r;
-        char tail;
-        if (!val || sscanf(val, "%d,%d%c", &l, &r, &tail) != 2 || l < -1 || r < -1) {
-            cli_usage_error(cmd, "--window: '%s' is not LEFT,RIGHT with each >= -1", val ? val : "");
-            return -1;
-        }
-        f->d.window_left = l;
-        f->d.window_right = r;
-        ++*i;
-    } else if (!strcmp(a, "--scale")) {
-        char *end;
-        double s = val ? strtod(val, &end) : 0;
-        if (!val || *end || !isfinite(s)) {
-            cli_usage_error(cmd, "--scale: '%s' is not a finite number", val ? val : "");
-            return -1;
-        }
-        f->d.scale = (float)s;
-        ++*i;
-    } else if (!strcmp(a, "--softcap")) {
-        char *end;
-        double c = val ? strtod(val, &end) : 0;
-        if (!val || *end || !isfinite(c) || c < 0) {
-            cli_usage_error(cmd, "--softcap: '%s' is not a finite number >= 0 (0: off)",
-                            val ? val : "");
-            return -1;
-        }
-        f->d.softcap = (float)c;
-        ++*i;
-    } else if (!strcmp(a, "--repeat")) {
-        if (!cli_parse_int(cmd, a, val, 1, 100000, &f->repeat)) return -1;
-        ++*i;
-    } else if (!strcmp(a, "--warmup")) {
-        if (!cli_parse_int(cmd, a, val, 0, 100000, &f->warmup)) return -1;
-        ++*i;
-    } else if (!strcmp(a, "--seed")) {
-        int s;
-        if (!cli_parse_int(cmd, a, val, 0, 2147483647, &s)) return -1;
-        f->seed = (uint64_t)s;
-        ++*i;
-    } else if (!strcmp(a, "--check")) {
-        f->check = true;
-    } else if (!strcmp(a, "--lse")) {
-        f->lse = true;
-    } else {
+    return cli_parse_int(cmd, flag, val, row->lo, row->hi, (int *)((char *)f + row->off)) ? 0 : -1;
+}
+
+static int set_seed(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                    const problem_flag *row)
+{
+    int s;
+    if (!cli_parse_int(cmd, flag, val, row->lo, row->hi, &s)) return -1;
+    f->seed = (uint64_t)s;
+    return 0;
+}
+
+static int set_dtype(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                     const problem_flag *row)
+{
+    (void)row;
+    return cli_parse_dtype(cmd, flag, val, &f->d.dtype) ? 0 : -1;
+}
+
+static int set_backend(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                       const problem_flag *row)
+{
+    (void)row;
+    return cli_parse_backend(cmd, flag, val, &f->backend) ? 0 : -1;
+}
+
+/* "--causal" alone: bottom-right */
+static int set_causal(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                      const problem_flag *row)
+{
+    (void)row;
+    if (!val) {
+        f->d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
         return 0;
     }
-    return 1;
+    return cli_parse_causal(cmd, flag, val, &f->d.causal) ? 0 : -1;
+}
+
+static int set_window(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                      const problem_flag *row)
+{
+    (void)row;
+    int l, r;
+    char tail;
+    if (!val || sscanf(val, "%d,%d%c", &l, &r, &tail) != 2 || l < -1 || r < -1) {
+        cli_usage_error(cmd, "%s: '%s' is not LEFT,RIGHT with each >= -1", flag, val ? val : "");
+        return -1;
+    }
+    f->d.window_left = l;
+    f->d.window_right = r;
+    return 0;
+}
+
+static int set_scale(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                     const problem_flag *row)
+{
+    (void)row;
+    char *end;
+    double s = val ? strtod(val, &end) : 0;
+    if (!val || *end || !isfinite(s)) {
+        cli_usage_error(cmd, "%s: '%s' is not a finite number", flag, val ? val : "");
+        return -1;
+    }
+    f->d.scale = (float)s;
+    return 0;
+}
+
+static int set_softcap(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                       const problem_flag *row)
+{
+    (void)row;
+    char *end;
+    double c = val ? strtod(val, &end) : 0;
+    if (!val || *end || !isfinite(c) || c < 0) {
+        cli_usage_error(cmd, "%s: '%s' is not a finite number >= 0 (0: off)", flag, val ? val : "");
+        return -1;
+    }
+    f->d.softcap = (float)c;
+    return 0;
+}
+
+static int set_check(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                     const problem_flag *row)
+{
+    (void)cmd, (void)flag, (void)val, (void)row;
+    f->check = true;
+    return 0;
+}
+
+static int set_lse(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                   const problem_flag *row)
+{
+    (void)cmd, (void)flag, (void)val, (void)row;
+    f->lse = true;
+    return 0;
+}
+
+#define DESC(field) offsetof(fj_attention_desc, field)
+static const problem_flag problem_flags[] = {
+    {"batch", required_argument, set_desc_int, DESC(batch), 1, 1 << 20},
+    {"heads-q", required_argument, set_desc_int, DESC(heads_q), 1, 1 << 16},
+    {"heads-kv", required_argument, set_desc_int, DESC(heads_kv), 1, 1 << 16},
+    {"seqlen-q", required_argument, set_desc_int, DESC(seqlen_q), 1, 1 << 30},
+    {"seqlen-k", required_argument, set_desc_int, DESC(seqlen_k), 1, 1 << 30},
+    {"head-dim", required_argument, set_desc_int, DESC(head_dim), 1, FJ_MAX_HEAD_DIM},
+    {"dtype", required_argument, set_dtype, 0, 0, 0},
+    {"backend", required_argument, set_backend, 0, 0, 0},
+    {"causal", optional_argument, set_causal, 0, 0, 0},
+    {"window", required_argument, set_window, 0, 0, 0},
+    {"scale", required_argument, set_scale, 0, 0, 0},
+    {"softcap", required_argument, set_softcap, 0, 0, 0},
+    {"repeat", required_argument, set_int, offsetof(cli_problem_flags, repeat), 1, 100000},
+    {"warmup", required_argument, set_int, offsetof(cli_problem_flags, warmup), 0, 100000},
+    {"seed", required_argument, set_seed, 0, 0, 2147483647},
+    {"check", no_argument, set_check, 0, 0, 0},
+    {"lse", no_argument, set_lse, 0, 0, 0},
+};
+#undef DESC
+#define NPROBLEM_FLAGS (sizeof problem_flags / sizeof problem_flags[0])
+
+const cli_option *cli_problem_options(void)
+{
+    static cli_option opts[NPROBLEM_FLAGS + 1];
+    for (size_t k = 0; k < NPROBLEM_FLAGS; k++)
+        opts[k] = (cli_option){problem_flags[k].name, problem_flags[k].has_arg,
+                               CLI_PROBLEM_OPTION_ID + (int)k};
+    return opts;
+}
+
+int cli_problem_option(const char *cmd, int id, const char *flag, const char *val,
+                       cli_problem_flags *f)
+{
+    size_t k = (size_t)(id - CLI_PROBLEM_OPTION_ID);
+    if (id < CLI_PROBLEM_OPTION_ID || k >= NPROBLEM_FLAGS) return 0;
+    return problem_flags[k].set(cmd, flag, val, f, &problem_flags[k]) ? -1 : 1;
 }
 
 void cli_shape_str(const fj_attention_desc *d, char *buf, size_t n)
@@ -312,6 +387,12 @@ static fj_status run_once_on(fj_context *ctx, const fj_attention_desc *d, host_t
     return s;
 }
 
+void cli_result_free(cli_result *r)
+{
+    free(r->description);
+    r->description = NULL;
+}
+
 fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc *d, int warmup,
                       int repeat, bool with_lse, uint64_t seed, cli_result *r)
 {
@@ -334,6 +415,7 @@ fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc 
     if (img) snprintf(r->plan_note, sizeof r->plan_note, "%.*s", (int)strcspn(img + 7, "\n"), img + 7);
     else snprintf(r->plan_note, sizeof r->plan_note, "CPU workspace");
     cli_kernel_of(&info, r->kernel, sizeof r->kernel);
+    r->description = strdup(fj_plan_describe(plan));
     r->launches = info.launches;
 
     host_tensors h;

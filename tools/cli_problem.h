@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cli.h"
 #include "flashjit.h"
 
 typedef struct cli_problem_flags {
@@ -21,10 +22,16 @@ typedef struct cli_problem_flags {
  * backend auto, 20 repeats after 3 warm-up runs, no check. */
 void cli_problem_flags_init(cli_problem_flags *f);
 
-/* Consumes the flag at argv[*i] (and its value) if it is a problem flag:
- * returns 1 when consumed, 0 when not a problem flag, -1 on a bad value
- * (message printed). */
-int cli_problem_flag(const char *cmd, int argc, char **argv, int *i, cli_problem_flags *f);
+/* The problem flags as a cli_option table (cli.h), their ids from
+ * CLI_PROBLEM_OPTION_ID up: a command chains it after its own table. */
+#define CLI_PROBLEM_OPTION_ID 1000
+const cli_option *cli_problem_options(void);
+
+/* Applies the option cli_next_option returned (id, its flag and value) if it
+ * is a problem flag: 1 when it was, 0 when it is not a problem flag, -1 on a
+ * bad value (message printed, naming flag). */
+int cli_problem_option(const char *cmd, int id, const char *flag, const char *val,
+                       cli_problem_flags *f);
 
 /* Help text for the problem flags. */
 const char *cli_problem_flags_help(void);
@@ -42,8 +49,15 @@ typedef struct cli_result {
     char plan_note[64];  /* compiled / from the disk cache / in memory (CUDA), or "" */
     double host_us;      /* host time of one execute call (CUDA: the launch) */
     char backend[32];
-    char kernel[192];    /* CUDA kernel name, or CPU method and blocks (fj_plan_info) */
+    /* CUDA kernel name, or CPU method and blocks (fj_plan_info): room for
+       both of fj_plan_info's fields whole, so the text is never cut */
+    char kernel[sizeof(((fj_plan_info *)0)->kernel) + sizeof(((fj_plan_info *)0)->tiles) + 1];
+    char *description;   /* fj_plan_describe's whole text, malloc'd (cli_result_free);
+                            NULL when no plan was made or out of memory */
 } cli_result;
+
+/* Frees what cli_measure allocated in r (after a failure too). */
+void cli_result_free(cli_result *r);
 
 /* Plans d on ctx, fills random inputs (seeded), times `repeat` runs after
  * `warmup` (CUDA: events, per run; CPU: the clock), and when ref is not NULL

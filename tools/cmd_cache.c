@@ -173,26 +173,29 @@ int cmd_cache(int argc, char **argv)
     const cache_subcommand *sub = NULL;
     const char *dir_option = NULL;
     int help = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const cli_option own[] = {{"dir", required_argument, 1}, {NULL, 0, 0}};
+    const cli_option *const tables[] = {own, NULL};
+    cli_options p;
+    cli_options_begin(&p, CMD, argc, argv, tables);
+    const char *val;
+    for (int c; (c = cli_next_option(&p, &val)) != -1;) {
+        if (c == CLI_OPTION_ERROR) return 2;
+        if (c == CLI_OPTION_HELP) {
             help = 1;
-        } else if (!strcmp(a, "--dir")) {
-            if (i + 1 >= argc) return cli_usage_error(CMD, "--dir needs a value");
-            dir_option = argv[++i];
-        } else if (!strncmp(a, "--dir=", 6)) {
-            dir_option = a + 6;
-        } else if (a[0] == '-') {
-            return cli_usage_error(CMD, "unknown option '%s' (see flashjit cache --help)", a);
-        } else if (sub) {
-            return cli_usage_error(CMD, "unexpected argument '%s' (see flashjit cache --help)", a);
         } else {
-            for (size_t k = 0; k < NSUBCOMMANDS; k++)
-                if (!strcmp(a, subcommands[k].name)) sub = &subcommands[k];
-            if (!sub)
-                return cli_usage_error(CMD, "unknown subcommand '%s': one of list, stats, verify, clear",
-                                       a);
+            if (!val) return cli_usage_error(CMD, "--dir needs a value");
+            dir_option = val;
         }
+    }
+    for (int i = optind; i < argc; i++) {
+        const char *a = argv[i];
+        if (sub)
+            return cli_usage_error(CMD, "unexpected argument '%s' (see flashjit cache --help)", a);
+        for (size_t k = 0; k < NSUBCOMMANDS; k++)
+            if (!strcmp(a, subcommands[k].name)) sub = &subcommands[k];
+        if (!sub)
+            return cli_usage_error(CMD, "unknown subcommand '%s': one of list, stats, verify, clear",
+                                   a);
     }
     if (help) {
         if (sub) subcommand_help(sub);

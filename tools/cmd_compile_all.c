@@ -165,9 +165,22 @@ static int parse_flags(int argc, char **argv, flags *f)
     f->jobs = cores > 0 ? (int)cores : 1;
     f->max_spill = FJ_CUBIN_MAX_SPILL_BYTES;
     bool any_dtype = false, any_mask = false, any_dim = false, any_kind = false;
-    for (int i = 1; i < argc; i += 2) { /* every option but --help takes a value */
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    /* every option but --help takes a value; the loop tells them by name */
+    static const cli_option own[] = {
+        {"arch", required_argument, 1},      {"dtype", required_argument, 1},
+        {"mask", required_argument, 1},      {"head-dims", required_argument, 1},
+        {"kinds", required_argument, 1},     {"jobs", required_argument, 1},
+        {"max-spill", required_argument, 1}, {"cache-dir", required_argument, 1},
+        {NULL, 0, 0},
+    };
+    const cli_option *const tables[] = {own, NULL};
+    cli_options p;
+    cli_options_begin(&p, "compile-all", argc, argv, tables);
+    const char *val;
+    for (int c; (c = cli_next_option(&p, &val)) != -1;) {
+        const char *a = p.flag;
+        if (c == CLI_OPTION_ERROR) return 2;
+        if (c == CLI_OPTION_HELP) {
             printf(USAGE_TEXT, FJ_CUBIN_MAX_SPILL_BYTES);
             return -1;
         } else if (!strcmp(a, "--arch")) {
@@ -207,10 +220,9 @@ static int parse_flags(int argc, char **argv, flags *f)
         } else if (!strcmp(a, "--cache-dir")) {
             if (!val) return cli_usage_error("compile-all", "--cache-dir needs a value");
             f->cache_dir = val;
-        } else {
-            return cli_usage_error("compile-all", "unknown option '%s' (see --help)", a);
         }
     }
+    if (cli_no_arguments(&p)) return 2;
     if (!f->narchs) f->archs[f->narchs++] = 90;
     if (!any_dtype) f->dtype[FJ_F16] = f->dtype[FJ_BF16] = true;
     if (!any_mask)

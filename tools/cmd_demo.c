@@ -26,16 +26,22 @@ static const demo_case cases[] = {
 
 int cmd_demo(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    static const cli_option none[] = {{NULL, 0, 0}};
+    const cli_option *const tables[] = {none, NULL};
+    cli_options p;
+    cli_options_begin(&p, "demo", argc, argv, tables);
+    const char *val;
+    for (int c; (c = cli_next_option(&p, &val)) != -1;) {
+        if (c == CLI_OPTION_ERROR) return 2;
+        if (c == CLI_OPTION_HELP) {
             printf("usage: flashjit demo\n\nRuns a few representative attention problems on the best\n"
                    "available backend (FLASHJIT_BACKEND overrides), checks each against the CPU\n"
                    "reference, and prints backend, problem key, ms, TFLOP/s and the relative error.\n"
                    "Exits 1 if any check fails.\n");
             return 0;
         }
-        return cli_usage_error("demo", "unknown option '%s'", argv[i]);
     }
+    if (cli_no_arguments(&p)) return 2;
     fj_context *ctx = NULL, *ref = NULL;
     fj_context_options o;
     fj_context_options_init(&o);
@@ -67,6 +73,7 @@ int cmd_demo(int argc, char **argv)
         cli_shape_str(&desc, shape, sizeof shape);
         cli_result r;
         s = cli_measure(ctx, ref, &desc, cuda ? 5 : 1, cuda ? 20 : 3, true, 1000 + i, &r);
+        cli_result_free(&r); /* the description is not printed here */
         if (s) {
             printf("%-22s %-14s %-36s  %s: %s\n", c->what, fj_backend_name(fj_context_backend(ctx)),
                    shape, fj_status_name(s), fj_last_error());

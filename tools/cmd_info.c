@@ -86,8 +86,14 @@ static void print_tuning(const fj_context *ctx, const fj_context *cuda, const fj
 
 int cmd_info(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    static const cli_option none[] = {{NULL, 0, 0}};
+    const cli_option *const tables[] = {none, NULL};
+    cli_options p;
+    cli_options_begin(&p, "info", argc, argv, tables);
+    const char *val;
+    for (int c; (c = cli_next_option(&p, &val)) != -1;) {
+        if (c == CLI_OPTION_ERROR) return 2;
+        if (c == CLI_OPTION_HELP) {
             printf("usage: flashjit info\n\nPrints the version, which backends are usable and why "
                    "not,\n"
                    "what AUTO chooses (and, when CUDA is not usable, whether NVRTC is: it\n"
@@ -97,8 +103,8 @@ int cmd_info(int argc, char **argv)
                    "shipped with flashjit).\n");
             return 0;
         }
-        return cli_usage_error("info", "unknown option '%s'", argv[i]);
     }
+    if (cli_no_arguments(&p)) return 2;
     /* The default context first: an environment variable it rejects
        (FLASHJIT_BACKEND, FLASHJIT_LOG) would fail every line below too. */
     fj_context *ctx;

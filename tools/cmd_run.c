@@ -18,21 +18,27 @@ int cmd_run(int argc, char **argv)
     cli_problem_flags f;
     cli_problem_flags_init(&f);
     bool verbose = false, heads_kv_set = false, seqlen_k_set = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    enum { OPT_VERBOSE = 1 };
+    static const cli_option own[] = {{"verbose", no_argument, OPT_VERBOSE}, {NULL, 0, 0}};
+    const cli_option *const tables[] = {own, cli_problem_options(), NULL};
+    cli_options p;
+    cli_options_begin(&p, "run", argc, argv, tables);
+    const char *val;
+    for (int c; (c = cli_next_option(&p, &val)) != -1;) {
+        if (c == CLI_OPTION_ERROR) return 2;
+        if (c == CLI_OPTION_HELP) {
             help();
             return 0;
         }
-        if (!strcmp(argv[i], "--verbose")) {
+        if (c == OPT_VERBOSE) {
             verbose = true;
             continue;
         }
-        if (!strcmp(argv[i], "--heads-kv")) heads_kv_set = true;
-        if (!strcmp(argv[i], "--seqlen-k")) seqlen_k_set = true;
-        int r = cli_problem_flag("run", argc, argv, &i, &f);
-        if (r < 0) return 2;
-        if (r == 0) return cli_usage_error("run", "unknown option '%s' (flashjit run --help)", argv[i]);
+        if (!strcmp(p.flag, "--heads-kv")) heads_kv_set = true;
+        if (!strcmp(p.flag, "--seqlen-k")) seqlen_k_set = true;
+        if (cli_problem_option("run", c, p.flag, val, &f) < 0) return 2;
     }
+    if (cli_no_arguments(&p)) return 2;
     if (!heads_kv_set) f.d.heads_kv = f.d.heads_q;
     if (!seqlen_k_set) f.d.seqlen_k = f.d.seqlen_q;
 
@@ -85,6 +91,7 @@ int cmd_run(int argc, char **argv)
             rc = 1;
         }
     }
+    cli_result_free(&r);
     fj_context_destroy(ref);
     fj_context_destroy(ctx);
     return rc;

@@ -60,72 +60,81 @@ typedef struct source_flags {
 /* 0: parsed; otherwise the exit status. */
 static int parse_flags(int argc, char **argv, source_flags *f)
 {
-    static const char *const tile_flags[4] = {"--block-m", "--block-n", "--warps", "--stages"};
-    static const char *const shape_flags[4] = {"--seqlen-q", "--seqlen-k", "--heads-q",
-                                               "--heads-kv"};
     int *const shape[4] = {&f->seqlen_q, &f->seqlen_k, &f->heads_q, &f->heads_kv};
     memset(f, 0, sizeof *f);
     f->dtype = FJ_BF16;
     f->window_left = f->window_right = -1;
     f->arch = 90;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int tile = -1, dim = -1;
-        for (int t = 0; t < 4; t++) {
-            if (!strcmp(a, tile_flags[t])) tile = t;
-            if (!strcmp(a, shape_flags[t])) dim = t;
-        }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    enum {
+        OPT_PTX = 1, OPT_TILE, /* OPT_TILE + 0..3 */
+        OPT_DIM = OPT_TILE + 4, /* OPT_DIM + 0..3 */
+        OPT_HEAD_DIM = OPT_DIM + 4, OPT_DTYPE, OPT_ARCH, OPT_CAUSAL, OPT_WINDOW, OPT_SOFTCAP
+    };
+    static const cli_option own[] = {
+        {"ptx", no_argument, OPT_PTX},
+        {"block-m", required_argument, OPT_TILE},
+        {"block-n", required_argument, OPT_TILE + 1},
+        {"warps", required_argument, OPT_TILE + 2},
+        {"stages", required_argument, OPT_TILE + 3},
+        {"seqlen-q", required_argument, OPT_DIM},
+        {"seqlen-k", required_argument, OPT_DIM + 1},
+        {"heads-q", required_argument, OPT_DIM + 2},
+        {"heads-kv", required_argument, OPT_DIM + 3},
+        {"head-dim", required_argument, OPT_HEAD_DIM},
+        {"dtype", required_argument, OPT_DTYPE},
+        {"arch", required_argument, OPT_ARCH},
+        /* Same spelling as `flashjit run`: a value is optional. */
+        {"causal", optional_argument, OPT_CAUSAL},
+        {"window", required_argument, OPT_WINDOW},
+        {"softcap", required_argument, OPT_SOFTCAP},
+        {NULL, 0, 0},
+    };
+    const cli_option *const tables[] = {own, NULL};
+    cli_options p;
+    cli_options_begin(&p, "source", argc, argv, tables);
+    const char *val;
+    for (int c; (c = cli_next_option(&p, &val)) != -1;) {
+        const char *a = p.flag;
+        if (c == CLI_OPTION_ERROR) return 2;
+        if (c == CLI_OPTION_HELP) {
             fputs(usage_text, stdout);
             return -1;
-        } else if (!strcmp(a, "--ptx")) {
+        }
+        f->from_flags |= c != OPT_PTX;
+        if (c == OPT_PTX) {
             f->ptx = true;
-        } else if (tile >= 0) {
-            if (!cli_parse_int("source", a, val, 1, 1024, &f->tiles[tile])) return 2;
-            i++, f->from_flags = true;
-        } else if (dim >= 0) {
-            if (!cli_parse_int("source", a, val, 1, 1 << 30, shape[dim])) return 2;
-            i++, f->from_flags = true;
-        } else if (!strcmp(a, "--head-dim")) {
+        } else if (c >= OPT_TILE && c < OPT_TILE + 4) {
+            if (!cli_parse_int("source", a, val, 1, 1024, &f->tiles[c - OPT_TILE])) return 2;
+        } else if (c >= OPT_DIM && c < OPT_DIM + 4) {
+            if (!cli_parse_int("source", a, val, 1, 1 << 30, shape[c - OPT_DIM])) return 2;
+        } else if (c == OPT_HEAD_DIM) {
             if (!cli_parse_int("source", a, val, 1, FJ_MAX_HEAD_DIM, &f->head_dim)) return 2;
-            i++, f->from_flags = true;
-        } else if (!strcmp(a, "--dtype")) {
-            if (!cli_parse_dtype("source", val, &f->dtype)) return 2;
-            i++, f->from_flags = true;
-        } else if (!strcmp(a, "--arch")) {
+        } else if (c == OPT_DTYPE) {
+            if (!cli_parse_dtype("source", a, val, &f->dtype)) return 2;
+        } else if (c == OPT_ARCH) {
             if (!parse_arch(val, &f->arch)) return 2;
-            i++, f->from_flags = true;
-        } else if (!strcmp(a, "--causal")) {
-            /* Same spelling as `flashjit run`: a value is optional. */
+        } else if (c == OPT_CAUSAL) {
             f->causal = FJ_CAUSAL_BOTTOM_RIGHT;
-            if (val && val[0] != '-') {
-                if (!cli_parse_causal("source", val, &f->causal)) return 2;
-                i++;
-            }
-            f->from_flags = true;
-        } else if (!strcmp(a, "--window")) {
+            if (val && !cli_parse_causal("source", a, val, &f->causal)) return 2;
+        } else if (c == OPT_WINDOW) {
             int l, r;
             char tail;
             if (!val || sscanf(val, "%d,%d%c", &l, &r, &tail) != 2 || l < -1 || r < -1)
                 return cli_usage_error("source", "--window: '%s' is not LEFT,RIGHT with each >= -1",
                                        val ? val : "");
             f->window_left = l, f->window_right = r;
-            i++, f->from_flags = true;
-        } else if (!strcmp(a, "--softcap")) {
+        } else if (c == OPT_SOFTCAP) {
             char *end;
-            double c = val ? strtod(val, &end) : 0;
-            if (!val || *end || !(c >= 0) || c > 1e30)
+            double v = val ? strtod(val, &end) : 0;
+            if (!val || *end || !(v >= 0) || v > 1e30)
                 return cli_usage_error("source", "--softcap: '%s' is not a number >= 0 (0: off)",
                                        val ? val : "");
-            f->softcap = (float)c;
-            i++, f->from_flags = true;
-        } else if (a[0] == '-') {
-            return cli_usage_error("source", "unknown option '%s' (see flashjit source --help)", a);
-        } else if (f->name) {
-            return cli_usage_error("source", "one kernel name only ('%s' and '%s')", f->name, a);
-        } else {
-            f->name = a;
+            f->softcap = (float)v;
         }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (f->name) return cli_usage_error("source", "one kernel name only ('%s' and '%s')", f->name, argv[i]);
+        f->name = argv[i];
     }
     if (f->name && f->from_flags)
         return cli_usage_error("source", "give a kernel NAME or problem flags, not both");

@@ -27,7 +27,9 @@
 
 typedef struct session {
     tune_options o;
-    char *output;          /* the tuning file appended to */
+    char *output;          /* the tuning file appended to (saving), else the default one
+                              --write would append to (NULL: there is none) */
+    bool saving;           /* --write or --output: entries are appended */
     fj_tuning *existing;   /* what it held at the start; NULL: a new file */
     fj_context *ctx;
     fj_tuner *tuner;
@@ -39,6 +41,7 @@ typedef struct session {
     double start;
     /* totals for the summary */
     int tuned, skipped, failed, timed, pruned, duplicates, wrong, out_of_time, gaining;
+    int scattered; /* points whose best's runs spread more than --max-spread */
     bool io_failed;
 } session;
 
@@ -135,6 +138,7 @@ static void on_build_step(void *user, long done, long total, const char *kernel)
 
 static int open_output(session *s)
 {
+    s->saving = s->o.output || s->o.write;
     if (s->o.output) {
         if (!(s->output = strdup(s->o.output))) return cli_fail(CMD, FJ_ERR_OUT_OF_MEMORY);
     } else {
@@ -143,15 +147,17 @@ static int open_output(session *s)
         char *dir = NULL, *note = NULL;
         fj_status st = fj_cache_dir_resolve(NULL, &dir, &note);
         if (!st) st = fj_tuning_path_resolve(NULL, dir, &s->output);
-        int rc = st ? cli_fail(CMD, st) : 0;
-        if (!rc && !s->output)
+        int rc = st && s->saving ? cli_fail(CMD, st) : 0;
+        if (!rc && !s->output && s->saving)
             rc = cli_usage_error(CMD,
-                                 "no --output FILE given and no default tuning file: "
+                                 "--write: no default tuning file: "
                                  "FLASHJIT_TUNING_FILE is unset and the cache directory is off (%s)",
                                  note ? note : "no cache directory");
         free(dir);
         free(note);
         if (rc) return rc;
+        /* a report only: every point is measured, nothing is read or written */
+        if (!s->saving) return 0;
     }
     fj_strbuf notes;
     fj_strbuf_init(&notes);
@@ -335,6 +341,19 @@ static void print_point(session *s, const tune_point *pt, const fj_tune_result *
         r->default_won ? " head to head)" : "");
 }
 
+/* A point whose best timing's runs spread ((max - min) / median) more than
+ * --max-spread: its entry may be noise, said in the report and counted. */
+static void warn_spread(session *s, const tune_point *pt, const fj_tune_timing *t)
+{
+    double spread = t->median > 0 ? (t->max - t->min) / t->median * 100.0 : 0;
+    if (!(spread > s->o.max_spread)) return;
+    s->scattered++;
+    say(s,
+        "warning: %s: the best's %d runs spread %.0f%% ((max - min) / median > %.0f%%, "
+        "--max-spread): too wide to trust; rerun it on a quiet machine or with more --repeat\n",
+        pt->key, t->runs, spread, s->o.max_spread);
+}
+
 /* 0, or 1 when the output file cannot be written (the run stops). */
 static int tune_one(session *s, const tune_point *pt)
 {
@@ -351,7 +370,7 @@ static int tune_one(session *s, const tune_point *pt)
         s->failed++;
         return 0;
     }
-    if ((st = fj_tuning_append(s->output, &r.entry))) {
+    if (s->saving && (st = fj_tuning_append(s->output, &r.entry))) {
         s->io_failed = true;
         tune_progress_clear(&s->pg);
         fprintf(stderr, "flashjit %s: --output: %s\n", CMD, fj_last_error());
@@ -359,6 +378,7 @@ static int tune_one(session *s, const tune_point *pt)
     }
     s->tuned++;
     print_point(s, pt, &r);
+    warn_spread(s, pt, &r.best_t);
     return 0;
 }
 
@@ -386,7 +406,8 @@ static void print_header(session *s)
         "flashjit tune: %s on %s (%s); %d point%s (%d already in the file), %d candidates "
         "each; %d runs after %d warm-up, median; output %s\n",
         fj_backend_name(t->target.backend), t->target.device_name, t->target.arch, s->npoints,
-        s->npoints == 1 ? "" : "s", s->skipped, t->n_tiles, t->repeat, t->warmup, s->output);
+        s->npoints == 1 ? "" : "s", s->skipped, t->n_tiles, t->repeat, t->warmup,
+        s->saving ? s->output : "none (a report only)");
     say(s, "check problem: b1 h2 s%d/%d per head dim, dtype and mask, against the CPU reference\n",
         t->check_seqlen_q, t->check_seqlen_k);
 }
@@ -402,9 +423,20 @@ static void print_summary(session *s)
         "\nsummary: %d point%s tuned (%d skipped: already in %s; %d failed); %d candidates "
         "timed, %d pruned, %d the same blocks as another on the problem, %d wrong%s; %s wall; "
         "%d point%s gain > %.0f%% over the default\n",
-        s->tuned, s->tuned == 1 ? "" : "s", s->skipped, s->output, s->failed, s->timed,
-        s->pruned, s->duplicates, s->wrong, late, wall, s->gaining, s->gaining == 1 ? "" : "s",
-        NOTABLE_GAIN);
+        s->tuned, s->tuned == 1 ? "" : "s", s->skipped, s->saving ? s->output : "the file",
+        s->failed, s->timed, s->pruned, s->duplicates, s->wrong, late, wall, s->gaining,
+        s->gaining == 1 ? "" : "s", NOTABLE_GAIN);
+    if (s->scattered)
+        say(s, "%d point%s spread more than %.0f%% between runs (warnings above): their entries "
+               "may be noise\n", s->scattered, s->scattered == 1 ? "" : "s", s->o.max_spread);
+    if (!s->saving && s->tuned) {
+        if (s->output)
+            say(s, "not saved: rerun with --write to append these entries to %s (the file every "
+                   "program reads), or with --output FILE\n", s->output);
+        else
+            say(s, "not saved: rerun with --output FILE (there is no default tuning file: "
+                   "FLASHJIT_TUNING_FILE is unset and the cache directory is off)\n");
+    }
 }
 
 static int session_run(session *s)

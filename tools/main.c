@@ -12,7 +12,7 @@ static const fj_command commands[] = {
     {"bench", "a grid of problems: ms, TFLOP/s, GB/s (table, --json or --csv)", cmd_bench},
     {"source", "print the generated CUDA source (or --ptx) of a kernel", cmd_source},
     {"compile-all", "compile every supported kernel variant through the cache", cmd_compile_all},
-    {"tune", "time candidate tile sizes over a problem space, append the best to the tuning file", cmd_tune},
+    {"tune", "time candidate tile sizes over a problem space; --write saves the best to the tuning file", cmd_tune},
     {"cache", "list | stats | verify | clear the kernel cache", cmd_cache},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

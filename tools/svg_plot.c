@@ -41,6 +41,8 @@ typedef struct layout {
     double left, plot_w, group_w, bars_w, label_h, legend_x, width, height;
     double y_max, y_step; /* axis top and tick spacing, in the values' unit */
     int ticks;
+    int log_lo;           /* log scale: the axis starts at 10^log_lo, a tick per decade */
+    int log_scale;
     int rotate;           /* group labels at LABEL_ANGLE_DEG */
 } layout;
 
@@ -66,12 +68,32 @@ static double text_width(const char *s) { return s ? (double)strlen(s) * CHAR_W 
 
 static int has_bar(double v) { return isfinite(v) && v >= 0; }
 
+/* A bar on the chart's axis: a log axis has no place for zero. */
+static int shows(const layout *L, double v) { return has_bar(v) && (!L->log_scale || v > 0); }
+
 static double value_at(const svg_bar_chart *c, int g, int s) { return c->values[g * c->series + s]; }
 
 /* Tick spacing 1, 2 or 5 times a power of ten giving about five ticks, and
  * the axis top as the first tick at or above the largest value. */
 static void y_axis(const svg_bar_chart *c, layout *L)
 {
+    if (c->log_scale) {
+        /* whole decades around the smallest and largest positive values */
+        double lo = INFINITY, hi = 0;
+        for (int i = 0; i < c->groups * c->series; i++) {
+            double v = c->values[i];
+            if (!has_bar(v) || !(v > 0)) continue;
+            if (v < lo) lo = v;
+            if (v > hi) hi = v;
+        }
+        if (!(hi > 0)) lo = hi = 1;
+        L->log_scale = 1;
+        L->log_lo = (int)floor(log10(lo));
+        int top = (int)ceil(log10(hi) - 1e-9);
+        L->ticks = top > L->log_lo ? top - L->log_lo : 1;
+        L->y_max = pow(10, L->log_lo + L->ticks);
+        return;
+    }
     double max = 0;
     for (int i = 0; i < c->groups * c->series; i++)
         if (has_bar(c->values[i]) && c->values[i] > max) max = c->values[i];
@@ -83,13 +105,18 @@ static void y_axis(const svg_bar_chart *c, layout *L)
     L->y_max = L->ticks * L->y_step;
 }
 
+static double tick_value(const layout *L, int t)
+{
+    return L->log_scale ? pow(10, L->log_lo + t) : t * L->y_step;
+}
+
 /* The widest tick label: the left margin must hold it beside the y label. */
 static double widest_tick(const layout *L)
 {
     double widest = 0;
     for (int t = 0; t <= L->ticks; t++) {
         char buf[32];
-        snprintf(buf, sizeof buf, "%g", t * L->y_step);
+        snprintf(buf, sizeof buf, "%g", tick_value(L, t));
         if (text_width(buf) > widest) widest = text_width(buf);
     }
     return widest;
@@ -129,7 +156,11 @@ static void compute_layout(const svg_bar_chart *c, layout *L)
     L->height = TOP + (PLOT_H > legend_h ? PLOT_H : legend_h) + L->label_h;
 }
 
-static double y_of(const layout *L, double v) { return TOP + PLOT_H - v / L->y_max * PLOT_H; }
+static double y_of(const layout *L, double v)
+{
+    double f = L->log_scale ? (log10(v) - L->log_lo) / L->ticks : v / L->y_max;
+    return TOP + PLOT_H - f * PLOT_H;
+}
 
 static void put_header(fj_strbuf *b, const svg_bar_chart *c, const layout *L)
 {
@@ -156,7 +187,7 @@ static void put_axes(fj_strbuf *b, const svg_bar_chart *c, const layout *L)
 {
     double right = L->left + L->plot_w;
     for (int t = 0; t <= L->ticks; t++) {
-        double v = t * L->y_step, y = y_of(L, v);
+        double v = tick_value(L, t), y = y_of(L, v);
         fj_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
                          L->left, y, right, y);
         fj_strbuf_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
@@ -178,7 +209,7 @@ static void put_group(fj_strbuf *b, const svg_bar_chart *c, const layout *L, int
     double x0 = L->left + g * L->group_w + GROUP_GAP / 2.0;
     for (int s = 0; s < c->series; s++) {
         double v = value_at(c, g, s);
-        if (!has_bar(v)) continue; /* not measured: a gap, not a zero */
+        if (!shows(L, v)) continue; /* not measured (or 0 on a log axis): a gap */
         double x = x0 + s * (BAR_W + BAR_GAP), y = y_of(L, v > L->y_max ? L->y_max : v);
         fj_strbuf_printf(b, "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\">"
                             "<title>", x, y, BAR_W, TOP + PLOT_H - y, palette[s % 10]);

@@ -13,6 +13,8 @@ typedef struct svg_bar_chart {
     const char *const *group_labels;  /* [groups], under the x axis */
     const char *const *series_labels; /* [series], the legend */
     const double *values;             /* [groups * series], group-major; NaN, inf or < 0: no bar */
+    int log_scale;                    /* a log10 y axis, ticks at powers of ten (0 and below:
+                                         no bar), so values decades apart all show */
 } svg_bar_chart;
 
 /* The document as a malloc'd string (free() it); NULL when out of memory.

@@ -16,6 +16,7 @@
 #define TUNE_MAX_VALUES 32   /* values one list flag takes */
 #define TUNE_MAX_CONFIGS 64  /* candidates */
 #define TUNE_CONFIG_LEN 32   /* as fj_plan_info.tiles */
+#define TUNE_DEFAULT_MAX_SPREAD 50.0 /* --max-spread, % */
 
 /* ---- flags (tune_flags.c) ------------------------------------------------- */
 
@@ -41,7 +42,11 @@ typedef struct tune_space {
 typedef struct tune_options {
     tune_space space;
     fj_backend backend; /* AUTO: whatever a default context picks */
-    const char *output; /* NULL: the default tuning file (FLASHJIT_TUNING_FILE, cache dir) */
+    const char *output; /* --output FILE; NULL: the default tuning file (FLASHJIT_TUNING_FILE,
+                           cache dir) when write, else none: a report only */
+    bool write;         /* --write: append to the default tuning file */
+    double max_spread;  /* --max-spread: % of (max - min) / median over which a point's
+                           timing is reported as too scattered to trust (default 50) */
     int repeat;         /* 0: the backend's default */
     int warmup;         /* -1: the backend's default */
     int jobs;           /* compile threads; 0: one per core */
@@ -81,6 +86,7 @@ typedef struct tune_progress {
     long total, done;        /* steps, shown as done/total */
     double work_total, work_done; /* what the time left is estimated from */
     char phase[32];          /* "compiling", "timing" */
+    char command[16];        /* the plain lines' "flashjit <command>:" ("tune") */
 } tune_progress;
 
 /* total steps, together worth work_total (0: one each). */
@@ -91,6 +97,9 @@ void tune_progress_begin(tune_progress *p, const char *phase, long total, double
 void tune_progress_step(tune_progress *p, double work, const char *what);
 /* Redraws the terminal line, or prints a plain line when stderr is not one. */
 void tune_progress_milestone(tune_progress *p, const char *what);
+/* Names the command the plain lines start with (after _begin; "tune" by
+ * default): flashjit bench shares this progress line. */
+void tune_progress_command(tune_progress *p, const char *command);
 /* Removes the line before other output (a no-op without a terminal). */
 void tune_progress_clear(tune_progress *p);
 /* "1m05s" */

@@ -17,12 +17,13 @@ static const char usage_text[] =
     "usage: flashjit tune [--grid NAME] [--backend cuda|cpu] [--head-dims LIST]\n"
     "         [--dtypes LIST] [--causal LIST] [--seqlens LIST] [--decode]\n"
     "         [--decode-seqlen-k N] [--batch-heads N] [--configs LIST]\n"
-    "         [--output FILE] [--force] [--repeat N] [--warmup N] [--jobs N]\n"
-    "         [--time-limit SECONDS] [--verbose]\n"
+    "         [--write | --output FILE] [--force] [--repeat N] [--warmup N]\n"
+    "         [--jobs N] [--time-limit SECONDS] [--max-spread PCT] [--verbose]\n"
     "\n"
-    "Times every candidate configuration on each problem and appends the\n"
-    "fastest to the tuning file, which plans then use (docs/tuning.md). Each\n"
-    "candidate is first checked against the CPU reference on a small problem of\n"
+    "Times every candidate configuration on each problem and reports the\n"
+    "fastest; with --write (or --output FILE) appends it to the tuning file,\n"
+    "which plans then use (docs/tuning.md); without either nothing is written.\n"
+    "Each candidate is first checked against the CPU reference on a small problem of\n"
     "the problem's head dim, dtype and mask; a wrong one is rejected and fails\n"
     "the run. Entries are appended (fsync'd) as problems finish, so a stopped run\n"
     "resumes: points the output file already has for this device are skipped.\n"
@@ -65,9 +66,13 @@ static const char usage_text[] =
     "  --time-limit S       seconds one problem's checks and timing may take;\n"
     "                       candidates left then are not timed (default: no limit)\n"
     "  --verbose            also print each candidate's check error and timings\n"
-    "output:\n"
-    "  --output FILE        (default: FLASHJIT_TUNING_FILE, else tuning.txt in the\n"
-    "                       cache directory: the file a default context reads)\n"
+    "  --max-spread PCT     warn when the best's runs spread more than PCT % of\n"
+    "                       their median ((max - min) / median; default 50)\n"
+    "output (without --write or --output: a report only, nothing written):\n"
+    "  --write              append to the default tuning file: FLASHJIT_TUNING_FILE,\n"
+    "                       else tuning.txt in the cache directory (the file every\n"
+    "                       program's default context reads)\n"
+    "  --output FILE        append to FILE instead\n"
     "  --force              re-tune points already in the file (the new entry wins)\n"
     "\n"
     "Exit status: 0 when every point got an entry; 1 when a candidate gave wrong\n"
@@ -206,39 +211,26 @@ static const struct int_flag {
     {"--decode-seqlen-k", offsetof(tune_options, space.decode_seqlen_k), 1, 1 << 20},
 };
 
-/* 1: argv[*i] was one of the value flags above (consumed with its value);
+/* 1: flag was one of the value flags above (val its value, NULL when none);
  * 0: it is not; 2: a bad value (message printed). */
-/* The value after argv[i]; NULL when there is none or it is the next flag
- * ("--seqlens --decode" forgot the list). */
-static const char *value_of(int argc, char **argv, int i)
+static int value_flag(const char *a, const char *val, tune_options *o)
 {
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    return v && !strncmp(v, "--", 2) ? NULL : v;
-}
-
-static int value_flag(int argc, char **argv, int *i, tune_options *o)
-{
-    const char *a = argv[*i], *val = value_of(argc, argv, *i);
     for (size_t k = 0; k < sizeof list_flags / sizeof list_flags[0]; k++) {
         if (strcmp(a, list_flags[k].flag)) continue;
         const struct list_flag *f = &list_flags[k];
-        if (!each_item(a, val, f->expect, f->example, f->item, &o->space)) return 2;
-        ++*i;
-        return 1;
+        return each_item(a, val, f->expect, f->example, f->item, &o->space) ? 1 : 2;
     }
     for (size_t k = 0; k < sizeof int_flags / sizeof int_flags[0]; k++) {
         if (strcmp(a, int_flags[k].flag)) continue;
         int *dst = (int *)((char *)o + int_flags[k].offset);
-        if (!cli_parse_int(CMD, a, val, int_flags[k].lo, int_flags[k].hi, dst)) return 2;
-        ++*i;
-        return 1;
+        return cli_parse_int(CMD, a, val, int_flags[k].lo, int_flags[k].hi, dst) ? 1 : 2;
     }
     return 0;
 }
 
-static int word_flag(int argc, char **argv, int *i, tune_options *o)
+/* 0, or 2 after a message. */
+static int word_flag(const char *a, const char *val, tune_options *o)
 {
-    const char *a = argv[*i], *val = value_of(argc, argv, *i);
     if (!strcmp(a, "--grid")) {
         if (!val || !*val)
             return cli_usage_error(CMD, "--grid needs a grid name (%s) or a file",
@@ -255,49 +247,67 @@ static int word_flag(int argc, char **argv, int *i, tune_options *o)
         if (!val || (strcmp(val, "cuda") && strcmp(val, "cpu")))
             return cli_usage_error(CMD, "--backend: '%s' is not cuda or cpu", val ? val : "");
         o->backend = !strcmp(val, "cuda") ? FJ_BACKEND_CUDA : FJ_BACKEND_CPU;
+    } else if (!strcmp(a, "--max-spread")) {
+        char *end;
+        double m = val ? strtod(val, &end) : 0;
+        if (!val || *end || !(m >= 0) || m > 1e6)
+            return cli_usage_error(CMD, "--max-spread: '%s' is not a percentage >= 0",
+                                   val ? val : "");
+        o->max_spread = m;
     } else if (!strcmp(a, "--output")) {
         if (!val || !*val) return cli_usage_error(CMD, "--output needs a file name");
         o->output = val;
-    } else {
-        return -1;
     }
-    ++*i;
     return 0;
 }
+
+enum { OPT_VALUE = 1, OPT_FORCE, OPT_DECODE, OPT_VERBOSE, OPT_WRITE };
 
 int tune_parse_flags(int argc, char **argv, tune_options *o)
 {
     memset(o, 0, sizeof *o);
     o->backend = FJ_BACKEND_AUTO;
     o->warmup = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage_text, stdout);
-            return -1;
+    o->max_spread = TUNE_DEFAULT_MAX_SPREAD;
+    /* every value flag by its name (the tables above and word_flag's) */
+    static const char *const words[] = {"--grid", "--time-limit", "--backend", "--output",
+                                        "--max-spread"};
+    cli_option own[CLI_MAX_OPTIONS];
+    int n = 0;
+    for (size_t k = 0; k < sizeof list_flags / sizeof list_flags[0]; k++)
+        own[n++] = (cli_option){list_flags[k].flag + 2, required_argument, OPT_VALUE};
+    for (size_t k = 0; k < sizeof int_flags / sizeof int_flags[0]; k++)
+        own[n++] = (cli_option){int_flags[k].flag + 2, required_argument, OPT_VALUE};
+    for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
+        own[n++] = (cli_option){words[k] + 2, required_argument, OPT_VALUE};
+    own[n++] = (cli_option){"force", no_argument, OPT_FORCE};
+    own[n++] = (cli_option){"decode", no_argument, OPT_DECODE};
+    own[n++] = (cli_option){"verbose", no_argument, OPT_VERBOSE};
+    own[n++] = (cli_option){"write", no_argument, OPT_WRITE};
+    own[n] = (cli_option){NULL, 0, 0};
+    const cli_option *const tables[] = {own, NULL};
+    cli_options p;
+    cli_options_begin(&p, CMD, argc, argv, tables);
+    const char *val;
+    for (int c; (c = cli_next_option(&p, &val)) != -1;) {
+        switch (c) {
+        case CLI_OPTION_ERROR: return 2;
+        case CLI_OPTION_HELP: fputs(usage_text, stdout); return -1;
+        case OPT_FORCE: o->force = true; break;
+        case OPT_DECODE: o->space.decode = true; break;
+        case OPT_VERBOSE: o->verbose = true; break;
+        case OPT_WRITE: o->write = true; break;
+        default: {
+            int r = value_flag(p.flag, val, o);
+            if (r == 2) return 2;
+            if (!r && word_flag(p.flag, val, o)) return 2;
         }
-        if (!strcmp(a, "--force")) {
-            o->force = true;
-            continue;
         }
-        if (!strcmp(a, "--decode")) {
-            o->space.decode = true;
-            continue;
-        }
-        if (!strcmp(a, "--verbose")) {
-            o->verbose = true;
-            continue;
-        }
-        int r = value_flag(argc, argv, &i, o);
-        if (r == 1) continue;
-        if (r) return r;
-        r = word_flag(argc, argv, &i, o);
-        if (r >= 0) {
-            if (r) return r;
-            continue;
-        }
-        return cli_usage_error(CMD, "unknown option '%s' (flashjit tune --help)", a);
     }
+    if (cli_no_arguments(&p)) return 2;
+    if (o->write && o->output)
+        return cli_usage_error(CMD, "--write and --output exclude each other (--write: the "
+                                    "default tuning file; --output FILE: that file)");
     return 0;
 }
 

@@ -1,7 +1,7 @@
 /* flashjit tune's progress on stderr, with the time left estimated from the
  * time per unit so far: on a terminal one line, rewritten as work finishes;
  * otherwise (a pipe, a log file) a plain line at each milestone, since a log
- * keeps every carriage-return redraw. */
+ * keeps every carriage-return redraw. Shared by flashjit bench. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,11 +23,17 @@ void tune_progress_begin(tune_progress *p, const char *phase, long total, double
     bool was_drawn = p->drawn;
     memset(p, 0, sizeof *p);
     p->drawn = was_drawn;
+    snprintf(p->command, sizeof p->command, "tune");
     p->tty = isatty(STDERR_FILENO) == 1;
     p->start = cli_now();
     p->total = total;
     p->work_total = work_total > 0 ? work_total : (double)total;
     snprintf(p->phase, sizeof p->phase, "%s", phase);
+}
+
+void tune_progress_command(tune_progress *p, const char *command)
+{
+    snprintf(p->command, sizeof p->command, "%s", command);
 }
 
 void tune_progress_clear(tune_progress *p)
@@ -75,6 +81,6 @@ void tune_progress_milestone(tune_progress *p, const char *what)
     }
     char line[256];
     format_line(p, what, line, sizeof line);
-    fprintf(stderr, "flashjit tune: %s\n", line);
+    fprintf(stderr, "flashjit %s: %s\n", p->command, line);
     fflush(stderr);
 }
