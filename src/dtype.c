@@ -19,13 +19,20 @@
 #include "half.h"
 #include "status.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !defined(FJ_NO_MULTIVERSION)
+#include "multiversion.h"
+
+/* The clones where multiversioning works (multiversion.h: not clang, not
+   TSan, whose runtime is not up when the resolvers run); the F16C path is a
+   plain function chosen at run time, so it needs no resolver. */
+#if FJ_MULTIVERSION
 #define ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ROW_CLONES
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !defined(FJ_NO_MULTIVERSION)
 #include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_F16C_PATH 1
-#else
-#define ROW_CLONES
 #endif
 
 /* n f16 or bf16 values to float32 (exact). */

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "convert.h"
-#include "cpu/multiversion.h"
+#include "multiversion.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
@@ -23,7 +23,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-#if FJ_MULTIVERSION /* cpu/multiversion.h */
+#if FJ_MULTIVERSION /* multiversion.h */
 #define GENERIC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define GENERIC_CLONES

@@ -6,7 +6,7 @@
  * operation costs two 256-bit ones anyway. */
 #include "tiled_softmax.h"
 
-#include "cpu/multiversion.h"
+#include "multiversion.h"
 
 #include <math.h>
 #include <string.h>
@@ -22,7 +22,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-#if FJ_MULTIVERSION /* cpu/multiversion.h */
+#if FJ_MULTIVERSION /* multiversion.h */
 #define FJ_TILED_CLONES \
     __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else

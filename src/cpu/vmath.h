@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "cpu/multiversion.h"
+#include "multiversion.h"
 
 /* Hot loops are compiled for AVX-512 and AVX2 as well as the baseline; the
  * loader picks the best the CPU has (GCC's function multiversioning; where

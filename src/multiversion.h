@@ -1,7 +1,7 @@
-/* Whether the CPU hot loops are built as function multiversions
- * (target_clones: an AVX-512, an AVX2 and a baseline clone, and an ifunc
- * resolver that picks one when the library is loaded). FJ_MULTIVERSION is 1
- * only where that works:
+/* Whether the host hot loops (the CPU backends', fj_convert's) are built as
+ * function multiversions (target_clones: an AVX-512, an AVX2 and a baseline
+ * clone, and an ifunc resolver that picks one when the library is loaded).
+ * FJ_MULTIVERSION is 1 only where that works:
  *  - GCC on x86-64 ELF. clang 14 rejects the clones of a function whose
  *    always-inline vector helpers return 32-byte vectors ("AVX vector return
  *    without 'avx' enabled changes the ABI"), so a clang build compiles the
@@ -12,8 +12,8 @@
  *    keep the clones: they run, and CI's ASan pass then checks the clone this
  *    CPU takes.)
  * -DFJ_NO_MULTIVERSION turns it off anywhere. */
-#ifndef FJ_CPU_MULTIVERSION_H
-#define FJ_CPU_MULTIVERSION_H
+#ifndef FJ_MULTIVERSION_H
+#define FJ_MULTIVERSION_H
 
 #if defined(__SANITIZE_THREAD__)
 #define FJ_THREAD_SANITIZER 1
