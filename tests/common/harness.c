@@ -251,17 +251,24 @@ static void oracle_row(fjt_problem *p, int b, int h, int i, double *s, double *q
     }
     double *o = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * D;
     memset(o, 0, sizeof(double) * (size_t)D);
-    double sum = 0;
+    double sum = 0, mag = 0;
     for (int j = 0; j < d->seqlen_k; j++) {
         if (!sees(d, i, j)) continue;
-        double e = exp(s[j] - m);
+        double e = exp(s[j] - m), vv = 0;
         sum += e;
         size_t vo = off(p->vs, b, j, hk);
-        for (int c = 0; c < D; c++) o[c] += e * load(p->v, t, vo + c);
+        for (int c = 0; c < D; c++) {
+            double v = load(p->v, t, vo + c);
+            o[c] += e * v;
+            vv += v * v;
+        }
+        mag += e * sqrt(vv);
     }
     if (sum > 0)
         for (int c = 0; c < D; c++) o[c] /= sum;
-    p->ref_lse[((size_t)b * d->heads_q + h) * d->seqlen_q + i] = sum > 0 ? m + log(sum) : -INFINITY;
+    const size_t r = ((size_t)b * d->heads_q + h) * d->seqlen_q + i;
+    p->ref_lse[r] = sum > 0 ? m + log(sum) : -INFINITY;
+    p->ref_mag[r] = sum > 0 ? mag / sum : 0;
 }
 
 static void *oracle_thread(void *arg)
@@ -339,8 +346,9 @@ static bool make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng, bool 
     if (with_oracle) {
         p->ref_o = malloc(sizeof(double) * ref_elems);
         p->ref_lse = malloc(sizeof(double) * p->lse_elems);
+        p->ref_mag = malloc(sizeof(double) * p->lse_elems);
     }
-    if (!p->q || !p->k || !p->v || (with_oracle && (!p->ref_o || !p->ref_lse))) {
+    if (!p->q || !p->k || !p->v || (with_oracle && (!p->ref_o || !p->ref_lse || !p->ref_mag))) {
         fjt_problem_free(p);
         return false;
     }
@@ -350,7 +358,7 @@ static bool make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng, bool 
     if (!with_oracle) return true;
     if (rows) { /* rows the oracle leaves out stay NaN: fjt_compare skips them */
         for (size_t i = 0; i < ref_elems; i++) p->ref_o[i] = NAN;
-        for (size_t i = 0; i < p->lse_elems; i++) p->ref_lse[i] = NAN;
+        for (size_t i = 0; i < p->lse_elems; i++) p->ref_lse[i] = p->ref_mag[i] = NAN;
     }
     if (!oracle(p, rows, n_rows)) {
         fjt_problem_free(p);
@@ -384,6 +392,7 @@ void fjt_problem_free(fjt_problem *p)
     free(p->v);
     free(p->ref_o);
     free(p->ref_lse);
+    free(p->ref_mag);
     memset(p, 0, sizeof *p);
 }
 
@@ -401,7 +410,8 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
             for (int h = 0; h < d->heads_q; h++) {
                 size_t oo = off(p->os, b, i, h);
                 const double *r = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * d->head_dim;
-                double ref_lse = p->ref_lse[((size_t)b * d->heads_q + h) * d->seqlen_q + i];
+                const size_t ri = ((size_t)b * d->heads_q + h) * d->seqlen_q + i;
+                double ref_lse = p->ref_lse[ri];
                 bool computed = !isnan(ref_lse), empty = isinf(ref_lse) && ref_lse < 0;
                 double row_num = 0, row_den = 0;
                 bool row_nonzero = false;
@@ -425,6 +435,9 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
                 if (computed && !empty) {
                     double rr = row_den > 0 ? sqrt(row_num / row_den) : sqrt(row_num);
                     if (rr > e.row_rel_max) e.row_rel_max = rr;
+                    double mag = p->ref_mag[ri];
+                    double mr = mag > 0 ? sqrt(row_num) / mag : sqrt(row_num);
+                    if (mr > e.mag_rel_max) e.mag_rel_max = mr;
                 }
             }
     if (row_elem) {
@@ -434,7 +447,7 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
         free(row_elem);
     }
     e.rel_fro = den > 0 ? sqrt(num / den) : sqrt(num);
-    if (e.nan_count) e.rel_fro = e.row_rel_max = INFINITY;
+    if (e.nan_count) e.rel_fro = e.row_rel_max = e.mag_rel_max = INFINITY;
     if (lse) {
         for (size_t k = 0; k < p->lse_elems; k++) {
             double r = p->ref_lse[k], x = lse[k];

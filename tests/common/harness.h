@@ -33,6 +33,8 @@ typedef struct fjt_problem {
     void *q, *k, *v;                    /* host, dtype d.dtype, random in [-1, 1) */
     double *ref_o;                      /* oracle output, dense [b, sq, hq, d] */
     double *ref_lse;                    /* oracle lse, [b, hq, sq] */
+    double *ref_mag; /* [b, hq, sq]: sum_j p_j |V_j| (2-norms) of the row, the size of the
+                        terms its output sums (fjt_error.mag_rel_max) */
 } fjt_problem;
 
 /* Allocates inputs for d (strides as given, zero = dense), fills them with
@@ -69,6 +71,9 @@ typedef struct fjt_error {
     size_t lse_mismatch; /* lse -inf where the reference is not, or the reverse */
     size_t gaps_written; /* output elements outside the tensor's rows that changed */
     size_t empty_not_zero; /* rows that see no key whose output is not exactly zero */
+    double mag_rel_max;  /* the worst row's ||o - ref|| / sum_j p_j ||V_j||: the error against
+                            the size of the terms summed, not of their sum (which cancels
+                            towards 0 on some rows, and then rel_fro says nothing) */
 } fjt_error;
 
 /* Compares a backend's output o (host copy, the desc's o strides, poisoned
