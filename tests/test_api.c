@@ -319,12 +319,12 @@ static void test_reserved_room(void **state)
 {
     (void)state;
     enum { SLOTS = 8, DESC_SLOTS = 7 };
-    /* fj_attention_desc's first slot holds softcap and reserved0 (1.0's
+    /* fj_attention_desc's first slot holds softcap and features (1.0's
        layout: 8 slots after o_stride, the size unchanged). */
     assert_int_equal(sizeof((fj_attention_desc *)0)->reserved, DESC_SLOTS * sizeof(int64_t));
     assert_int_equal(offsetof(fj_attention_desc, softcap),
                      offsetof(fj_attention_desc, o_stride) + 3 * sizeof(int64_t));
-    assert_int_equal(offsetof(fj_attention_desc, reserved0),
+    assert_int_equal(offsetof(fj_attention_desc, features),
                      offsetof(fj_attention_desc, softcap) + sizeof(float));
     assert_int_equal(offsetof(fj_attention_desc, reserved),
                      offsetof(fj_attention_desc, softcap) + sizeof(int64_t));
@@ -337,10 +337,13 @@ static void test_reserved_room(void **state)
         memset(&d, 0xa5, sizeof d);
         fj_attention_desc_init(&d, 1, 2, 1, 5, 7, 16, FJ_F32);
         assert_true(d.softcap == 0.0f);
-        assert_int_equal(d.reserved0, 0);
-        d.reserved0 = -3;
-        expect_invalid(&d, "reserved0 (-3) must be zero");
-        assert_non_null(strstr(fj_last_error(), "fj_attention_desc_init"));
+        assert_int_equal(d.features, 0);
+        d.features = 1u << 2;
+        expect_invalid(&d, "features (0x4) has unknown bits");
+        d.features = 0x80000000u | FJ_FEATURE_ALIBI;
+        expect_invalid(&d, "features (0x80000001) has unknown bits");
+        d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+        assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
     }
     for (int i = 0; i < SLOTS; i++) {
         fj_attention_desc d;

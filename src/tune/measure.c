@@ -18,6 +18,10 @@ fj_status fj_plan_time(const fj_plan *p, const void *q, const void *k, const voi
     fj_clear_error();
     if (!p || !ms || warmup < 0 || repeat < 1)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_plan_time: bad plan, ms, warmup or repeat");
+    if (p->problem.alibi || p->problem.sinks)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "fj_plan_time: the plan's problem has ALiBi or sinks, whose arrays it "
+                       "cannot pass: time the problem without them (they share its tiles)");
     if (p->ops->time_runs)
         return p->ops->time_runs(p->state, &p->problem, q, k, v, o, lse, warmup, repeat, ms);
     fj_status s;
