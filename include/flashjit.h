@@ -423,8 +423,7 @@ FJ_API void fj_execute_extras_init(fj_execute_extras *x);
  * which is this with x NULL). Same rules: allocates nothing, thread-safe
  * (concurrent executes may share x, which is only read). */
 FJ_API fj_status fj_plan_execute_ex(const fj_plan *p, const void *q, const void *k, const void *v,
-                                    void *o, float *lse, const fj_execute_extras *x,
-                                    void *stream);
+                                    void *o, float *lse, const fj_execute_extras *x, void *stream);
 
 /* Backend, kernel name, tiles, and why they were chosen. Owned by the plan. */
 FJ_API const char *fj_plan_describe(const fj_plan *p);

@@ -71,7 +71,11 @@ fj_status fj_check_extras(const fj_problem *p, const fj_execute_extras *x, fj_ex
                            "fj_execute_extras.reserved[%d] (%lld) must be zero: fill it with "
                            "fj_execute_extras_init, then set its fields by name",
                            i, (long long)x->reserved[i]);
-    struct { const char *name, *flag; bool on; const float *a; } f[2] = {
+    struct {
+        const char *name, *flag;
+        bool on;
+        const float *a;
+    } f[2] = {
         {"alibi_slopes", "FJ_FEATURE_ALIBI", p->alibi, in->alibi_slopes},
         {"sinks", "FJ_FEATURE_SINKS", p->sinks, in->sinks},
     };
@@ -87,14 +91,14 @@ fj_status fj_check_extras(const fj_problem *p, const fj_execute_extras *x, fj_ex
                            "%s is given but the desc's features lack %s (it would be ignored)",
                            f[i].name, f[i].flag);
         if (f[i].a && ((uintptr_t)f[i].a & 3))
-            return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s (%p) is not aligned to 4 bytes",
-                           f[i].name, (const void *)f[i].a);
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s (%p) is not aligned to 4 bytes", f[i].name,
+                           (const void *)f[i].a);
     }
     return FJ_OK;
 }
 
-fj_status fj_plan_execute_ex(const fj_plan *p, const void *q, const void *k, const void *v,
-                             void *o, float *lse, const fj_execute_extras *x, void *stream)
+fj_status fj_plan_execute_ex(const fj_plan *p, const void *q, const void *k, const void *v, void *o,
+                             float *lse, const fj_execute_extras *x, void *stream)
 {
     fj_clear_error();
     if (!p) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "plan is NULL");

@@ -118,9 +118,9 @@ fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *
     return fj_attention_ex(ctx, d, q, k, v, o, lse, NULL, stream);
 }
 
-fj_status fj_attention_ex(fj_context *ctx, const fj_attention_desc *d, const void *q,
-                          const void *k, const void *v, void *o, float *lse,
-                          const fj_execute_extras *x, void *stream)
+fj_status fj_attention_ex(fj_context *ctx, const fj_attention_desc *d, const void *q, const void *k,
+                          const void *v, void *o, float *lse, const fj_execute_extras *x,
+                          void *stream)
 {
     fj_clear_error();
     if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "ctx is NULL");

@@ -19,7 +19,7 @@
 #include "problem.h"
 #include "status.h"
 
-#define KEY_FORM                                                                           \
+#define KEY_FORM                                                                              \
     "b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>" \
     "[.sc<softcap>][.alibi][.sinks]"
 
@@ -69,9 +69,8 @@ static int key_text(int batch, int hq, int hkv, int sq, int sk, int d, fj_dtype 
         softcap_text(softcap, v, sizeof v);
         snprintf(cap, sizeof cap, ".sc%s", v);
     }
-    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s", batch, hq, hkv, sq, sk,
-                    d, fj_dtype_name(dtype), mask, cap, alibi ? ".alibi" : "",
-                    sinks ? ".sinks" : "");
+    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s", batch, hq, hkv, sq, sk, d,
+                    fj_dtype_name(dtype), mask, cap, alibi ? ".alibi" : "", sinks ? ".sinks" : "");
 }
 
 void fj_problem_key_of(const fj_problem *p, char *buf, size_t n)
@@ -221,7 +220,7 @@ static fj_status tail_fields(cursor *c, fj_attention_desc *d, char *f, size_t n,
             d->features |= FJ_FEATURE_SINKS;
             stage = 3;
         } else {
-            const char *what = stage == 0 ? after
+            const char *what = stage == 0   ? after
                                : stage == 1 ? "the softcap"
                                : stage == 2 ? "alibi"
                                             : "sinks";
@@ -258,8 +257,8 @@ static fj_status mask_fields(cursor *c, fj_attention_desc *d)
     int stage = 0; /* 1: causal seen, 2: wl seen, 3: wr seen */
     do {
         int v;
-        if (stage >= 1 && (parse_softcap(f, &d->softcap) || !strcmp(f, "alibi") ||
-                           !strcmp(f, "sinks"))) {
+        if (stage >= 1 &&
+            (parse_softcap(f, &d->softcap) || !strcmp(f, "alibi") || !strcmp(f, "sinks"))) {
             d->softcap = 0.0f; /* tail_fields reads the field again */
             return tail_fields(c, d, f, sizeof f, "the mask");
         } else if (stage < 1 && (!strcmp(f, "causal_br") || !strcmp(f, "causal_tl"))) {

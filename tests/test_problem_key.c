@@ -170,8 +170,8 @@ static void test_features_field(void **state)
     } ok[] = {
         {"b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi", FJ_FEATURE_ALIBI, 0.0f},
         {"b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.sinks", FJ_FEATURE_SINKS, 0.0f},
-        {"b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi.sinks",
-         FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS, 0.0f},
+        {"b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi.sinks", FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS,
+         0.0f},
         {"b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.sc50.sinks", FJ_FEATURE_SINKS, 50.0f},
         {"b2.hq64.hkv8.sq4096.sk4096.d64.bf16.causal_br.wl128.sc2p5.alibi.sinks",
          FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS, 2.5f},
@@ -180,8 +180,7 @@ static void test_features_field(void **state)
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         fj_attention_desc d;
-        if (fj_problem_key_parse(ok[i].key, &d))
-            fail_msg("%s: %s", ok[i].key, fj_last_error());
+        if (fj_problem_key_parse(ok[i].key, &d)) fail_msg("%s: %s", ok[i].key, fj_last_error());
         assert_int_equal(d.features, ok[i].features);
         assert_true(d.softcap == ok[i].softcap);
         char key[FJ_PROBLEM_KEY_MAX];

@@ -266,8 +266,7 @@ static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_
         }
         if (cap->out > 0.0f) fj_vsoftcap(srow + a, e - a, cap->in, cap->out);
         if (p->alibi) { /* after the cap: -slope |i + diag_offset - j|, in base 2 */
-            const float s2 =
-                (float)M_LOG2E * j->in->alibi_slopes[hk * p->group + r % p->group];
+            const float s2 = (float)M_LOG2E * j->in->alibi_slopes[hk * p->group + r % p->group];
             const int64_t i = blk->pos0 + t;
             for (int64_t c = a; c < e; c++) srow[c] += fj_alibi_bias(p, s2, i, j0 + c);
         }

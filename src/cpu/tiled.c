@@ -322,8 +322,7 @@ static void tiled_task(void *arg, int64_t task, int worker)
         if (w->lo[t] < w->hi[t]) {
             float sum = w->row_sum[r], max = w->row_max[r];
             /* the sink, in base 2, joins once all keys are in */
-            const float f =
-                p->sinks ? fj_sink_join((float)M_LOG2E * sink, &max, &sum, true) : 1.0f;
+            const float f = p->sinks ? fj_sink_join((float)M_LOG2E * sink, &max, &sum, true) : 1.0f;
             float *acc = w->o + (size_t)r * D;
             fj_vscale(acc, D, f / sum);
             fj_store_f32(dst, p->dtype, 0, acc, 0, 1, D);
@@ -417,9 +416,9 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
     return FJ_OK;
 }
 
-static fj_status tiled_execute(const void *state, const fj_problem *p, const void *q,
-                               const void *k, const void *v, void *o, float *lse,
-                               const fj_exec_inputs *in, void *stream)
+static fj_status tiled_execute(const void *state, const fj_problem *p, const void *q, const void *k,
+                               const void *v, void *o, float *lse, const fj_exec_inputs *in,
+                               void *stream)
 {
     (void)stream;
     const tiled_plan *tp = state;

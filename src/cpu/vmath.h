@@ -90,7 +90,6 @@ void fj_vscale(float *x, int64_t n, float a);
 /* exp(x[j]) for j in [0, n) into y (for tests and benchmarks of fj_expf). */
 void fj_vexp(float *y, const float *x, int64_t n);
 
-
 /* An attention sink joins a row's softmax state: sink (in the row's base:
  * natural, or base 2 with base2) is one more logit without a value row.
  * *max, *sum: the row's max and sum of exp(score - max) over the keys it

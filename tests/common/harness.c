@@ -376,10 +376,7 @@ fail:
     return false;
 }
 
-bool fjt_problem_oracle(fjt_problem *p)
-{
-    return p->ref_o && p->ref_lse && oracle(p, NULL, 0);
-}
+bool fjt_problem_oracle(fjt_problem *p) { return p->ref_o && p->ref_lse && oracle(p, NULL, 0); }
 
 bool fjt_problem_make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng)
 {
@@ -533,9 +530,9 @@ const char *fjt_desc_str(const fj_attention_desc *d)
              "q[%lld %lld %lld] o[%lld %lld %lld]",
              d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
              fj_dtype_name(d->dtype), fj_causal_name(d->causal), d->window_left, d->window_right,
-             (double)d->scale, (double)d->softcap, (unsigned)d->features, (long long)d->q_stride[0], (long long)d->q_stride[1],
-             (long long)d->q_stride[2], (long long)d->o_stride[0], (long long)d->o_stride[1],
-             (long long)d->o_stride[2]);
+             (double)d->scale, (double)d->softcap, (unsigned)d->features, (long long)d->q_stride[0],
+             (long long)d->q_stride[1], (long long)d->q_stride[2], (long long)d->o_stride[0],
+             (long long)d->o_stride[1], (long long)d->o_stride[2]);
     return buf;
 }
 

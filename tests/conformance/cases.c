@@ -853,7 +853,7 @@ static void alibi_sinks(builder *b)
         {1, 8, 1, 16, 8192, 128, FJ_CAUSAL_BOTTOM_RIGHT, -1},
         {1, 4, 4, 16, 5000, 96, FJ_CAUSAL_NONE, -1},
         {1, 8, 2, 4, 3, 64, FJ_CAUSAL_BOTTOM_RIGHT, -1}, /* row 0 sees nothing */
-        {1, 16, 16, 1, 1, 64, FJ_CAUSAL_NONE, -1},      /* one key */
+        {1, 16, 16, 1, 1, 64, FJ_CAUSAL_NONE, -1},       /* one key */
         {1, 8, 2, 16, 20000, 64, FJ_CAUSAL_BOTTOM_RIGHT, -1},
     };
     for (int i = 0; i < NELEMS(dec); i++) {
@@ -869,11 +869,21 @@ static void alibi_sinks(builder *b)
 
     /* split-KV shapes (few query rows, many keys), both features */
     const uint32_t both = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
-    add_featured(b, "split-decode-gqa-bf16", desc(2, 32, 8, 1, 32768, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1), both, 0.0f, 1.0f, FJT_DENSE, true);
-    add_featured(b, "split-sq3-causal-f16", desc(2, 4, 1, 3, 3001, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1), FJ_FEATURE_SINKS, 2.5f, -1.0f, FJT_PADDED, true);
-    add_featured(b, "split-window-bf16", desc(1, 2, 2, 17, 5000, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, 0), both, 0.0f, 2.0f, FJT_DENSE, true);
-    add_featured(b, "split-empty-rows-f16", desc(1, 4, 4, 200, 6000, 80, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1), both, 30.0f, 0.0f, FJT_DENSE, true);
-    add_featured(b, "split-prefill-alibi-f32", desc(1, 2, 2, 100, 9000, 160, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1), FJ_FEATURE_ALIBI, 0.0f, 1.0f, FJT_KV_BROADCAST, false);
+    add_featured(b, "split-decode-gqa-bf16",
+                 desc(2, 32, 8, 1, 32768, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1), both, 0.0f, 1.0f,
+                 FJT_DENSE, true);
+    add_featured(b, "split-sq3-causal-f16",
+                 desc(2, 4, 1, 3, 3001, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1),
+                 FJ_FEATURE_SINKS, 2.5f, -1.0f, FJT_PADDED, true);
+    add_featured(b, "split-window-bf16",
+                 desc(1, 2, 2, 17, 5000, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, 0), both, 0.0f,
+                 2.0f, FJT_DENSE, true);
+    add_featured(b, "split-empty-rows-f16",
+                 desc(1, 4, 4, 200, 6000, 80, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1), both, 30.0f,
+                 0.0f, FJT_DENSE, true);
+    add_featured(b, "split-prefill-alibi-f32",
+                 desc(1, 2, 2, 100, 9000, 160, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1),
+                 FJ_FEATURE_ALIBI, 0.0f, 1.0f, FJT_KV_BROADCAST, false);
 
     /* head dims no GPU kernel takes, sizes around the CPU blocks */
     static const int odd_dims[] = {1, 3, 7, 13, 33, 127, 255};

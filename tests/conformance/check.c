@@ -93,10 +93,10 @@ fj_status fjt_case_run(const fjt_case *c, const fjt_problem *p, fj_context *ctx,
         (s = fj_copy_to_device(ctx, dv, p->v, p->v_elems * es)) ||
         (s = fj_copy_to_device(ctx, dO, out->o, p->o_elems * es)) ||
         (out->lse && (s = fj_copy_to_device(ctx, dl, out->lse, lse_bytes))) ||
-        (p->alibi && ((s = fj_malloc(ctx, hb, &da)) ||
-                      (s = fj_copy_to_device(ctx, da, p->alibi, hb)))) ||
-        (p->sinks && ((s = fj_malloc(ctx, hb, &ds)) ||
-                      (s = fj_copy_to_device(ctx, ds, p->sinks, hb)))) ||
+        (p->alibi &&
+         ((s = fj_malloc(ctx, hb, &da)) || (s = fj_copy_to_device(ctx, da, p->alibi, hb)))) ||
+        (p->sinks &&
+         ((s = fj_malloc(ctx, hb, &ds)) || (s = fj_copy_to_device(ctx, ds, p->sinks, hb)))) ||
         ((x.alibi_slopes = da), (x.sinks = ds), 0) ||
         (s = fj_plan_execute_ex(plan, dq, dk, dv, dO, dl, &x, NULL)) ||
         (s = fj_synchronize(ctx, NULL)) ||
