@@ -390,7 +390,8 @@ FJ_API fj_status fj_plan_create_ex(fj_context *ctx, const fj_attention_desc *d,
 /* Runs the plan. q, k, v, o point to memory of the context's backend (device
  * memory on CUDA, host memory on CPU; fj_malloc gives either) laid out by the
  * desc's strides. lse: NULL, or float32 [batch, heads_q, seqlen_q] (natural
- * log of each row's softmax denominator; -inf for a row that sees no key).
+ * log of each row's softmax denominator; -inf for a row that sees no key,
+ * or its sink with FJ_FEATURE_SINKS).
  * stream: a CUstream on CUDA (NULL: the default stream; the call is
  * asynchronous), ignored on CPU (the call returns when done). Allocates
  * nothing. Thread-safe; concurrent executes must not share an output, and
