@@ -89,7 +89,10 @@ extern "C" {
  *
  * 1.0.0: first release with these rules (0.1 structs had no reserved room).
  * 1.1.0: fj_merge_desc, fj_merge_desc_init, fj_merge (node FLASHJIT_1.1);
- *        fj_attention_desc.softcap (its first reserved slot). */
+ *        fj_attention_desc.softcap (its first reserved slot);
+ *        fj_attention_desc.features (FJ_FEATURE_ALIBI, FJ_FEATURE_SINKS; the
+ *        32 bits beside softcap), fj_execute_extras, fj_execute_extras_init,
+ *        fj_plan_execute_ex, fj_attention_ex (node FLASHJIT_1.1). */
 #define FLASHJIT_VERSION_MAJOR 1
 #define FLASHJIT_VERSION_MINOR 1
 #define FLASHJIT_VERSION_PATCH 0
@@ -248,15 +251,35 @@ typedef struct fj_attention_desc {
     /* Logit softcap (Gemma 2/3): with softcap c > 0 every score s = scale * q.k
        becomes c * tanh(s / c) before the mask and the softmax (lse is over
        the capped scores; docs/semantics.md). 0: off. Negative, NaN or
-       infinite: FJ_ERR_INVALID_ARGUMENT. softcap and reserved0 took the
+       infinite: FJ_ERR_INVALID_ARGUMENT. softcap and features took the
        first int64 slot of the reserved room, so the struct's size and the
        other fields' offsets are unchanged. */
     float softcap;
-    int32_t reserved0;             /* zero: room for a field added later */
+    /* FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS (since 1.1; the 32 bits beside
+       softcap): inputs beyond q, k
+       and v that join the softmax, their per-head values given at execute
+       time (fj_execute_extras). 0: none. Any other bit:
+       FJ_ERR_INVALID_ARGUMENT naming features. */
+    uint32_t features;
     int64_t reserved[7];           /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_attention_desc;
 
-/* No mask, no window, default scale, no softcap, dense strides, reserved zero. */
+/* Bits of fj_attention_desc.features (docs/semantics.md states the math).
+ * The flag says the problem has the input (it is part of the problem key and
+ * chooses the kernel); the per-head values are data, passed to each execute
+ * in fj_execute_extras, so one plan serves any values. */
+enum {
+    /* ALiBi: each score gains -slope_h |i + off - j| (off: seqlen_k -
+       seqlen_q, or 0 with FJ_CAUSAL_TOP_LEFT), after the scale and the
+       softcap; slope_h per query head, fj_execute_extras.alibi_slopes. */
+    FJ_FEATURE_ALIBI = 1u << 0,
+    /* Attention sinks (gpt-oss): per query head a logit sink_h joins each
+       row's softmax denominator without a value row, so a row may attend to
+       "nothing"; fj_execute_extras.sinks. lse includes it. */
+    FJ_FEATURE_SINKS = 1u << 1,
+};
+
+/* No mask, no window, default scale, no softcap, no features, dense strides, reserved zero. */
 FJ_API void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q, int heads_kv,
                                    int seqlen_q, int seqlen_k, int head_dim, fj_dtype dtype);
 
@@ -286,11 +309,17 @@ FJ_API double fj_attention_flops(const fj_attention_desc *d);
  * softcap ends in one more field, sc<softcap>: the shortest decimal that
  * reads back as the same float, with 'p' for the decimal point ("sc50",
  * "sc2p5"; in exponent form outside [1e-4, 1e9): "sc1e-05"). The scale and
- * the strides are not part of it: a key names the shape, the mask and the
- * softcap, which choose the kernel (its tuning point leaves the softcap out:
- * capped and plain problems share tiles). FJ_PROBLEM_KEY_MAX bytes hold any
+ * Then, with FJ_FEATURE_ALIBI, the field "alibi", and with FJ_FEATURE_SINKS
+ * the field "sinks", in that order, after the softcap's
+ * ("b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi.sinks"). The scale and
+ * the strides are not part of it: a key names the shape, the mask, the
+ * softcap and the features, which choose the kernel (its tuning point leaves
+ * the softcap and the features out: such problems share tiles with plain ones;
+ * FJ_PLAN_MEASURE measures the problem without its features).
+ * FJ_PROBLEM_KEY_MAX was 128 before 1.1's features; 128 bytes still hold
+ * every key without them. FJ_PROBLEM_KEY_MAX bytes hold any
  * key with its NUL. */
-#define FJ_PROBLEM_KEY_MAX 128
+#define FJ_PROBLEM_KEY_MAX 160
 
 /* Writes d's key into buf (n bytes). FJ_ERR_INVALID_ARGUMENT when d breaks a
  * rule (the message as fj_attention_desc_validate's) or n is too small; buf
@@ -361,13 +390,41 @@ FJ_API fj_status fj_plan_create_ex(fj_context *ctx, const fj_attention_desc *d,
 /* Runs the plan. q, k, v, o point to memory of the context's backend (device
  * memory on CUDA, host memory on CPU; fj_malloc gives either) laid out by the
  * desc's strides. lse: NULL, or float32 [batch, heads_q, seqlen_q] (natural
- * log of each row's softmax denominator; -inf for a row that sees no key).
+ * log of each row's softmax denominator; -inf for a row that sees no key,
+ * or its sink with FJ_FEATURE_SINKS).
  * stream: a CUstream on CUDA (NULL: the default stream; the call is
  * asynchronous), ignored on CPU (the call returns when done). Allocates
  * nothing. Thread-safe; concurrent executes must not share an output, and
  * those of a split-KV plan must be on one stream (see fj_plan above). */
 FJ_API fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k, const void *v,
                                  void *o, float *lse, void *stream);
+
+/* The inputs of an execute beyond q, k, v, o and lse (since 1.1): the
+ * per-head values of the desc's features. Each array is float32
+ * [heads_q] (query head h's value at index h, GQA included) in memory of
+ * the context's backend (device memory on CUDA, host memory on the CPU; fj_malloc gives
+ * either), aligned to 4 bytes, read during the execute only (on CUDA: by
+ * the kernels the call queues on its stream, so keep it alive and unchanged
+ * until they finish); the caller owns it, the library never frees or
+ * copies it. The values are data, as q and k: not inspected
+ * (docs/semantics.md, "Non-finite values", says what non-finite values give).
+ * A plan whose desc has the feature needs its array (NULL:
+ * FJ_ERR_INVALID_ARGUMENT naming it); an array given for a feature the desc
+ * does not have is FJ_ERR_INVALID_ARGUMENT too (it would be ignored). */
+typedef struct fj_execute_extras {
+    const float *alibi_slopes; /* FJ_FEATURE_ALIBI: slope_h, [heads_q] */
+    const float *sinks;        /* FJ_FEATURE_SINKS: sink_h (natural log units), [heads_q] */
+    int64_t reserved[6];       /* zero: room for inputs added later (see "Structs and ABI room") */
+} fj_execute_extras;
+
+/* Fills *x: no arrays, reserved zero. */
+FJ_API void fj_execute_extras_init(fj_execute_extras *x);
+
+/* fj_plan_execute with the extra inputs x (NULL: none, as fj_plan_execute,
+ * which is this with x NULL). Same rules: allocates nothing, thread-safe
+ * (concurrent executes may share x, which is only read). */
+FJ_API fj_status fj_plan_execute_ex(const fj_plan *p, const void *q, const void *k, const void *v,
+                                    void *o, float *lse, const fj_execute_extras *x, void *stream);
 
 /* Backend, kernel name, tiles, and why they were chosen. Owned by the plan. */
 FJ_API const char *fj_plan_describe(const fj_plan *p);
@@ -417,6 +474,13 @@ FJ_API void fj_plan_destroy(fj_plan *p);
  * streams use different cached plans. */
 FJ_API fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *q,
                               const void *k, const void *v, void *o, float *lse, void *stream);
+
+/* fj_attention with the extra inputs x (fj_plan_execute_ex; NULL: none). The
+ * cached plan is chosen by (desc, stream) as fj_attention's; x is not part
+ * of it (only read during the call). Thread-safe. */
+FJ_API fj_status fj_attention_ex(fj_context *ctx, const fj_attention_desc *d, const void *q,
+                                 const void *k, const void *v, void *o, float *lse,
+                                 const fj_execute_extras *x, void *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Merging partial attention results (since 1.1)                             */

@@ -27,9 +27,12 @@ typedef struct fj_backend_ops {
        set, and leaves *state NULL. */
     fj_status (*plan_create)(fj_context *ctx, const fj_problem *p, const char *config,
                              void **state, fj_strbuf *describe);
-    /* Runs it. Pointers were checked non-NULL by the core. Must not allocate. */
+    /* Runs it. Pointers were checked non-NULL by the core, and in's arrays
+       against p's features (each non-NULL exactly when its feature is on).
+       Must not allocate. */
     fj_status (*execute)(const void *state, const fj_problem *p, const void *q, const void *k,
-                         const void *v, void *o, float *lse, void *stream);
+                         const void *v, void *o, float *lse, const fj_exec_inputs *in,
+                         void *stream);
     void (*plan_destroy)(void *state);
 
     /* Optional (NULL: the core times with the host clock). Times `repeat`

@@ -158,11 +158,12 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
                            "fj_attention_desc_init, then set its fields by name",
                            i, (long long)d->reserved[i]);
 
-    if (d->reserved0)
+    if (d->features & ~(uint32_t)(FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "reserved0 (%d) must be zero: fill the desc with fj_attention_desc_init, "
-                       "then set its fields by name",
-                       (int)d->reserved0);
+                       "features (0x%x) has unknown bits: only FJ_FEATURE_ALIBI (0x%x) and "
+                       "FJ_FEATURE_SINKS (0x%x) are defined",
+                       (unsigned)d->features, (unsigned)FJ_FEATURE_ALIBI,
+                       (unsigned)FJ_FEATURE_SINKS);
 
     struct { const char *name; int v; } sizes[] = {
         {"batch", d->batch},       {"heads_q", d->heads_q},   {"heads_kv", d->heads_kv},
@@ -242,6 +243,8 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     p->window_right = d->window_right;
     p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
     p->softcap = d->softcap > 0.0f ? d->softcap : 0.0f; /* -0: off, as 0 */
+    p->alibi = (d->features & FJ_FEATURE_ALIBI) != 0;
+    p->sinks = (d->features & FJ_FEATURE_SINKS) != 0;
     p->diag_offset = d->causal == FJ_CAUSAL_TOP_LEFT ? 0 : (int64_t)d->seqlen_k - d->seqlen_q;
     p->masked = d->causal != FJ_CAUSAL_NONE || d->window_left >= 0 || d->window_right >= 0;
 

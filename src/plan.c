@@ -1,5 +1,6 @@
 /* Plans: the one place decisions are made. Creation validates, lets the
  * backend choose and build its kernel; execute only checks pointers and runs. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,14 +56,63 @@ fj_status fj_check_tensors(const void *q, const void *k, const void *v, const vo
     return FJ_OK;
 }
 
-fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k, const void *v, void *o,
-                          float *lse, void *stream)
+void fj_execute_extras_init(fj_execute_extras *x)
+{
+    if (x) memset(x, 0, sizeof *x);
+}
+
+fj_status fj_check_extras(const fj_problem *p, const fj_execute_extras *x, fj_exec_inputs *in)
+{
+    in->alibi_slopes = x ? x->alibi_slopes : NULL;
+    in->sinks = x ? x->sinks : NULL;
+    for (int i = 0; x && i < (int)(sizeof x->reserved / sizeof x->reserved[0]); i++)
+        if (x->reserved[i])
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "fj_execute_extras.reserved[%d] (%lld) must be zero: fill it with "
+                           "fj_execute_extras_init, then set its fields by name",
+                           i, (long long)x->reserved[i]);
+    struct {
+        const char *name, *flag;
+        bool on;
+        const float *a;
+    } f[2] = {
+        {"alibi_slopes", "FJ_FEATURE_ALIBI", p->alibi, in->alibi_slopes},
+        {"sinks", "FJ_FEATURE_SINKS", p->sinks, in->sinks},
+    };
+    for (int i = 0; i < 2; i++) {
+        if (f[i].on && !f[i].a)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s is NULL: the desc's features have %s, so the execute needs "
+                           "float32 [heads_q = %d] in fj_execute_extras.%s "
+                           "(fj_plan_execute_ex, fj_attention_ex)",
+                           f[i].name, f[i].flag, p->heads_q, f[i].name);
+        if (!f[i].on && f[i].a)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s is given but the desc's features lack %s (it would be ignored)",
+                           f[i].name, f[i].flag);
+        if (f[i].a && ((uintptr_t)f[i].a & 3))
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s (%p) is not aligned to 4 bytes", f[i].name,
+                           (const void *)f[i].a);
+    }
+    return FJ_OK;
+}
+
+fj_status fj_plan_execute_ex(const fj_plan *p, const void *q, const void *k, const void *v, void *o,
+                             float *lse, const fj_execute_extras *x, void *stream)
 {
     fj_clear_error();
     if (!p) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "plan is NULL");
     fj_status s = fj_check_tensors(q, k, v, o);
     if (s) return s;
-    return p->ops->execute(p->state, &p->problem, q, k, v, o, lse, stream);
+    fj_exec_inputs in;
+    if ((s = fj_check_extras(&p->problem, x, &in))) return s;
+    return p->ops->execute(p->state, &p->problem, q, k, v, o, lse, &in, stream);
+}
+
+fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k, const void *v, void *o,
+                          float *lse, void *stream)
+{
+    return fj_plan_execute_ex(p, q, k, v, o, lse, NULL, stream);
 }
 
 const char *fj_plan_describe(const fj_plan *p) { return p && p->describe ? p->describe : ""; }

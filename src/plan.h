@@ -29,4 +29,9 @@ fj_status fj_plan_create_config(fj_context *ctx, const fj_attention_desc *d, con
 /* FJ_ERR_INVALID_ARGUMENT naming the first of q, k, v, o that is NULL. */
 fj_status fj_check_tensors(const void *q, const void *k, const void *v, const void *o);
 
+/* Checks x (NULL: none) against p's features and fills *in: each array
+ * non-NULL exactly when its feature is on, 4-byte aligned, reserved zero;
+ * else FJ_ERR_INVALID_ARGUMENT naming the argument. */
+fj_status fj_check_extras(const fj_problem *p, const fj_execute_extras *x, fj_exec_inputs *in);
+
 #endif

@@ -115,6 +115,13 @@ void fj_plan_cache_clear(fj_context *ctx)
 fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *q, const void *k,
                        const void *v, void *o, float *lse, void *stream)
 {
+    return fj_attention_ex(ctx, d, q, k, v, o, lse, NULL, stream);
+}
+
+fj_status fj_attention_ex(fj_context *ctx, const fj_attention_desc *d, const void *q, const void *k,
+                          const void *v, void *o, float *lse, const fj_execute_extras *x,
+                          void *stream)
+{
     fj_clear_error();
     if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
     fj_status s = fj_check_tensors(q, k, v, o);
@@ -122,7 +129,9 @@ fj_status fj_attention(fj_context *ctx, const fj_attention_desc *d, const void *
     const fj_plan *plan;
     void *handle;
     if ((s = fj_plan_cache_acquire(ctx, d, stream, &plan, &handle))) return s;
-    s = plan->ops->execute(plan->state, &plan->problem, q, k, v, o, lse, stream);
+    fj_exec_inputs in;
+    if (!(s = fj_check_extras(&plan->problem, x, &in)))
+        s = plan->ops->execute(plan->state, &plan->problem, q, k, v, o, lse, &in, stream);
     fj_plan_cache_release(ctx, handle);
     return s;
 }

@@ -24,7 +24,26 @@ typedef struct fj_problem {
        for NONE and BOTTOM_RIGHT, 0 for TOP_LEFT. */
     int64_t diag_offset;
     bool masked; /* causal or any window: some (row, key) pairs are hidden */
+    /* FJ_FEATURE_ALIBI, FJ_FEATURE_SINKS: the execute passes per-head slopes
+       (score += -slope_h |i + diag_offset - j|) and sinks (a logit in each
+       row's denominator); fj_exec_inputs carries the arrays. */
+    bool alibi, sinks;
 } fj_problem;
+
+/* The per-head arrays of an execute, checked by the core against the
+   problem (each non-NULL exactly when its feature is on). */
+typedef struct fj_exec_inputs {
+    const float *alibi_slopes; /* [heads_q] or NULL */
+    const float *sinks;        /* [heads_q] or NULL */
+} fj_exec_inputs;
+
+/* ALiBi's bias of row i, key j for slope s: -s |i + diag_offset - j|. */
+static inline float fj_alibi_bias(const struct fj_problem *p, float slope, int64_t i, int64_t j)
+{
+    int64_t dist = i + p->diag_offset - j;
+    if (dist < 0) dist = -dist;
+    return -slope * (float)dist;
+}
 
 /* The mask kinds that change generated code and tuning keys. The causal
  * alignment (bottom-right or top-left) and the window sizes are parameters,

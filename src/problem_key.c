@@ -19,9 +19,9 @@
 #include "problem.h"
 #include "status.h"
 
-#define KEY_FORM                                                                           \
+#define KEY_FORM                                                                              \
     "b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>" \
-    "[.sc<softcap>]"
+    "[.sc<softcap>][.alibi][.sinks]"
 
 /* The mask fields after the dtype, as one string ("nomask", "causal_br.wl256"). */
 static void mask_text(fj_causal causal, int window_left, int window_right, char *buf, size_t n)
@@ -59,7 +59,8 @@ static void softcap_text(float v, char *buf, size_t n)
 }
 
 static int key_text(int batch, int hq, int hkv, int sq, int sk, int d, fj_dtype dtype,
-                    fj_causal causal, int wl, int wr, float softcap, char *buf, size_t n)
+                    fj_causal causal, int wl, int wr, float softcap, bool alibi, bool sinks,
+                    char *buf, size_t n)
 {
     char mask[64], cap[40] = "";
     mask_text(causal, wl, wr, mask, sizeof mask);
@@ -68,14 +69,14 @@ static int key_text(int batch, int hq, int hkv, int sq, int sk, int d, fj_dtype 
         softcap_text(softcap, v, sizeof v);
         snprintf(cap, sizeof cap, ".sc%s", v);
     }
-    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s", batch, hq, hkv, sq, sk, d,
-                    fj_dtype_name(dtype), mask, cap);
+    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s", batch, hq, hkv, sq, sk, d,
+                    fj_dtype_name(dtype), mask, cap, alibi ? ".alibi" : "", sinks ? ".sinks" : "");
 }
 
 void fj_problem_key_of(const fj_problem *p, char *buf, size_t n)
 {
     key_text(p->batch, p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim, p->dtype,
-             p->causal, p->window_left, p->window_right, p->softcap, buf, n);
+             p->causal, p->window_left, p->window_right, p->softcap, p->alibi, p->sinks, buf, n);
 }
 
 void fj_problem_format(const fj_problem *p, char *buf, size_t n)
@@ -201,8 +202,41 @@ static bool parse_softcap(const char *f, float *out)
     "sc<softcap> (the softcap as the shortest decimal that reads back exactly, 'p' for the " \
     "point: sc50, sc2p5)"
 
+#define TAIL_FORM SOFTCAP_FORM ", then alibi, then sinks, each at most once, in that order"
+
+/* The fields after the mask, each optional, in this order: sc<softcap>,
+   alibi, sinks. f holds the first (already read); after: what they follow
+   ("'nomask'", "the mask"), for messages. */
+static fj_status tail_fields(cursor *c, fj_attention_desc *d, char *f, size_t n, const char *after)
+{
+    int stage = 0; /* 1: softcap seen, 2: alibi seen, 3: sinks seen */
+    do {
+        if (stage < 1 && parse_softcap(f, &d->softcap)) {
+            stage = 1;
+        } else if (stage < 2 && !strcmp(f, "alibi")) {
+            d->features |= FJ_FEATURE_ALIBI;
+            stage = 2;
+        } else if (stage < 3 && !strcmp(f, "sinks")) {
+            d->features |= FJ_FEATURE_SINKS;
+            stage = 3;
+        } else {
+            const char *what = stage == 0   ? after
+                               : stage == 1 ? "the softcap"
+                               : stage == 2 ? "alibi"
+                                            : "sinks";
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "problem key '%s': nothing may follow %s but " TAIL_FORM
+                           " (field %d is '%s')",
+                           c->key, what, c->field, f);
+        }
+    } while (next_field(c, f, n));
+    if (c->at[-1] == '.')
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "problem key '%s' ends with '.'", c->key);
+    return FJ_OK;
+}
+
 /* "nomask", or [causal_br|causal_tl][.wl<N>][.wr<N>] with at least one; then
-   an optional sc<softcap>. */
+   the optional tail: sc<softcap>, alibi, sinks. */
 static fj_status mask_fields(cursor *c, fj_attention_desc *d)
 {
     char f[32];
@@ -213,23 +247,20 @@ static fj_status mask_fields(cursor *c, fj_attention_desc *d)
                        c->key, c->field + 1);
     if (!strcmp(f, "nomask")) {
         if (!*c->at && c->at[-1] != '.') return FJ_OK; /* "nomask" ends the key */
-        if (next_field(c, f, sizeof f) && parse_softcap(f, &d->softcap) && !*c->at &&
-            c->at[-1] != '.')
-            return FJ_OK;
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "problem key '%s': nothing may follow 'nomask' but " SOFTCAP_FORM
-                       ", the last field (field %d)",
-                       c->key, c->field);
+        if (!next_field(c, f, sizeof f))
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "problem key '%s': nothing may follow 'nomask' but " TAIL_FORM
+                           " (field %d is empty)",
+                           c->key, c->field + 1);
+        return tail_fields(c, d, f, sizeof f, "'nomask'");
     }
-    int stage = 0; /* 1: causal seen, 2: wl seen, 3: wr seen, 4: softcap seen */
+    int stage = 0; /* 1: causal seen, 2: wl seen, 3: wr seen */
     do {
         int v;
-        if (stage == 4) {
-            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "problem key '%s': nothing may follow the softcap (field %d)", c->key,
-                           c->field);
-        } else if (stage >= 1 && parse_softcap(f, &d->softcap)) {
-            stage = 4;
+        if (stage >= 1 &&
+            (parse_softcap(f, &d->softcap) || !strcmp(f, "alibi") || !strcmp(f, "sinks"))) {
+            d->softcap = 0.0f; /* tail_fields reads the field again */
+            return tail_fields(c, d, f, sizeof f, "the mask");
         } else if (stage < 1 && (!strcmp(f, "causal_br") || !strcmp(f, "causal_tl"))) {
             d->causal = f[7] == 'b' ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_TOP_LEFT;
             stage = 1;
@@ -242,7 +273,7 @@ static fj_status mask_fields(cursor *c, fj_attention_desc *d)
         } else {
             return bad(c, f,
                        stage ? "the next mask field (causal_br or causal_tl, then wl<N>, then "
-                               "wr<N>, each once, in that order) or " SOFTCAP_FORM
+                               "wr<N>, each once, in that order) or " TAIL_FORM
                              : "a mask: nomask, or causal_br or causal_tl, then wl<N>, then "
                                "wr<N>, in that order");
         }

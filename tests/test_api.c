@@ -250,6 +250,153 @@ static void test_bad_input_writes_nothing(void **state)
     fj_context_destroy(ctx);
 }
 
+/* ALiBi and sinks (fj_execute_extras): every way the arrays can be wrong is
+ * FJ_ERR_INVALID_ARGUMENT naming them, with nothing written. */
+static void test_extras_bad_input(void **state)
+{
+    (void)state;
+    fj_context *ctx = cpu_ctx(FJ_BACKEND_CPU);
+    float q[64], o[64], vals[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    for (int i = 0; i < 64; i++) q[i] = 1.0f;
+    memset(o, 0xab, sizeof o);
+    unsigned char before[sizeof o];
+    memcpy(before, o, sizeof o);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 2, 1, 2, 2, 16, FJ_F32);
+    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    fj_execute_extras x;
+    memset(&x, 0x5a, sizeof x);
+    fj_execute_extras_init(&x);
+    assert_null(x.alibi_slopes);
+    assert_null(x.sinks);
+    for (int i = 0; i < 6; i++) assert_int_equal(x.reserved[i], 0);
+    struct {
+        const float *alibi, *sinks;
+        int64_t reserved;
+        const char *message;
+    } bad[] = {
+        {NULL, vals, 0, "alibi_slopes is NULL: the desc's features have FJ_FEATURE_ALIBI"},
+        {vals, NULL, 0, "sinks is NULL: the desc's features have FJ_FEATURE_SINKS"},
+        {NULL, NULL, 0, "alibi_slopes is NULL"},
+        {(const float *)((const char *)vals + 2), vals, 0, "alibi_slopes"},
+        {vals, vals, 7, "fj_execute_extras.reserved[0] (7) must be zero"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fj_execute_extras_init(&x);
+        x.alibi_slopes = bad[i].alibi;
+        x.sinks = bad[i].sinks;
+        x.reserved[0] = bad[i].reserved;
+        assert_int_equal(fj_plan_execute_ex(plan, q, q, q, o, NULL, &x, NULL),
+                         FJ_ERR_INVALID_ARGUMENT);
+        if (!strstr(fj_last_error(), bad[i].message))
+            fail_msg("case %zu: '%s' lacks '%s'", i, fj_last_error(), bad[i].message);
+        assert_int_equal(fj_attention_ex(ctx, &d, q, q, q, o, NULL, &x, NULL),
+                         FJ_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(fj_last_error(), bad[i].message));
+    }
+    /* the plain entry points have no arrays to give */
+    assert_int_equal(fj_plan_execute(plan, q, q, q, o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "alibi_slopes is NULL"));
+    assert_int_equal(fj_attention(ctx, &d, q, q, q, o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_memory_equal(o, before, sizeof o);
+    fj_execute_extras_init(&x);
+    x.alibi_slopes = vals;
+    x.sinks = vals;
+    assert_int_equal(fj_plan_execute_ex(plan, q, q, q, o, NULL, &x, NULL), FJ_OK);
+    fj_plan_destroy(plan);
+
+    /* an array for a feature the desc lacks would be ignored: refused */
+    d.features = FJ_FEATURE_ALIBI;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    memcpy(o, before, sizeof o);
+    assert_int_equal(fj_plan_execute_ex(plan, q, q, q, o, NULL, &x, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "sinks is given but the desc's features lack "
+                                            "FJ_FEATURE_SINKS"));
+    assert_memory_equal(o, before, sizeof o);
+    fj_plan_destroy(plan);
+    assert_int_equal(fj_plan_execute_ex(NULL, q, q, q, o, NULL, &x, NULL), FJ_ERR_INVALID_ARGUMENT);
+    fj_context_destroy(ctx);
+}
+
+/* Runs d (f32, dense, data from the harness) on ctx with the extras given
+ * (NULL: none) into o and lse. */
+static void run_extras(fj_context *ctx, const fjt_problem *p, const fj_attention_desc *d,
+                       const float *alibi, const float *sinks, float *o, float *lse)
+{
+    fj_execute_extras x;
+    fj_execute_extras_init(&x);
+    x.alibi_slopes = alibi;
+    x.sinks = sinks;
+    fj_status s = fj_attention_ex(ctx, d, p->q, p->k, p->v, o, lse, &x, NULL);
+    if (s) fail_msg("%s: %s", fjt_desc_str(d), fj_last_error());
+}
+
+/* The special values, on both CPU backends (the tiled and the decode path):
+ * sinks of -inf and slopes of 0 are exactly the plain problem; a row that
+ * sees no key is O = 0, lse = its sink; a NaN sink makes its head's rows
+ * NaN (those that see no key: O = 0, lse NaN). */
+static void test_extras_special_values(void **state)
+{
+    (void)state;
+    static const fj_backend backends[] = {FJ_BACKEND_CPU_REFERENCE, FJ_BACKEND_CPU};
+    static const int sqs[] = {1, 3, 40}; /* decode (one and several rows), tiled */
+    fjt_rng rng;
+    fjt_rng_init(&rng, fjt_seed());
+    for (int bi = 0; bi < 2; bi++)
+        for (int si = 0; si < 3; si++) {
+            fj_context *ctx = cpu_ctx(backends[bi]);
+            const int hq = 4, sq = sqs[si], sk = si == 1 ? 2 : 300, dim = 24;
+            fj_attention_desc d;
+            fj_attention_desc_init(&d, 1, hq, 2, sq, sk, dim, FJ_F32);
+            d.causal = FJ_CAUSAL_BOTTOM_RIGHT; /* sq 3, sk 2: row 0 sees no key */
+            fjt_problem p;
+            assert_true(fjt_problem_make_inputs(&p, &d, &rng));
+            const size_t n = (size_t)sq * hq * dim, nl = (size_t)hq * sq;
+            float *o0 = malloc(n * 4), *o1 = malloc(n * 4), *l0 = malloc(nl * 4),
+                  *l1 = malloc(nl * 4);
+            assert_true(o0 && o1 && l0 && l1);
+            const float minus_inf[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+            const float zeros[4] = {0, 0, 0, 0};
+            run_extras(ctx, &p, &d, NULL, NULL, o0, l0);
+            fj_attention_desc f = d;
+            f.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+            run_extras(ctx, &p, &f, zeros, minus_inf, o1, l1);
+            assert_memory_equal(o0, o1, n * 4);
+            assert_memory_equal(l0, l1, nl * 4);
+
+            const float sinks[4] = {0.5f, -3.0f, NAN, 2.0f};
+            f.features = FJ_FEATURE_SINKS;
+            run_extras(ctx, &p, &f, NULL, sinks, o1, l1);
+            for (int h = 0; h < hq; h++)
+                for (int i = 0; i < sq; i++) {
+                    const bool empty = i + sk - sq < 0;
+                    const float lse = l1[h * sq + i];
+                    const float *row = o1 + ((size_t)i * hq + h) * dim;
+                    if (empty) { /* O = 0, lse = the sink (NaN for the NaN sink) */
+                        for (int c = 0; c < dim; c++) assert_true(row[c] == 0.0f);
+                        if (h == 2) assert_true(isnan(lse));
+                        else assert_true(lse == sinks[h]);
+                    } else if (h == 2) {
+                        assert_true(isnan(lse));
+                        for (int c = 0; c < dim; c++) assert_true(isnan(row[c]));
+                    } else { /* the sink only adds to the denominator */
+                        const float plain = l0[h * sq + i];
+                        const double want = log(exp(plain) + exp(sinks[h]));
+                        assert_true(fabs(lse - want) < 1e-5);
+                        const double shrink = exp(plain - want);
+                        const float *prow = o0 + ((size_t)i * hq + h) * dim;
+                        for (int c = 0; c < dim; c++)
+                            assert_true(fabs(row[c] - prow[c] * shrink) < 1e-5);
+                    }
+                }
+            free(o0), free(o1), free(l0), free(l1);
+            fjt_problem_free(&p);
+            fj_context_destroy(ctx);
+        }
+}
+
 static void test_context_options(void **state)
 {
     (void)state;
@@ -319,12 +466,12 @@ static void test_reserved_room(void **state)
 {
     (void)state;
     enum { SLOTS = 8, DESC_SLOTS = 7 };
-    /* fj_attention_desc's first slot holds softcap and reserved0 (1.0's
+    /* fj_attention_desc's first slot holds softcap and features (1.0's
        layout: 8 slots after o_stride, the size unchanged). */
     assert_int_equal(sizeof((fj_attention_desc *)0)->reserved, DESC_SLOTS * sizeof(int64_t));
     assert_int_equal(offsetof(fj_attention_desc, softcap),
                      offsetof(fj_attention_desc, o_stride) + 3 * sizeof(int64_t));
-    assert_int_equal(offsetof(fj_attention_desc, reserved0),
+    assert_int_equal(offsetof(fj_attention_desc, features),
                      offsetof(fj_attention_desc, softcap) + sizeof(float));
     assert_int_equal(offsetof(fj_attention_desc, reserved),
                      offsetof(fj_attention_desc, softcap) + sizeof(int64_t));
@@ -337,10 +484,13 @@ static void test_reserved_room(void **state)
         memset(&d, 0xa5, sizeof d);
         fj_attention_desc_init(&d, 1, 2, 1, 5, 7, 16, FJ_F32);
         assert_true(d.softcap == 0.0f);
-        assert_int_equal(d.reserved0, 0);
-        d.reserved0 = -3;
-        expect_invalid(&d, "reserved0 (-3) must be zero");
-        assert_non_null(strstr(fj_last_error(), "fj_attention_desc_init"));
+        assert_int_equal(d.features, 0);
+        d.features = 1u << 2;
+        expect_invalid(&d, "features (0x4) has unknown bits");
+        d.features = 0x80000000u | FJ_FEATURE_ALIBI;
+        expect_invalid(&d, "features (0x80000001) has unknown bits");
+        d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+        assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
     }
     for (int i = 0; i < SLOTS; i++) {
         fj_attention_desc d;
@@ -615,6 +765,8 @@ int main(void)
         cmocka_unit_test(test_version_and_names),
         cmocka_unit_test(test_desc_rules),
         cmocka_unit_test(test_bad_input_writes_nothing),
+        cmocka_unit_test(test_extras_bad_input),
+        cmocka_unit_test(test_extras_special_values),
         cmocka_unit_test(test_context_options),
         cmocka_unit_test(test_reserved_room),
         cmocka_unit_test(test_memory_functions),

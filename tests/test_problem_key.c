@@ -27,6 +27,7 @@ static void expect_same_fields(const fj_attention_desc *a, const fj_attention_de
     assert_int_equal(a->window_left, b->window_left);
     assert_int_equal(a->window_right, b->window_right);
     assert_true(a->softcap == b->softcap);
+    assert_int_equal(a->features, b->features);
 }
 
 static void test_random_problems_round_trip(void **state)
@@ -151,7 +152,75 @@ static void test_softcap_field(void **state)
     d.softcap = 1.17549435e-38f;
     char key[FJ_PROBLEM_KEY_MAX];
     if (fj_problem_key(&d, key, sizeof key)) fail_msg("longest key: %s", fj_last_error());
+    assert_true(strlen(key) < 128); /* 1.0's FJ_PROBLEM_KEY_MAX holds keys without features */
+    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+    if (fj_problem_key(&d, key, sizeof key)) fail_msg("longest key: %s", fj_last_error());
     assert_true(strlen(key) < FJ_PROBLEM_KEY_MAX);
+}
+
+/* ALiBi and sinks: ".alibi" then ".sinks" after the mask and the softcap,
+ * each once, in that order; the round trip keeps them. */
+static void test_features_field(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key;
+        uint32_t features;
+        float softcap;
+    } ok[] = {
+        {"b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi", FJ_FEATURE_ALIBI, 0.0f},
+        {"b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.sinks", FJ_FEATURE_SINKS, 0.0f},
+        {"b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi.sinks", FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS,
+         0.0f},
+        {"b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.sc50.sinks", FJ_FEATURE_SINKS, 50.0f},
+        {"b2.hq64.hkv8.sq4096.sk4096.d64.bf16.causal_br.wl128.sc2p5.alibi.sinks",
+         FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS, 2.5f},
+        {"b2.hq64.hkv8.sq4096.sk4096.d64.f16.causal_tl.alibi", FJ_FEATURE_ALIBI, 0.0f},
+        {"b2.hq64.hkv8.sq4096.sk4096.d64.f32.wr3.sinks", FJ_FEATURE_SINKS, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        fj_attention_desc d;
+        if (fj_problem_key_parse(ok[i].key, &d)) fail_msg("%s: %s", ok[i].key, fj_last_error());
+        assert_int_equal(d.features, ok[i].features);
+        assert_true(d.softcap == ok[i].softcap);
+        char key[FJ_PROBLEM_KEY_MAX];
+        assert_int_equal(fj_problem_key(&d, key, sizeof key), FJ_OK);
+        assert_string_equal(key, ok[i].key);
+    }
+    static const struct {
+        const char *key, *message;
+    } bad[] = {
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.sinks.alibi", "nothing may follow sinks"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.alibi.alibi", "nothing may follow alibi"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.alibi.sc50", "nothing may follow alibi"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.alibi.wl3", "nothing may follow alibi"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sinks.", "ends with '.'"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.alibi", "field 8 ('alibi')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.ALIBI", "nothing may follow 'nomask' but"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.sink", "nothing may follow 'nomask' but"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fj_attention_desc d;
+        fj_attention_desc_init(&d, 3, 3, 3, 3, 3, 3, FJ_F16);
+        fj_attention_desc before = d;
+        if (fj_problem_key_parse(bad[i].key, &d) != FJ_ERR_INVALID_ARGUMENT)
+            fail_msg("'%s' parsed", bad[i].key);
+        if (!strstr(fj_last_error(), bad[i].message))
+            fail_msg("'%s': message '%s' lacks '%s'", bad[i].key, fj_last_error(), bad[i].message);
+        assert_memory_equal(&d, &before, sizeof d);
+    }
+    /* the tuning point leaves the features out: plain and featured problems share tiles */
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 2, 8, 8, 3000, 5000, 128, FJ_BF16);
+    fj_problem p;
+    fj_tuning_entry plain, featured;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    fj_tuning_key_for(&p, "NVIDIA H200", "sm_90", "flash_fwd", &plain);
+    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    assert_true(p.alibi && p.sinks);
+    fj_tuning_key_for(&p, "NVIDIA H200", "sm_90", "flash_fwd", &featured);
+    assert_string_equal(plain.point, featured.point);
 }
 
 static void test_malformed_keys_are_refused(void **state)
@@ -183,8 +252,8 @@ static void test_malformed_keys_are_refused(void **state)
         {"b2147483648.hq8.hkv8.sq1.sk4.d64.bf16.nomask", "field 1"},
         /* the softcap: its one spelling, last, once */
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.sc50", "field 8 ('sc50')"},
-        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.sc50.sc50", "nothing may follow 'nomask' but"},
-        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.sc50.", "nothing may follow 'nomask' but"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.sc50.sc50", "nothing may follow the softcap but"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.sc50.", "ends with '.'"},
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc50.wl3", "nothing may follow the softcap"},
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc50.", "ends with '.'"},
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.sc050", "field 9 ('sc050')"},
@@ -279,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_random_problems_round_trip),
         cmocka_unit_test(test_spellings),
         cmocka_unit_test(test_softcap_field),
+        cmocka_unit_test(test_features_field),
         cmocka_unit_test(test_malformed_keys_are_refused),
         cmocka_unit_test(test_buffer_and_invalid_desc),
         cmocka_unit_test(test_points),

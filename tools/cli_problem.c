@@ -29,6 +29,8 @@ const char *cli_problem_flags_help(void)
            "  --causal [none|bottom-right|top-left] (none; alone: bottom-right)\n"
            "  --window LEFT,RIGHT (-1,-1: unbounded)\n"
            "  --softcap C (0: off; > 0: scores become C * tanh(score / C))\n"
+           "  --alibi (ALiBi, slopes 2^(-8 (h + 1) / heads_q))  --sinks (a sink per head,\n"
+           "    0.5 (h mod 5) - 1)\n"
            "  --backend auto|reference|cpu|cuda (auto)\n"
            "  --repeat N (20)  --warmup N (3)  --check  --lse  --seed N (1)\n";
 }
@@ -154,6 +156,16 @@ static int set_lse(const char *cmd, const char *flag, const char *val, cli_probl
     return 0;
 }
 
+/* --alibi, --sinks: a bit of the desc's features (the tool fills the
+   slopes or sinks itself when it runs the problem) */
+static int set_feature(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                       const problem_flag *row)
+{
+    (void)cmd, (void)flag, (void)val;
+    f->d.features |= (uint32_t)row->lo;
+    return 0;
+}
+
 #define DESC(field) offsetof(fj_attention_desc, field)
 static const problem_flag problem_flags[] = {
     {"batch", required_argument, set_desc_int, DESC(batch), 1, 1 << 20},
@@ -168,6 +180,8 @@ static const problem_flag problem_flags[] = {
     {"window", required_argument, set_window, 0, 0, 0},
     {"scale", required_argument, set_scale, 0, 0, 0},
     {"softcap", required_argument, set_softcap, 0, 0, 0},
+    {"alibi", no_argument, set_feature, 0, FJ_FEATURE_ALIBI, 0},
+    {"sinks", no_argument, set_feature, 0, FJ_FEATURE_SINKS, 0},
     {"repeat", required_argument, set_int, offsetof(cli_problem_flags, repeat), 1, 100000},
     {"warmup", required_argument, set_int, offsetof(cli_problem_flags, warmup), 0, 100000},
     {"seed", required_argument, set_seed, 0, 0, 2147483647},
@@ -234,6 +248,8 @@ typedef struct host_tensors {
     size_t hq, hk, ho, hlse;       /* elements held on the host */
     void *q, *k, *v, *o;
     float *lse;
+    int heads_q;
+    uint32_t features; /* the desc's: which per-head arrays dev_make uploads */
 } host_tensors;
 
 /* Elements held per tensor when no check needs the whole of it: 32 Mi
@@ -285,6 +301,8 @@ static fj_status host_make(host_tensors *h, const fj_attention_desc *d, uint64_t
     h->nq = h->no = (size_t)d->batch * d->seqlen_q * d->heads_q * d->head_dim;
     h->nk = (size_t)d->batch * d->seqlen_k * d->heads_kv * d->head_dim;
     h->nlse = (size_t)d->batch * d->heads_q * d->seqlen_q;
+    h->heads_q = d->heads_q;
+    h->features = d->features;
     if (!cap) cap = SIZE_MAX;
     h->hq = min_size(h->nq, cap);
     h->hk = min_size(h->nk, cap);
@@ -321,6 +339,8 @@ typedef struct dev_tensors {
     fj_context *ctx;
     void *q, *k, *v, *o;
     float *lse;
+    void *alibi, *sinks; /* the desc's features' arrays, else NULL */
+    fj_execute_extras x;
 } dev_tensors;
 
 static void dev_free(dev_tensors *t)
@@ -330,6 +350,8 @@ static void dev_free(dev_tensors *t)
     fj_free(t->ctx, t->v);
     fj_free(t->ctx, t->o);
     fj_free(t->ctx, t->lse);
+    fj_free(t->ctx, t->alibi);
+    fj_free(t->ctx, t->sinks);
     memset(t, 0, sizeof *t);
 }
 
@@ -353,7 +375,30 @@ static fj_status dev_make(dev_tensors *t, fj_context *ctx, const host_tensors *h
         (s = upload_repeated(ctx, t->o, h->o, h->no, h->ho, es)) ||
         (s = upload_repeated(ctx, t->lse, h->lse, h->nlse, h->hlse, sizeof(float))))
         goto fail;
+    /* --alibi: the ALiBi paper's slopes; --sinks: a few values around 0 */
+    fj_execute_extras_init(&t->x);
+    const size_t hb = sizeof(float) * (size_t)h->heads_q;
+    float *vals = malloc(hb);
+    if (!vals) {
+        s = FJ_ERR_OUT_OF_MEMORY;
+        goto fail;
+    }
+    if (h->features & FJ_FEATURE_ALIBI) {
+        for (int i = 0; i < h->heads_q; i++) vals[i] = exp2f(-8.0f * (i + 1) / h->heads_q);
+        if ((s = fj_malloc(ctx, hb, &t->alibi)) || (s = fj_copy_to_device(ctx, t->alibi, vals, hb)))
+            goto fail_vals;
+        t->x.alibi_slopes = t->alibi;
+    }
+    if (h->features & FJ_FEATURE_SINKS) {
+        for (int i = 0; i < h->heads_q; i++) vals[i] = 0.5f * (float)(i % 5) - 1.0f;
+        if ((s = fj_malloc(ctx, hb, &t->sinks)) || (s = fj_copy_to_device(ctx, t->sinks, vals, hb)))
+            goto fail_vals;
+        t->x.sinks = t->sinks;
+    }
+    free(vals);
     return FJ_OK;
+fail_vals:
+    free(vals);
 fail:
     dev_free(t);
     return s;
@@ -380,7 +425,7 @@ static fj_status run_once_on(fj_context *ctx, const fj_attention_desc *d, host_t
     size_t es = elem_size(d->dtype);
     fj_status s = dev_make(&t, ctx, h, d->dtype);
     if (s) return s;
-    if (!(s = fj_attention(ctx, d, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, NULL)) &&
+    if (!(s = fj_attention_ex(ctx, d, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, &t.x, NULL)) &&
         !(s = fj_synchronize(ctx, NULL)) && !(s = fj_copy_to_host(ctx, o_out, t.o, h->no * es)))
         s = fj_copy_to_host(ctx, lse_out, t.lse, h->nlse * sizeof(float));
     dev_free(&t);
@@ -429,14 +474,15 @@ fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc 
        upload: decode shapes have K and V of many GB. */
     if ((s = host_make(&h, d, seed, ref ? 0 : HOST_BLOCK_ELEMS))) goto out_plan;
     if ((s = dev_make(&t, ctx, &h, d->dtype))) goto out_host;
-    if ((s = fj_plan_time(plan, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, warmup, repeat, ms)))
+    if ((s = fj_plan_time_ex(plan, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, &t.x, warmup,
+                             repeat, ms)))
         goto out_dev;
     if (fj_context_backend(ctx) == FJ_BACKEND_CUDA) {
         /* host cost of the call: many asynchronous launches, one wait */
         int n = 50;
         double h0 = cli_now();
         for (int i = 0; i < n && !s; i++)
-            s = fj_plan_execute(plan, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, NULL);
+            s = fj_plan_execute_ex(plan, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, &t.x, NULL);
         r->host_us = (cli_now() - h0) * 1e6 / n;
         if (!s) s = fj_synchronize(ctx, NULL);
         if (s) goto out_dev;

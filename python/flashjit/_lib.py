@@ -56,7 +56,7 @@ class Desc(ctypes.Structure):
                 ("scale", ctypes.c_float),
                 ("q_stride", ctypes.c_int64 * 3), ("k_stride", ctypes.c_int64 * 3),
                 ("v_stride", ctypes.c_int64 * 3), ("o_stride", ctypes.c_int64 * 3),
-                ("softcap", ctypes.c_float), ("reserved0", ctypes.c_int32),
+                ("softcap", ctypes.c_float), ("features", ctypes.c_uint32),
                 ("reserved", ctypes.c_int64 * 7)]
 
 

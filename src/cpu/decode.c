@@ -17,7 +17,10 @@
  * merges them:
  *     M = max_c max_c,  L = sum_c sum_c 2^(max_c - M),
  *     O = sum_c O_acc_c 2^(max_c - M) / L,  lse = ln 2 M + ln L.
- * A row that sees no key gets O = 0 and lse = -inf.
+ * With ALiBi its bias (base 2) is added to a row's scores after the cap; with
+ * sinks the row's sink joins its (max, sum) once, when the row is stored
+ * (after the merge when split). A row that sees no key gets O = 0 and lse =
+ * -inf (its sink, with sinks).
  *
  * Heads per task: one where each kv head's K and V rows lie apart from the
  * others' (PyTorch's [batch, heads, seq, dim]); all of a batch's (up to
@@ -132,6 +135,7 @@ typedef struct decode_job {
     const void *q, *k, *v;
     void *o;
     float *lse;
+    const fj_exec_inputs *in;
 } decode_job;
 
 /* One block of query positions: which, and the keys each sees. */
@@ -261,6 +265,11 @@ static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_
             continue;
         }
         if (cap->out > 0.0f) fj_vsoftcap(srow + a, e - a, cap->in, cap->out);
+        if (p->alibi) { /* after the cap: -slope |i + diag_offset - j|, in base 2 */
+            const float s2 = (float)M_LOG2E * j->in->alibi_slopes[hk * p->group + r % p->group];
+            const int64_t i = blk->pos0 + t;
+            for (int64_t c = a; c < e; c++) srow[c] += fj_alibi_bias(p, s2, i, j0 + c);
+        }
         for (int64_t c = 0; c < a; c++) srow[c] = -INFINITY;
         for (int64_t c = e; c < nk; c++) srow[c] = -INFINITY;
         float factor = fj_tiled_softmax_step(srow, nk, &w->row_max[r], &w->row_sum[r]);
@@ -295,9 +304,13 @@ static void store_row(const decode_job *j, int64_t b, int64_t hk, int64_t pos0, 
     void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, b, t, h);
     int64_t lo, hi;
     fj_visible_keys(p, t, &lo, &hi);
-    float row_lse = -INFINITY;
+    /* A row that sees no key: lse = its sink (-inf without one). The sink
+       joins here, once, after every chunk's keys (split or not). */
+    const float sink = p->sinks ? j->in->sinks[h] : -INFINITY;
+    float row_lse = sink;
     if (lo < hi) {
-        fj_vscale(acc, p->head_dim, 1.0f / sum);
+        const float f = p->sinks ? fj_sink_join((float)M_LOG2E * sink, &max, &sum, true) : 1.0f;
+        fj_vscale(acc, p->head_dim, f / sum);
         fj_store_f32(dst, p->dtype, 0, acc, 0, 1, p->head_dim);
         row_lse = sum > 0.0f ? (float)(M_LN2 * max + log(sum)) : NAN;
     } else { /* the row sees no key */
@@ -443,9 +456,10 @@ static void pack_task(void *arg, int64_t task, int worker)
 }
 
 void fj_cpu_decode_execute(const fj_cpu_decode_plan *dp, const fj_problem *p, const void *q,
-                           const void *k, const void *v, void *o, float *lse)
+                           const void *k, const void *v, void *o, float *lse,
+                           const fj_exec_inputs *in)
 {
-    decode_job job = {dp, p, q, k, v, o, lse};
+    decode_job job = {dp, p, q, k, v, o, lse, in};
     const int64_t tasks = dp->one_task ? 1 : dp->units * dp->chunks;
     if (!dp->packed_v) {
         fj_pool_run(dp->pool, tasks, decode_task, &job);

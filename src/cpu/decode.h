@@ -41,7 +41,8 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
 /* Runs it (on the pool; returns when done). Concurrent calls on one plan are
  * serialized by the pool, which also orders each call's workspace use. */
 void fj_cpu_decode_execute(const fj_cpu_decode_plan *dp, const fj_problem *p, const void *q,
-                           const void *k, const void *v, void *o, float *lse);
+                           const void *k, const void *v, void *o, float *lse,
+                           const fj_exec_inputs *in);
 
 /* What fj_plan_get_info reports for a decode plan: kernel "cpu_decode_<inner
  * loops>", no tiles, the worker threads it uses and its key chunks as splits. */

@@ -1,7 +1,8 @@
 /* FJ_BACKEND_CPU_REFERENCE: the yardstick every other backend is checked
  * against. Deliberately plain: per (batch, head, block of query rows), the
  * scores S = Q K^T of the block are materialized with one sgemm, scaled (and
- * capped, with a softcap), softmax is taken row by row in float32 (max-subtracted, so stable), and O = P V is a
+ * capped, with a softcap; ALiBi's bias added), softmax (with a sink in the
+ * denominator, with sinks) is taken row by row in float32 (max-subtracted, so stable), and O = P V is a
  * second sgemm. The block height keeps the score workspace under
  * SCORE_BYTES_PER_THREAD at any sequence length. */
 #include <cblas.h>
@@ -37,6 +38,7 @@ typedef struct ref_job {
     const void *q, *k, *v;
     void *o;
     float *lse;
+    const fj_exec_inputs *in;
 } ref_job;
 
 static void ref_task(void *arg, int64_t task, int worker)
@@ -80,12 +82,16 @@ static void ref_task(void *arg, int64_t task, int worker)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)nk, D, 1.0f, qf, D,
                     kf, D, 0.0f, sc, (int)nk);
     }
+    const float slope = p->alibi ? j->in->alibi_slopes[h] : 0.0f;
+    const float sink = p->sinks ? j->in->sinks[h] : -INFINITY;
     for (int64_t r = 0; r < rows; r++) {
         int64_t lo, hi;
         fj_visible_keys(p, i0 + r, &lo, &hi);
         float *row = sc + r * nk;
-        float row_lse = -INFINITY;
+        /* A row that sees no key: lse = the sink (-inf without one), O = 0. */
+        float row_lse = sink;
         if (lo < hi) {
+            const int64_t klo = lo;
             lo -= jlo;
             hi -= jlo;
             float *vis = row + lo;
@@ -93,9 +99,14 @@ static void ref_task(void *arg, int64_t task, int worker)
             fj_vscale(vis, n, p->scale);
             if (p->softcap > 0.0f)
                 fj_vsoftcap(vis, n, (float)(1.0 / p->softcap), p->softcap);
+            if (p->alibi)
+                for (int64_t c = 0; c < n; c++) vis[c] += fj_alibi_bias(p, slope, i0 + r, klo + c);
             float m = fj_vmax(vis, n);
             float sum = fj_vexp_scaled_sum(vis, n, 1.0f, m);
-            fj_vscale(vis, n, 1.0f / sum);
+            /* The sink joins the max and the denominator after the keys (as
+               the online backends do, so non-finite rows agree). */
+            float f = p->sinks ? fj_sink_join(sink, &m, &sum, false) : 1.0f;
+            fj_vscale(vis, n, f / sum);
             memset(row, 0, (size_t)lo * sizeof(float));
             memset(row + hi, 0, (size_t)(nk - hi) * sizeof(float));
             row_lse = m + logf(sum);
@@ -166,11 +177,12 @@ static fj_status ref_plan_create(fj_context *ctx, const fj_problem *p, const cha
 }
 
 static fj_status ref_execute(const void *state, const fj_problem *p, const void *q, const void *k,
-                             const void *v, void *o, float *lse, void *stream)
+                             const void *v, void *o, float *lse, const fj_exec_inputs *in,
+                             void *stream)
 {
     (void)stream;
     const ref_plan *rp = state;
-    ref_job job = {rp, p, q, k, v, o, lse};
+    ref_job job = {rp, p, q, k, v, o, lse, in};
     int64_t tasks = (int64_t)p->batch * p->heads_q * rp->blocks_per_head;
     fj_cpu_pool_run(rp->pool, tasks, ref_task, &job);
     return FJ_OK;

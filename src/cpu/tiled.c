@@ -7,12 +7,14 @@
  * conversion, and a GQA decode step is an sgemm, not a matrix-vector
  * product). For each block of keys that some row of the block sees:
  *     S = log2(e) scale Q K_blk^T       (cblas_sgemm, rows that see the block only;
- *                                        with a softcap, c tanh(S / c) in base 2)
+ *                                        with a softcap, c tanh(S / c) in base 2;
+ *                                        with ALiBi, then log2(e) x its bias)
  *     per row: keys it does not see set to 0 in S, then the online softmax
  *         step (tiled_softmax.h): S = 2^(S - running max), running sum
  *         updated, and the row's accumulator rescaled when the max moved
  *     O_acc += S V_blk                  (cblas_sgemm)
- * then O = O_acc / running sum, lse = ln 2 running max + ln(running sum).
+ * then (with sinks, the row's sink joins max and sum: fj_sink_join)
+ * O = O_acc / running sum, lse = ln 2 running max + ln(running sum).
  * (Base 2 because log2(e) rides free on the sgemm's alpha and 2^x is the
  * cheapest exponential.) A block of one row uses cblas_sgemv instead.
  *
@@ -83,6 +85,7 @@ typedef struct tiled_job {
     const void *q, *k, *v;
     void *o;
     float *lse;
+    const fj_exec_inputs *in;
 } tiled_job;
 
 /* The worker's views of its workspace. */
@@ -144,6 +147,7 @@ typedef struct row_block {
     /* softcap c: a base-2 score x becomes cap_out * tanh(cap_in * x), cap_out
        = c log2(e), cap_in its inverse (c tanh(s / c) in base 2); 0: off */
     float cap_in, cap_out;
+    int64_t pos0, head0; /* the block's first position and query head */
 } row_block;
 
 /* Keys [j0, j0 + nk): scores of the rows that see part of them, the online
@@ -188,6 +192,11 @@ static void key_block(const row_block *rb, int64_t j0, int nk)
             continue;
         }
         if (rb->cap_out > 0.0f) fj_vsoftcap(srow + a, e - a, rb->cap_in, rb->cap_out);
+        if (p->alibi) { /* after the cap: -slope |i + diag_offset - j|, in base 2 */
+            const float s2 = (float)M_LOG2E * j->in->alibi_slopes[rb->head0 + r % nh];
+            const int64_t i = rb->pos0 + t;
+            for (int64_t c = a; c < e; c++) srow[c] += fj_alibi_bias(p, s2, i, j0 + c);
+        }
         for (int64_t c = 0; c < a; c++) srow[c] = -INFINITY; /* unseen keys: weight 0 */
         for (int64_t c = e; c < nk; c++) srow[c] = -INFINITY;
         float factor = fj_tiled_softmax_step(srow, nk, &w->row_max[r], &w->row_sum[r]);
@@ -243,6 +252,8 @@ static void tiled_task(void *arg, int64_t task, int worker)
     rb.npos = (int)(p->seqlen_q - pos0 < tp->positions_per_block ? p->seqlen_q - pos0
                                                                  : tp->positions_per_block);
     const int64_t head0 = rb.hk * p->group + (int64_t)chunk * tp->heads_per_block;
+    rb.pos0 = pos0;
+    rb.head0 = head0;
     rb.nh = p->group - chunk * tp->heads_per_block < tp->heads_per_block
                 ? p->group - chunk * tp->heads_per_block
                 : tp->heads_per_block;
@@ -300,18 +311,22 @@ static void tiled_task(void *arg, int64_t task, int worker)
     for (int r = 0; r < rows; r++) {
         const int64_t i = pos0 + r / rb.nh, h = head0 + r % rb.nh;
         void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, rb.b, i, h);
-        float row_lse = -INFINITY;
+        /* A row that sees no key: lse = its sink (-inf without one). */
+        const float sink = p->sinks ? j->in->sinks[h] : -INFINITY;
+        float row_lse = sink;
         /* The mask says whether the row sees a key, not the sum: a NaN or
            +inf score (or only -inf ones) leaves the sum NaN, and the row
            must come out NaN (docs/semantics.md, "Non-finite values"), never
            as a row that sees no key. */
         const int t = r / rb.nh;
         if (w->lo[t] < w->hi[t]) {
-            const float sum = w->row_sum[r];
+            float sum = w->row_sum[r], max = w->row_max[r];
+            /* the sink, in base 2, joins once all keys are in */
+            const float f = p->sinks ? fj_sink_join((float)M_LOG2E * sink, &max, &sum, true) : 1.0f;
             float *acc = w->o + (size_t)r * D;
-            fj_vscale(acc, D, 1.0f / sum);
+            fj_vscale(acc, D, f / sum);
             fj_store_f32(dst, p->dtype, 0, acc, 0, 1, D);
-            row_lse = sum > 0.0f ? (float)(M_LN2 * w->row_max[r] + log(sum)) : NAN;
+            row_lse = sum > 0.0f ? (float)(M_LN2 * max + log(sum)) : NAN;
         } else { /* the row sees no key */
             memset(dst, 0, (size_t)D * fj_dtype_size(p->dtype));
         }
@@ -401,16 +416,17 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
     return FJ_OK;
 }
 
-static fj_status tiled_execute(const void *state, const fj_problem *p, const void *q,
-                               const void *k, const void *v, void *o, float *lse, void *stream)
+static fj_status tiled_execute(const void *state, const fj_problem *p, const void *q, const void *k,
+                               const void *v, void *o, float *lse, const fj_exec_inputs *in,
+                               void *stream)
 {
     (void)stream;
     const tiled_plan *tp = state;
     if (tp->decode) {
-        fj_cpu_decode_execute(tp->decode, p, q, k, v, o, lse);
+        fj_cpu_decode_execute(tp->decode, p, q, k, v, o, lse, in);
         return FJ_OK;
     }
-    tiled_job job = {tp, p, q, k, v, o, lse};
+    tiled_job job = {tp, p, q, k, v, o, lse, in};
     fj_cpu_pool_run(tp->pool, tp->tasks, tiled_task, &job);
     return FJ_OK;
 }

@@ -14,6 +14,8 @@
 #ifndef FJ_VMATH_H
 #define FJ_VMATH_H
 
+#include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "multiversion.h"
@@ -88,5 +90,23 @@ void fj_vscale(float *x, int64_t n, float a);
 /* exp(x[j]) for j in [0, n) into y (for tests and benchmarks of fj_expf). */
 void fj_vexp(float *y, const float *x, int64_t n);
 
+/* An attention sink joins a row's softmax state: sink (in the row's base:
+ * natural, or base 2 with base2) is one more logit without a value row.
+ * *max, *sum: the row's max and sum of exp(score - max) over the keys it
+ * sees; both become the joint ones (max(max, sink), sum scaled to it plus
+ * exp(sink - new max)). Returns the factor the row's accumulated output must
+ * be multiplied by (exp(old max - new max)). IEEE throughout: a NaN sink,
+ * max or sum makes the sum NaN; a max of -inf (every visible score -inf)
+ * leaves a NaN sum NaN. */
+static inline float fj_sink_join(float sink, float *max, float *sum, bool base2)
+{
+    const float m = *max;
+    const float nm = sink <= m ? m : sink; /* NaN sink: NaN */
+    const float f = base2 ? exp2f(m - nm) : expf(m - nm);
+    const float g = base2 ? exp2f(sink - nm) : expf(sink - nm);
+    *max = nm;
+    *sum = *sum * f + g;
+    return f;
+}
 
 #endif

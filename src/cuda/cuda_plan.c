@@ -113,6 +113,13 @@ fj_status fj_cuda_supports(const fj_context *ctx, const fj_problem *p)
 {
     (void)ctx;
     fj_status st;
+    if (p->alibi || p->sinks)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "cuda: %s not in the CUDA kernels yet: use the CPU backends "
+                       "(FJ_BACKEND_CPU) for such problems",
+                       p->alibi && p->sinks ? "ALiBi and attention sinks are"
+                       : p->alibi           ? "ALiBi is"
+                                            : "attention sinks are");
     if ((st = fj_kernel_desc_supports(p)) || (st = check_strides(p))) return st;
     fj_problem view;
     fj_launch_view(p, &view);
@@ -580,9 +587,11 @@ static void set_tensors(fj_fwd_params *prm, const void *q, const void *k, const 
 }
 
 fj_status fj_cuda_execute(const void *state, const fj_problem *p, const void *q, const void *k,
-                          const void *v, void *o, float *lse, void *stream)
+                          const void *v, void *o, float *lse, const fj_exec_inputs *in,
+                          void *stream)
 {
-    (void)p; /* the plan's parameters were made from it */
+    (void)p;  /* the plan's parameters were made from it */
+    (void)in; /* fj_cuda_supports refuses ALiBi and sinks: both NULL */
     const cuda_plan *cp = state;
     fj_status st = check_pointers(q, k, v, o, lse);
     if (st) return st;

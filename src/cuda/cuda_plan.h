@@ -16,7 +16,8 @@ fj_status fj_cuda_supports(const fj_context *ctx, const fj_problem *p);
 fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *config,
                               void **state, fj_strbuf *describe);
 fj_status fj_cuda_execute(const void *state, const fj_problem *p, const void *q, const void *k,
-                          const void *v, void *o, float *lse, void *stream);
+                          const void *v, void *o, float *lse, const fj_exec_inputs *in,
+                          void *stream);
 void fj_cuda_plan_destroy(void *state);
 fj_status fj_cuda_time_runs(const void *state, const fj_problem *p, const void *q, const void *k,
                             const void *v, void *o, float *lse, int warmup, int repeat,

@@ -24,8 +24,13 @@ static void log_wrong(void *user, const fj_tune_kernel *k)
                 k->reason);
 }
 
-static fj_status measure(fj_context *ctx, const fj_attention_desc *d, const fj_plan_options *o)
+static fj_status measure(fj_context *ctx, const fj_attention_desc *desc, const fj_plan_options *o)
 {
+    /* ALiBi and sinks are data of each execute, and their problems share
+       the plain problem's point and tiles: measure the plain problem. */
+    fj_attention_desc plain = *desc;
+    plain.features = 0;
+    const fj_attention_desc *d = &plain;
     fj_tune_observer obs = {.checked = log_wrong};
     fj_tuner_options to;
     fj_tuner_options_init(&to);

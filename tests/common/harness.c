@@ -232,8 +232,10 @@ static double dot_row(const double *q, const void *x, fj_dtype t, size_t base, i
     return (a0 + a1) + (a2 + a3);
 }
 
-/* One query row: scores (capped, with a softcap: c tanh(s / c) in double),
- * then the softmax-weighted sum of the V rows. */
+/* One query row: scores (capped, with a softcap: c tanh(s / c) in double;
+ * then ALiBi's -slope |i + off - j|, off = sk - sq, 0 for top-left causal),
+ * then the softmax-weighted sum of the V rows, a sink (with sinks) in the
+ * max and the denominator. */
 static void oracle_row(fjt_problem *p, int b, int h, int i, double *s, double *qrow)
 {
     const fj_attention_desc *d = &p->d;
@@ -247,11 +249,17 @@ static void oracle_row(fjt_problem *p, int b, int h, int i, double *s, double *q
         if (!sees(d, i, j)) continue;
         s[j] = dot_row(qrow, p->k, t, off(p->ks, b, j, hk), D) * scale;
         if (d->softcap > 0.0f) s[j] = d->softcap * tanh(s[j] / d->softcap);
+        if (p->alibi) {
+            const double off = d->causal == FJ_CAUSAL_TOP_LEFT ? 0 : d->seqlen_k - d->seqlen_q;
+            s[j] -= (double)p->alibi[h] * fabs((double)i + off - (double)j);
+        }
         if (s[j] > m) m = s[j];
     }
+    const double sink = p->sinks ? (double)p->sinks[h] : -INFINITY;
+    if (p->sinks && sink > m) m = sink;
     double *o = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * D;
     memset(o, 0, sizeof(double) * (size_t)D);
-    double sum = 0, mag = 0;
+    double sum = p->sinks ? exp(sink - m) : 0, mag = 0; /* a row seeing no key: sum 1, lse = sink */
     for (int j = 0; j < d->seqlen_k; j++) {
         if (!sees(d, i, j)) continue;
         double e = exp(s[j] - m), vv = 0;
@@ -355,17 +363,28 @@ static bool make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng, bool 
     fill(p->q, d->dtype, p->q_elems, rng);
     fill(p->k, d->dtype, p->k_elems, rng);
     fill(p->v, d->dtype, p->v_elems, rng);
+    /* drawn after q, k, v: problems without features keep their data */
+    if (d->features & FJ_FEATURE_ALIBI) {
+        if (!(p->alibi = malloc(sizeof(float) * (size_t)d->heads_q))) goto fail;
+        for (int h = 0; h < d->heads_q; h++) p->alibi[h] = (float)(0.5 * fjt_uniform(rng));
+    }
+    if (d->features & FJ_FEATURE_SINKS) {
+        if (!(p->sinks = malloc(sizeof(float) * (size_t)d->heads_q))) goto fail;
+        for (int h = 0; h < d->heads_q; h++) p->sinks[h] = (float)(5.0 * fjt_uniform(rng) - 2.0);
+    }
     if (!with_oracle) return true;
     if (rows) { /* rows the oracle leaves out stay NaN: fjt_compare skips them */
         for (size_t i = 0; i < ref_elems; i++) p->ref_o[i] = NAN;
         for (size_t i = 0; i < p->lse_elems; i++) p->ref_lse[i] = p->ref_mag[i] = NAN;
     }
-    if (!oracle(p, rows, n_rows)) {
-        fjt_problem_free(p);
-        return false;
-    }
+    if (!oracle(p, rows, n_rows)) goto fail;
     return true;
+fail:
+    fjt_problem_free(p);
+    return false;
 }
+
+bool fjt_problem_oracle(fjt_problem *p) { return p->ref_o && p->ref_lse && oracle(p, NULL, 0); }
 
 bool fjt_problem_make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng)
 {
@@ -393,6 +412,8 @@ void fjt_problem_free(fjt_problem *p)
     free(p->ref_o);
     free(p->ref_lse);
     free(p->ref_mag);
+    free(p->alibi);
+    free(p->sinks);
     memset(p, 0, sizeof *p);
 }
 
@@ -413,6 +434,10 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
                 const size_t ri = ((size_t)b * d->heads_q + h) * d->seqlen_q + i;
                 double ref_lse = p->ref_lse[ri];
                 bool computed = !isnan(ref_lse), empty = isinf(ref_lse) && ref_lse < 0;
+                if (p->sinks && ref_lse == (double)p->sinks[h]) { /* the oracle's empty row: */
+                    empty = true; /* lse = the sink, O exactly 0 */
+                    for (int c = 0; c < d->head_dim && empty; c++) empty = r[c] == 0.0;
+                }
                 double row_num = 0, row_den = 0;
                 bool row_nonzero = false;
                 for (int c = 0; c < d->head_dim; c++) {
@@ -469,14 +494,16 @@ fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool wi
 {
     const fj_attention_desc *d = &p->d;
     size_t es = elem_size(d->dtype);
-    void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL;
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL, *da = NULL, *ds = NULL;
+    const size_t hb = sizeof(float) * (size_t)d->heads_q;
     void *ho = malloc(p->o_elems * es);
     float *hl = with_lse ? malloc(p->lse_elems * sizeof(float)) : NULL;
     fj_status s = FJ_ERR_OUT_OF_MEMORY;
     if (!ho || (with_lse && !hl)) goto out;
     if ((s = fj_malloc(ctx, p->q_elems * es, &dq)) || (s = fj_malloc(ctx, p->k_elems * es, &dk)) ||
         (s = fj_malloc(ctx, p->v_elems * es, &dv)) || (s = fj_malloc(ctx, p->o_elems * es, &dO)) ||
-        (with_lse && (s = fj_malloc(ctx, p->lse_elems * sizeof(float), &dl))))
+        (with_lse && (s = fj_malloc(ctx, p->lse_elems * sizeof(float), &dl))) ||
+        (p->alibi && (s = fj_malloc(ctx, hb, &da))) || (p->sinks && (s = fj_malloc(ctx, hb, &ds))))
         goto out;
     fjt_poison(ho, d->dtype, p->o_elems);
     if (hl) fjt_poison_f32(hl, p->lse_elems);
@@ -484,9 +511,15 @@ fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool wi
         (s = fj_copy_to_device(ctx, dk, p->k, p->k_elems * es)) ||
         (s = fj_copy_to_device(ctx, dv, p->v, p->v_elems * es)) ||
         (s = fj_copy_to_device(ctx, dO, ho, p->o_elems * es)) ||
-        (hl && (s = fj_copy_to_device(ctx, dl, hl, p->lse_elems * sizeof(float)))))
+        (hl && (s = fj_copy_to_device(ctx, dl, hl, p->lse_elems * sizeof(float)))) ||
+        (da && (s = fj_copy_to_device(ctx, da, p->alibi, hb))) ||
+        (ds && (s = fj_copy_to_device(ctx, ds, p->sinks, hb))))
         goto out;
-    if ((s = fj_attention(ctx, d, dq, dk, dv, dO, dl, NULL))) goto out;
+    fj_execute_extras x;
+    fj_execute_extras_init(&x);
+    x.alibi_slopes = da;
+    x.sinks = ds;
+    if ((s = fj_attention_ex(ctx, d, dq, dk, dv, dO, dl, &x, NULL))) goto out;
     if ((s = fj_synchronize(ctx, NULL))) goto out;
     if ((s = fj_copy_to_host(ctx, ho, dO, p->o_elems * es)) ||
         (hl && (s = fj_copy_to_host(ctx, hl, dl, p->lse_elems * sizeof(float)))))
@@ -498,6 +531,8 @@ out:
     fj_free(ctx, dv);
     fj_free(ctx, dO);
     fj_free(ctx, dl);
+    fj_free(ctx, da);
+    fj_free(ctx, ds);
     free(ho);
     free(hl);
     return s;
@@ -507,13 +542,14 @@ const char *fjt_desc_str(const fj_attention_desc *d)
 {
     static _Thread_local char buf[384];
     snprintf(buf, sizeof buf,
-             "b%d hq%d hkv%d sq%d sk%d d%d %s causal=%s window=%d,%d scale=%g softcap=%g strides "
+             "b%d hq%d hkv%d sq%d sk%d d%d %s causal=%s window=%d,%d scale=%g softcap=%g "
+             "features=0x%x strides "
              "q[%lld %lld %lld] o[%lld %lld %lld]",
              d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
              fj_dtype_name(d->dtype), fj_causal_name(d->causal), d->window_left, d->window_right,
-             (double)d->scale, (double)d->softcap, (long long)d->q_stride[0], (long long)d->q_stride[1],
-             (long long)d->q_stride[2], (long long)d->o_stride[0], (long long)d->o_stride[1],
-             (long long)d->o_stride[2]);
+             (double)d->scale, (double)d->softcap, (unsigned)d->features, (long long)d->q_stride[0],
+             (long long)d->q_stride[1], (long long)d->q_stride[2], (long long)d->o_stride[0],
+             (long long)d->o_stride[1], (long long)d->o_stride[2]);
     return buf;
 }
 

@@ -35,7 +35,15 @@ typedef struct fjt_problem {
     double *ref_lse;                    /* oracle lse, [b, hq, sq] */
     double *ref_mag; /* [b, hq, sq]: sum_j p_j |V_j| (2-norms) of the row, the size of the
                         terms its output sums (fjt_error.mag_rel_max) */
+    /* FJ_FEATURE_ALIBI / FJ_FEATURE_SINKS: host float32 [heads_q], drawn
+       after q, k and v (slopes in [0, 0.5), sinks in [-2, 3)); a test may
+       set them before fjt_problem_oracle. NULL when the feature is off. */
+    float *alibi, *sinks;
 } fjt_problem;
+
+/* Runs the oracle again on every row (after a test changed the inputs,
+   e.g. the sinks). False on allocation failure. */
+bool fjt_problem_oracle(fjt_problem *p);
 
 /* Allocates inputs for d (strides as given, zero = dense), fills them with
  * random values exactly representable in the dtype, and runs the oracle

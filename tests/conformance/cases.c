@@ -772,6 +772,133 @@ static void softcap(builder *b)
     }
 }
 
+/* ---- ALiBi and attention sinks (issue 22) ------------------------------------ */
+
+/* A case with features (FJ_FEATURE_ALIBI and/or FJ_FEATURE_SINKS; the
+   harness draws slopes in [0, 0.5) and sinks in [-2, 3) per query head).
+   The CPU backends must run them; CUDA refuses them (UNSUPPORTED: a SKIP)
+   until its kernels take them. */
+static void add_featured(builder *b, const char *name, fj_attention_desc d, uint32_t features,
+                         float softcap, float scale, fjt_layout layout, bool lse)
+{
+    d.features = features;
+    d.softcap = softcap;
+    d.scale = scale;
+    fjt_case c = fjt_case_make("alibi-sinks", name, &d, layout, lse);
+    if (softcap >= 20.0f && d.dtype == FJ_F32) c.rel_tol = 3e-5;
+    if (softcap >= 20.0f) c.lse_tol = 1e-3;
+    add(b, &c);
+}
+
+static const char *feature_name(uint32_t f)
+{
+    return f == FJ_FEATURE_ALIBI ? "alibi" : f == FJ_FEATURE_SINKS ? "sinks" : "alibi-sinks";
+}
+
+/* Every mask kind (rows that see no key: with a sink, O = 0 and lse = the
+   sink), GQA and MQA, every dtype, each feature alone and both, with and
+   without a softcap; decode with 1..16 query rows and split-KV lengths
+   (the CPU decode path splits the keys into chunks: the sink joins once);
+   odd head dims. */
+static void alibi_sinks(builder *b)
+{
+    static const uint32_t feats[] = {FJ_FEATURE_ALIBI, FJ_FEATURE_SINKS,
+                                     FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS};
+    static const float scales[] = {1.0f, -0.7f, 0.0f, 2.0f, 0.5f};
+    static const struct {
+        const char *name;
+        int sq, sk;
+        fj_causal causal;
+        int wl, wr;
+    } m[] = {
+        {"nomask", 130, 257, FJ_CAUSAL_NONE, -1, -1},
+        {"nomask-more-queries", 300, 40, FJ_CAUSAL_NONE, -1, -1},
+        {"causal-br", 200, 200, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1},
+        {"causal-br-more-queries", 200, 64, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1}, /* empty rows */
+        {"causal-tl-more-keys", 64, 300, FJ_CAUSAL_TOP_LEFT, -1, -1},
+        {"causal-tl-more-queries", 150, 40, FJ_CAUSAL_TOP_LEFT, -1, -1},
+        {"left-window", 300, 300, FJ_CAUSAL_BOTTOM_RIGHT, 16, -1},
+        {"band", 257, 300, FJ_CAUSAL_NONE, 5, 5},
+        {"right-only-empty", 100, 60, FJ_CAUSAL_NONE, -1, 0}, /* empty rows */
+        {"causal-and-right", 128, 128, FJ_CAUSAL_BOTTOM_RIGHT, 64, 7},
+    };
+    char name[64];
+    int k = 0;
+    for (int i = 0; i < NELEMS(m); i++)
+        for (int t = 0; t < 3; t++, k++) {
+            fj_dtype dt = all_dtypes[t];
+            int hq = i % 2 ? 4 : 8, hkv = i % 3 == 0 ? 1 : 2;
+            fj_attention_desc d = desc(2, hq, hkv, m[i].sq, m[i].sk, t == 1 ? 64 : 128, dt,
+                                       m[i].causal, m[i].wl, m[i].wr);
+            uint32_t f = feats[k % 3];
+            snprintf(name, sizeof name, "mask-%s-%s-%s", m[i].name, feature_name(f),
+                     fj_dtype_name(dt));
+            add_featured(b, name, d, f, k % 4 == 3 ? 30.0f : 0.0f, scales[k % NELEMS(scales)],
+                         (fjt_layout)(k % 3), true);
+        }
+
+    /* decode: 1..16 query rows, long keys (split into chunks), GQA */
+    static const struct {
+        int batch, hq, hkv, sq, sk, dim;
+        fj_causal causal;
+        int wl;
+    } dec[] = {
+        {1, 32, 8, 1, 4096, 128, FJ_CAUSAL_NONE, -1},
+        {2, 8, 1, 1, 9000, 64, FJ_CAUSAL_BOTTOM_RIGHT, -1},
+        {1, 16, 4, 2, 3001, 128, FJ_CAUSAL_BOTTOM_RIGHT, -1},
+        {1, 8, 8, 3, 2048, 80, FJ_CAUSAL_TOP_LEFT, -1},
+        {2, 16, 2, 4, 2500, 256, FJ_CAUSAL_NONE, -1},
+        {1, 8, 2, 7, 4099, 64, FJ_CAUSAL_BOTTOM_RIGHT, 127},
+        {1, 12, 3, 13, 1500, 40, FJ_CAUSAL_TOP_LEFT, 700},
+        {1, 8, 1, 16, 8192, 128, FJ_CAUSAL_BOTTOM_RIGHT, -1},
+        {1, 4, 4, 16, 5000, 96, FJ_CAUSAL_NONE, -1},
+        {1, 8, 2, 4, 3, 64, FJ_CAUSAL_BOTTOM_RIGHT, -1}, /* row 0 sees nothing */
+        {1, 16, 16, 1, 1, 64, FJ_CAUSAL_NONE, -1},       /* one key */
+        {1, 8, 2, 16, 20000, 64, FJ_CAUSAL_BOTTOM_RIGHT, -1},
+    };
+    for (int i = 0; i < NELEMS(dec); i++) {
+        fj_dtype dt = all_dtypes[i % 3];
+        fj_attention_desc d = desc(dec[i].batch, dec[i].hq, dec[i].hkv, dec[i].sq, dec[i].sk,
+                                   dec[i].dim, dt, dec[i].causal, dec[i].wl, -1);
+        uint32_t f = feats[i % 3];
+        snprintf(name, sizeof name, "decode-sq%d-sk%d-h%d-%d-%s-%s", dec[i].sq, dec[i].sk,
+                 dec[i].hq, dec[i].hkv, feature_name(f), fj_dtype_name(dt));
+        add_featured(b, name, d, f, i % 5 == 2 ? 50.0f : 0.0f, scales[(i + 3) % NELEMS(scales)],
+                     i % 4 == 3 ? FJT_BHSD : FJT_DENSE, i % 5 != 4);
+    }
+
+    /* split-KV shapes (few query rows, many keys), both features */
+    const uint32_t both = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+    add_featured(b, "split-decode-gqa-bf16",
+                 desc(2, 32, 8, 1, 32768, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1), both, 0.0f, 1.0f,
+                 FJT_DENSE, true);
+    add_featured(b, "split-sq3-causal-f16",
+                 desc(2, 4, 1, 3, 3001, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1),
+                 FJ_FEATURE_SINKS, 2.5f, -1.0f, FJT_PADDED, true);
+    add_featured(b, "split-window-bf16",
+                 desc(1, 2, 2, 17, 5000, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, 0), both, 0.0f,
+                 2.0f, FJT_DENSE, true);
+    add_featured(b, "split-empty-rows-f16",
+                 desc(1, 4, 4, 200, 6000, 80, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1), both, 30.0f,
+                 0.0f, FJT_DENSE, true);
+    add_featured(b, "split-prefill-alibi-f32",
+                 desc(1, 2, 2, 100, 9000, 160, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1),
+                 FJ_FEATURE_ALIBI, 0.0f, 1.0f, FJT_KV_BROADCAST, false);
+
+    /* head dims no GPU kernel takes, sizes around the CPU blocks */
+    static const int odd_dims[] = {1, 3, 7, 13, 33, 127, 255};
+    for (int i = 0; i < NELEMS(odd_dims); i++) {
+        fj_dtype dt = all_dtypes[i % 3];
+        fj_attention_desc d = desc(1, 3, 1, 1 + 37 * i, 17 + 71 * i, odd_dims[i], dt,
+                                   (fj_causal)(i % 3), i == 4 ? 9 : -1, -1);
+        uint32_t f = feats[i % 3];
+        snprintf(name, sizeof name, "odd-d%d-%s-%s", odd_dims[i], feature_name(f),
+                 fj_dtype_name(dt));
+        add_featured(b, name, d, f, i == 5 ? 3.0f : 0.0f, scales[i % NELEMS(scales)],
+                     (fjt_layout)(i % 3), true);
+    }
+}
+
 /* `flashjit bench --grid smoke`'s problems, in bench's order (dtype, then
  * shape): --perf prints the rows bench prints for them. */
 static void bench_smoke(builder *b)
@@ -816,6 +943,7 @@ bool fjt_cases_build(fjt_case_list *l, uint64_t seed)
     broadcast(&b);
     odd_shapes(&b, seed);
     softcap(&b);
+    alibi_sinks(&b);
     bench_smoke(&b);
     return b.ok;
 }

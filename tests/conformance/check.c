@@ -79,7 +79,10 @@ fj_status fjt_case_run(const fjt_case *c, const fjt_problem *p, fj_context *ctx,
         snprintf(out->kernel, sizeof out->kernel, "%s%s%s", info.kernel, info.tiles[0] ? " " : "",
                  info.tiles);
 
-    void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL;
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL, *da = NULL, *ds = NULL;
+    const size_t hb = sizeof(float) * (size_t)d->heads_q; /* ALiBi slopes, sinks */
+    fj_execute_extras x;
+    fj_execute_extras_init(&x);
     fjt_poison(out->o, d->dtype, p->o_elems);
     if (out->lse) fjt_poison_f32(out->lse, p->lse_elems);
     if ((s = fj_malloc(ctx, p->q_elems * es, &dq)) || (s = fj_malloc(ctx, p->k_elems * es, &dk)) ||
@@ -90,7 +93,13 @@ fj_status fjt_case_run(const fjt_case *c, const fjt_problem *p, fj_context *ctx,
         (s = fj_copy_to_device(ctx, dv, p->v, p->v_elems * es)) ||
         (s = fj_copy_to_device(ctx, dO, out->o, p->o_elems * es)) ||
         (out->lse && (s = fj_copy_to_device(ctx, dl, out->lse, lse_bytes))) ||
-        (s = fj_plan_execute(plan, dq, dk, dv, dO, dl, NULL)) || (s = fj_synchronize(ctx, NULL)) ||
+        (p->alibi &&
+         ((s = fj_malloc(ctx, hb, &da)) || (s = fj_copy_to_device(ctx, da, p->alibi, hb)))) ||
+        (p->sinks &&
+         ((s = fj_malloc(ctx, hb, &ds)) || (s = fj_copy_to_device(ctx, ds, p->sinks, hb)))) ||
+        ((x.alibi_slopes = da), (x.sinks = ds), 0) ||
+        (s = fj_plan_execute_ex(plan, dq, dk, dv, dO, dl, &x, NULL)) ||
+        (s = fj_synchronize(ctx, NULL)) ||
         (s = fj_copy_to_host(ctx, out->o, dO, p->o_elems * es)) ||
         (out->lse && (s = fj_copy_to_host(ctx, out->lse, dl, lse_bytes))))
         fail_out(out, s);
@@ -101,6 +110,8 @@ fj_status fjt_case_run(const fjt_case *c, const fjt_problem *p, fj_context *ctx,
     fj_free(ctx, dv);
     fj_free(ctx, dO);
     fj_free(ctx, dl);
+    fj_free(ctx, da);
+    fj_free(ctx, ds);
     fj_plan_destroy(plan);
     return out->status;
 }

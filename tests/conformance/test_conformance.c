@@ -68,11 +68,12 @@ static void test_families(void **state)
         const char *group;
         int n;
     } sizes[] = {
-        {"ref-random", 150}, {"ref-axes", 144}, {"ref-empty", 4},    {"long", 3},
-        {"tiled-grid", 96},  {"empty-rows", 18}, {"overlap", 3},     {"head-dims", 22},
+        {"ref-random", 150}, {"ref-axes", 144},  {"ref-empty", 4},      {"long", 3},
+        {"tiled-grid", 96},  {"empty-rows", 18}, {"overlap", 3},        {"head-dims", 22},
         {"seqlens", 63},     {"masks", 24},      {"heads-layouts", 16}, {"scales", 6},
-        {"sampled", 88},     {"split", 13},      {"decode", 18},     {"broadcast", 6},
-        {"odd", 24},         {"softcap", 36},    {"softcap-cpu", 19}, {"bench-smoke", 9},
+        {"sampled", 88},     {"split", 13},      {"decode", 18},        {"broadcast", 6},
+        {"odd", 24},         {"softcap", 36},    {"softcap-cpu", 19},   {"alibi-sinks", 54},
+        {"bench-smoke", 9},
     };
     fjt_case_list l = {0};
     assert_true(fjt_cases_build(&l, fjt_seed()));

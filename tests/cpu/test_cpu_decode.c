@@ -67,13 +67,18 @@ static size_t nonzero_empty_rows(const fjt_problem *p, fj_context *ctx)
     void *o = malloc(p->o_elems * es);
     if (!o) fail_msg("out of memory");
     fjt_poison(o, d->dtype, p->o_elems);
-    fj_status s = fj_attention(ctx, d, p->q, p->k, p->v, o, NULL, NULL);
+    fj_execute_extras x; /* host memory: the CPU backends take it */
+    fj_execute_extras_init(&x);
+    x.alibi_slopes = p->alibi;
+    x.sinks = p->sinks;
+    fj_status s = fj_attention_ex(ctx, d, p->q, p->k, p->v, o, NULL, &x, NULL);
     if (s) fail_msg("%s: %s: %s", fjt_desc_str(d), fj_status_name(s), fj_last_error());
     for (int b = 0; b < d->batch; b++)
         for (int h = 0; h < d->heads_q; h++)
             for (int i = 0; i < d->seqlen_q; i++) {
                 size_t li = ((size_t)b * d->heads_q + h) * d->seqlen_q + i;
-                if (!(isinf(p->ref_lse[li]) && p->ref_lse[li] < 0)) continue;
+                const bool sink_row = p->sinks && p->ref_lse[li] == (double)p->sinks[h];
+                if (!(isinf(p->ref_lse[li]) && p->ref_lse[li] < 0) && !sink_row) continue;
                 for (int c = 0; c < d->head_dim; c++)
                     if (fjt_load(o, d->dtype, o_offset(p, b, i, h) + (size_t)c) != 0.0) {
                         bad++;
@@ -300,6 +305,35 @@ static void test_softcap(void **state)
                 random_decode(&rng, &d);
                 d.softcap = caps[fjt_range(&rng, 0, NELEMS(caps) - 1)];
                 if (fjt_range(&rng, 0, 1)) d.scale = (float)(0.5 + 2.0 * fjt_uniform(&rng));
+                check_decode(ctx, &d, &rng,
+                             modes[m] == FJ_CPU_DECODE_GENERIC ? "generic" : NULL);
+            }
+            fj_context_destroy(ctx);
+        }
+    fj_cpu_decode_force_split(false);
+    assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_AUTO), FJ_OK);
+}
+
+/* ALiBi and sinks on every kernel set, keys whole and split finely (the
+ * sink joins once, after the merge of the chunks), with and without a
+ * softcap; rows that see no key (lse = the sink) exactly 0. */
+static void test_alibi_sinks(void **state)
+{
+    (void)state;
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0xa11b);
+    static const fj_cpu_decode_mode modes[] = {FJ_CPU_DECODE_AUTO, FJ_CPU_DECODE_NO_AMX,
+                                               FJ_CPU_DECODE_GENERIC};
+    for (int m = 0; m < NELEMS(modes); m++)
+        for (int fine = 0; fine <= 1; fine++) {
+            assert_int_equal(fj_cpu_decode_force(modes[m]), FJ_OK);
+            fj_cpu_decode_force_split(fine);
+            fj_context *ctx = make_context(fine ? 5 : 2);
+            for (int i = 0; i < 12; i++) {
+                fj_attention_desc d;
+                random_decode(&rng, &d);
+                d.features = (uint32_t)fjt_range(&rng, 1, 3);
+                if (fjt_range(&rng, 0, 2) == 0) d.softcap = 5.0f;
                 check_decode(ctx, &d, &rng,
                              modes[m] == FJ_CPU_DECODE_GENERIC ? "generic" : NULL);
             }
@@ -598,6 +632,7 @@ int main(void)
         cmocka_unit_test(test_random_generic),
         cmocka_unit_test(test_random_no_amx),
         cmocka_unit_test(test_softcap),
+        cmocka_unit_test(test_alibi_sinks),
         cmocka_unit_test(test_amx_prefill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -273,6 +273,31 @@ static void test_primary_ctx_retain_fails(void **state)
 
 /* ---- plans and launches -------------------------------------------------------- */
 
+/* ALiBi and sinks are not in the CUDA kernels yet: plan creation (and
+ * fj_attention_ex) refuse them as UNSUPPORTED naming the feature. */
+static void test_features_unsupported(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 1, 8, 2, 1, 300, 128, FJ_F16);
+    static const struct {
+        uint32_t features;
+        const char *name;
+    } f[] = {{FJ_FEATURE_ALIBI, "ALiBi is not in the CUDA kernels"},
+             {FJ_FEATURE_SINKS, "attention sinks are not in the CUDA kernels"},
+             {FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS, "ALiBi and attention sinks are not"}};
+    for (int i = 0; i < 3; i++) {
+        d.features = f[i].features;
+        fj_plan *plan = (fj_plan *)&d;
+        assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+        assert_null(plan);
+        assert_contains(fj_last_error(), f[i].name);
+    }
+    fj_context_destroy(ctx);
+}
+
 static void test_plan_launch_records(void **state)
 {
     (void)state;
@@ -1244,6 +1269,7 @@ int main(int argc, char **argv)
         FAKE(test_device_out_of_range),
         FAKE(test_old_arch),
         FAKE(test_primary_ctx_retain_fails),
+        FAKE(test_features_unsupported),
         FAKE(test_plan_launch_records),
         FAKE(test_split_kv_launches),
         FAKE(test_split_kv_without_pdl),

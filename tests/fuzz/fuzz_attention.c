@@ -4,7 +4,8 @@
  * The first byte picks the mode:
  *   bit 7 set   validation: every size, window, stride and the scale taken
  *               raw from the input (INT_MAX, negative, overflowing, NaN);
- *               with bit 5 also the softcap (any float bits).
+ *               with bit 5 also the softcap (any float bits), with bit 4
+ *               the features (any 32 bits: unknown ones refused).
  *               The rules must hold without a crash: an invalid desc is
  *               FJ_ERR_INVALID_ARGUMENT with a message, for validate, plan
  *               creation and fj_attention alike, and fj_attention writes
@@ -14,7 +15,9 @@
  *               dtype, mask and window, dense, BHSD, padded, broadcast and
  *               raw strides, a scale in [-4, 4]; with bit 5 a softcap, from
  *               0.01 to 100, down to 2^-140 or any float bits, read after
- *               the scale) run on cpu-reference and cpu
+ *               the scale; with bit 4, when not non-finite, ALiBi, sinks or
+ *               both, their per-head values drawn by the harness after
+ *               q, k and v) run on cpu-reference and cpu
  *               with poisoned outputs; each must be within the dtype's
  *               tolerance of the oracle, write nothing between output rows,
  *               and give rows that see no key exactly 0 and lse -inf.
@@ -94,6 +97,7 @@ static void validation(fuzz_input *in, uint8_t flags)
     d.window_right = fuzz_u8(in) < 128 ? -1 : (int)fuzz_u32(in);
     d.scale = fuzz_u8(in) < 128 ? 0.0f : float_of(fuzz_u32(in));
     if (flags & 0x20) d.softcap = float_of(fuzz_u32(in));
+    if (flags & 0x10) d.features = fuzz_u32(in);
     int64_t *strides[4] = {d.q_stride, d.k_stride, d.v_stride, d.o_stride};
     for (int t = 0; t < 4; t++)
         if (fuzz_u8(in) & 1)
@@ -300,6 +304,9 @@ static void execution(fuzz_input *in, uint8_t flags)
         default: d.softcap = float_of(fuzz_u32(in)); break; /* NaN, negative, huge: refused */
         }
     }
+    /* the inputs before bit 4 existed draw no features; the non-finite
+       mode's check runs fj_attention, without arrays */
+    if ((flags & 0x10) && !(flags & 0x40)) d.features = (uint32_t)(fuzz_u8(in) % 3 + 1);
     layout(in, &d);
     double work = (double)d.batch * d.heads_q * d.seqlen_q * d.seqlen_k * d.head_dim;
     if (work > MAX_WORK) return;

@@ -37,8 +37,9 @@ GROUPS = [1, 2, 3, 4, 5, 8]
 
 
 def execution(flags, hkv, group, batch, sq, sk, dim, dtype, causal, wl, wr, scale_kind,
-              scale_arg, layout, layout_arg=b"", seed=12345, tail=b"", softcap=b""):
+              scale_arg, layout, layout_arg=b"", seed=12345, tail=b"", softcap=b"", features=b""):
     # softcap: with flags bit 5, its kind byte and value (read after the scale)
+    # features: with flags bit 4, one byte (% 3: alibi, sinks, both), after the softcap
     b = u8(flags)
     b += rng_range(1, 3, hkv)
     b += rng_range(1, 3, batch)
@@ -48,7 +49,7 @@ def execution(flags, hkv, group, batch, sq, sk, dim, dtype, causal, wl, wr, scal
     b += rng_range(1, 256, dim) + u8(dtype) + u8(causal)
     b += (u8(0) if wl == -1 else u8(200) + rng_range(-2, max_seq + 8, wl))
     b += (u8(0) if wr == -1 else u8(200) + rng_range(-2, max_seq + 8, wr))
-    b += u8(scale_kind) + scale_arg + softcap
+    b += u8(scale_kind) + scale_arg + softcap + features
     b += u8(layout) + layout_arg
     b += u64(seed) + tail
     return b
@@ -118,6 +119,18 @@ def attention_seeds():
                         u32(1) + u8(0) + u8(0) + u32(0x7FC00000) + u8(0) * 4)
     s["tiny-softcap"] = (u8(0xA0) + size(0, 1) * 3 + size(0, 8) * 2 + size(0, 64) + u8(0) + u8(0) +
                          u32(1) + u8(0) + u8(0) + u32(0x00000001) + u8(0) * 4)
+    # ALiBi and sinks (flags bit 4): 0 alibi, 1 sinks, 2 both
+    s["alibi-causal-bf16"] = execution(0x10, 2, 2, 1, 33, 37, 64, 2, 1, -1, -1, 1, u32(400 + 200),
+                                       0, features=u8(0))
+    s["sinks-empty-rows-f16"] = execution(0x11, 1, 4, 1, 90, 30, 32, 1, 1, -1, -1, 0, b"", 1,
+                                          features=u8(1))
+    s["alibi-sinks-window-f32"] = execution(0x11, 1, 3, 1, 60, 100, 16, 0, 2, 17, 3, 0, b"", 0,
+                                            features=u8(2))
+    s["alibi-sinks-softcap-decode-f32"] = execution(0x31, 2, 4, 1, 3, 280, 40, 0, 1, -1, -1, 0,
+                                                    b"", 0, softcap=u8(1) + rng_range(1, 100, 30),
+                                                    features=u8(2))
+    s["unknown-features"] = (u8(0x90) + size(0, 1) * 3 + size(0, 8) * 2 + size(0, 64) + u8(0) +
+                             u8(0) + u32(1) + u8(0) + u8(0) + u32(0x5) + u8(0) * 4)
     return s
 
 
