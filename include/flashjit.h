@@ -237,9 +237,9 @@ FJ_API const char *fj_context_describe(const fj_context *ctx);
 #define FJ_MAX_HEAD_DIM 256
 
 typedef struct fj_attention_desc {
-    int batch, heads_q, heads_kv; /* heads_q % heads_kv == 0: GQA and MQA */
+    int batch, heads_q, heads_kv;     /* heads_q % heads_kv == 0: GQA and MQA */
     int seqlen_q, seqlen_k, head_dim; /* head_dim 1..FJ_MAX_HEAD_DIM (CUDA: a multiple of 8) */
-    fj_dtype dtype;               /* q, k, v and o share it */
+    fj_dtype dtype;                   /* q, k, v and o share it */
     fj_causal causal;
     int window_left, window_right; /* sliding window; -1 = unbounded */
     float scale;                   /* 0: 1/sqrt(head_dim); must be finite */
@@ -261,7 +261,7 @@ typedef struct fj_attention_desc {
        time (fj_execute_extras). 0: none. Any other bit:
        FJ_ERR_INVALID_ARGUMENT naming features. */
     uint32_t features;
-    int64_t reserved[7];           /* zero: room for fields added later (see "Structs and ABI room") */
+    int64_t reserved[7]; /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_attention_desc;
 
 /* Bits of fj_attention_desc.features (docs/semantics.md states the math).
@@ -368,15 +368,15 @@ enum {
 };
 
 typedef struct fj_plan_options {
-    unsigned flags;     /* FJ_PLAN_MEASURE, FJ_PLAN_SAVE_TUNING */
-    double time_limit;  /* FJ_PLAN_MEASURE: seconds the candidates' checks and timing may
+    unsigned flags;    /* FJ_PLAN_MEASURE, FJ_PLAN_SAVE_TUNING */
+    double time_limit; /* FJ_PLAN_MEASURE: seconds the candidates' checks and timing may
                            take (candidates left when it runs out are not timed); 0: no limit */
-    const char *tiles;  /* NULL: choose as above; else these tiles, in the syntax of
+    const char *tiles; /* NULL: choose as above; else these tiles, in the syntax of
                            fj_plan_info.tiles ("m128n64w4s2" on CUDA, "q256k512" on the CPU
                            tiled backend; FJ_TILES_GIVEN), FJ_ERR_INVALID_ARGUMENT when they
                            do not parse and FJ_ERR_UNSUPPORTED when the device cannot run
                            them; not measured. Not copied: read during the call only. */
-    int reserved[8];    /* zero: room for fields added later (see "Structs and ABI room") */
+    int reserved[8];   /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_plan_options;
 
 /* Fills the defaults: no flags, no time limit, no tiles. */
@@ -431,13 +431,13 @@ FJ_API const char *fj_plan_describe(const fj_plan *p);
 
 /* Where a plan's tiles came from. */
 typedef enum fj_tiles_source {
-    FJ_TILES_HEURISTIC = 0,    /* the built-in heuristic */
-    FJ_TILES_TUNING_FILE = 1,  /* an entry of the context's tuning file */
+    FJ_TILES_HEURISTIC = 0,     /* the built-in heuristic */
+    FJ_TILES_TUNING_FILE = 1,   /* an entry of the context's tuning file */
     FJ_TILES_SHIPPED_TABLE = 2, /* an entry of the table shipped with flashjit */
-    FJ_TILES_GIVEN = 3,        /* given by the caller (the tuner's candidates) */
-    FJ_TILES_FORCED = 4,       /* forced by a test hook */
-    FJ_TILES_IMPORTED = 5,     /* an entry fj_tuning_import* added to the context */
-    FJ_TILES_MEASURED = 6,     /* an entry the context measured (FJ_PLAN_MEASURE) */
+    FJ_TILES_GIVEN = 3,         /* given by the caller (the tuner's candidates) */
+    FJ_TILES_FORCED = 4,        /* forced by a test hook */
+    FJ_TILES_IMPORTED = 5,      /* an entry fj_tuning_import* added to the context */
+    FJ_TILES_MEASURED = 6,      /* an entry the context measured (FJ_PLAN_MEASURE) */
 } fj_tiles_source;
 
 /* "heuristic", "tuning file", "shipped table", "given", "forced",
@@ -446,20 +446,20 @@ FJ_API const char *fj_tiles_source_name(fj_tiles_source s);
 
 /* What a plan runs, as data (fj_plan_describe says the same in words). */
 typedef struct fj_plan_info {
-    fj_backend backend;          /* never AUTO */
-    char kernel[128];            /* CUDA: the canonical kernel name (the split variant when
+    fj_backend backend; /* never AUTO */
+    char kernel[128];   /* CUDA: the canonical kernel name (the split variant when
                                     split-KV); CPU: "cpu_tiled", "cpu_decode_<loops>"
                                     or "cpu_reference" */
-    char tiles[32];              /* CUDA "m128n64w4s2", CPU tiled "q128k256"; "" when the
+    char tiles[32];     /* CUDA "m128n64w4s2", CPU tiled "q128k256"; "" when the
                                     backend has no tiles (reference, CPU decode) */
     fj_tiles_source tiles_source;
-    int registers;               /* CUDA: registers per thread; 0 on the CPU */
-    int local_bytes;             /* CUDA: local memory per thread (spills); 0 on the CPU */
-    int shared_bytes;            /* CUDA: shared memory per block (dynamic + static); 0 on the CPU */
-    int threads;                 /* CUDA: threads per block; CPU: worker threads */
-    int splits;                  /* key splits (1: none); CPU decode: key chunks */
-    int launches;                /* kernel launches per execute; 0 on the CPU */
-    int reserved[8];             /* zero: room for fields added later (see "Structs and ABI room") */
+    int registers;    /* CUDA: registers per thread; 0 on the CPU */
+    int local_bytes;  /* CUDA: local memory per thread (spills); 0 on the CPU */
+    int shared_bytes; /* CUDA: shared memory per block (dynamic + static); 0 on the CPU */
+    int threads;      /* CUDA: threads per block; CPU: worker threads */
+    int splits;       /* key splits (1: none); CPU decode: key chunks */
+    int launches;     /* kernel launches per execute; 0 on the CPU */
+    int reserved[8];  /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_plan_info;
 
 /* Fills *info (zeroed first) from the plan. FJ_ERR_INVALID_ARGUMENT for a
@@ -512,8 +512,8 @@ typedef struct fj_merge_desc {
 } fj_merge_desc;
 
 /* Dense strides, reserved zero. */
-FJ_API void fj_merge_desc_init(fj_merge_desc *d, int batch, int heads_q, int seqlen_q,
-                               int head_dim, fj_dtype dtype);
+FJ_API void fj_merge_desc_init(fj_merge_desc *d, int batch, int heads_q, int seqlen_q, int head_dim,
+                               fj_dtype dtype);
 
 /* o, lse = merge(o_a, lse_a, o_b, lse_b) as above. Tensors are memory of the
  * context's backend (device memory on CUDA, host memory on CPU), each aligned

@@ -25,8 +25,8 @@ typedef struct fj_backend_ops {
        backend's own syntax, as in the tuning file). Appends to describe what
        was chosen and why. On failure returns the status with fj_last_error()
        set, and leaves *state NULL. */
-    fj_status (*plan_create)(fj_context *ctx, const fj_problem *p, const char *config,
-                             void **state, fj_strbuf *describe);
+    fj_status (*plan_create)(fj_context *ctx, const fj_problem *p, const char *config, void **state,
+                             fj_strbuf *describe);
     /* Runs it. Pointers were checked non-NULL by the core, and in's arrays
        against p's features (each non-NULL exactly when its feature is on).
        Must not allocate. */
@@ -50,8 +50,8 @@ typedef struct fj_backend_ops {
        when not wanted. Asynchronous on stream where the backend has streams.
        Must not allocate once the context has made the merge once. */
     fj_status (*merge)(fj_context *ctx, const fj_merge_problem *m, const void *o_a,
-                       const float *lse_a, const void *o_b, const float *lse_b, void *o,
-                       float *lse, void *stream);
+                       const float *lse_a, const void *o_b, const float *lse_b, void *o, float *lse,
+                       void *stream);
 
     fj_status (*mem_alloc)(fj_context *ctx, size_t bytes, void **ptr);
     void (*mem_free)(fj_context *ctx, void *ptr);
@@ -63,10 +63,10 @@ typedef struct fj_backend_ops {
 /* One row of the registry. */
 typedef struct fj_backend_entry {
     fj_backend kind;
-    const char *name;  /* as fj_backend_name() */
-    const char *title; /* for sentences: "CUDA", "the CPU tiled backend" */
+    const char *name;        /* as fj_backend_name() */
+    const char *title;       /* for sentences: "CUDA", "the CPU tiled backend" */
     const char *usable_when; /* why AUTO takes it when its probe succeeds */
-    bool auto_choice;  /* AUTO may pick it (the reference is a yardstick, never AUTO's) */
+    bool auto_choice;        /* AUTO may pick it (the reference is a yardstick, never AUTO's) */
     /* Brings the backend up for ctx (its device, its libraries). FJ_OK: *state
        is the backend's per-context state (NULL when it keeps none). Either
        way it appends its describe lines to `facts`, each starting with its
@@ -110,8 +110,8 @@ extern const fj_backend_tuning fj_cpu_tiled_tuning;
 /* fj_merge on the host, for both CPU backends (src/cpu/merge.c): on the
  * context's worker pool when large. */
 fj_status fj_cpu_merge(fj_context *ctx, const fj_merge_problem *m, const void *o_a,
-                       const float *lse_a, const void *o_b, const float *lse_b, void *o,
-                       float *lse, void *stream);
+                       const float *lse_a, const void *o_b, const float *lse_b, void *o, float *lse,
+                       void *stream);
 
 /* Host memory for the CPU backends (src/cpu/memory.c), shared by both. */
 fj_status fj_cpu_mem_alloc(fj_context *ctx, size_t bytes, void **ptr);

@@ -105,8 +105,8 @@ static fj_status choose_backend(fj_context *ctx, fj_backend want, fj_strbuf *why
             if (want == FJ_BACKEND_AUTO && why->len) fj_strbuf_printf(why, ", so %s", e->title);
             else if (want == FJ_BACKEND_AUTO) fj_strbuf_printf(why, "AUTO: %s", e->usable_when);
         } else if (want == FJ_BACKEND_AUTO && s == FJ_ERR_NO_DEVICE) {
-            fj_strbuf_printf(why, "%sAUTO: %s is not usable (%s)", why->len ? "; " : "",
-                             e->title, fj_last_error());
+            fj_strbuf_printf(why, "%sAUTO: %s is not usable (%s)", why->len ? "; " : "", e->title,
+                             fj_last_error());
             fj_clear_error();
         } else {
             return s; /* the reason is in fj_last_error() */
@@ -171,15 +171,16 @@ fj_status fj_context_create(const fj_context_options *o, fj_context **out)
     s = context_setup(ctx, o, &d);
     if (s == FJ_OK) {
         ctx->describe = fj_strbuf_take(&d);
-        if (!ctx->describe) s = fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory describing the context");
+        if (!ctx->describe)
+            s = fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory describing the context");
     }
     fj_strbuf_free(&d);
     if (s) {
         fj_context_destroy(ctx);
         return s;
     }
-    FJ_INFO("context: backend %s, %d CPU threads, cache %s", ctx->entry->name,
-            ctx->cpu_threads, ctx->cache_dir ? ctx->cache_dir : "off");
+    FJ_INFO("context: backend %s, %d CPU threads, cache %s", ctx->entry->name, ctx->cpu_threads,
+            ctx->cache_dir ? ctx->cache_dir : "off");
     *out = ctx;
     return FJ_OK;
 }
@@ -227,7 +228,8 @@ void fj_free(fj_context *ctx, void *ptr)
     if (ctx && ptr) ctx->entry->ops->mem_free(ctx, ptr);
 }
 
-static fj_status check_copy(const char *fn, fj_context *ctx, void *dst, const void *src, size_t bytes)
+static fj_status check_copy(const char *fn, fj_context *ctx, void *dst, const void *src,
+                            size_t bytes)
 {
     if (!ctx) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
     if (bytes && (!dst || !src))

@@ -81,8 +81,8 @@ static const char *const axis_names[3] = {"batch", "seq", "head"};
  * element) and that many elements' bytes fit int64. A dense tensor (strides
  * left zero) that breaks it is named by its shape, since the caller set no
  * stride. */
-static fj_status fail_extent(const char *name, const int64_t s[3], const int64_t n[3],
-                             int head_dim, bool dense)
+static fj_status fail_extent(const char *name, const int64_t s[3], const int64_t n[3], int head_dim,
+                             bool dense)
 {
     const int tensor_len = (int)strcspn(name, "_"); /* "q" of "q_stride" */
     if (dense)
@@ -107,8 +107,8 @@ static fj_status check_strides(const char *name, const int64_t s[3], const int64
     for (int a = 0; a < 3; a++)
         if (s[a] < 0)
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "%s[%d] (%s axis) is %lld: strides must be >= 0", name, a,
-                           axis_names[a], (long long)s[a]);
+                           "%s[%d] (%s axis) is %lld: strides must be >= 0", name, a, axis_names[a],
+                           (long long)s[a]);
     int64_t e = extent(s, n, head_dim), bytes;
     if (e < 0 || __builtin_mul_overflow(e, (int64_t)elem_size, &bytes) ||
         (uint64_t)bytes > (uint64_t)SIZE_MAX)
@@ -165,7 +165,10 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
                        (unsigned)d->features, (unsigned)FJ_FEATURE_ALIBI,
                        (unsigned)FJ_FEATURE_SINKS);
 
-    struct { const char *name; int v; } sizes[] = {
+    struct {
+        const char *name;
+        int v;
+    } sizes[] = {
         {"batch", d->batch},       {"heads_q", d->heads_q},   {"heads_kv", d->heads_kv},
         {"seqlen_q", d->seqlen_q}, {"seqlen_k", d->seqlen_k}, {"head_dim", d->head_dim},
     };
@@ -205,7 +208,8 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
                        "are computed as scale x log2(e) x q.k in float32)",
                        (double)d->scale, FLT_MAX / M_LOG2E);
 
-    const double scale = d->scale != 0.0f ? fabs((double)d->scale) : 1.0 / sqrt((double)d->head_dim);
+    const double scale =
+        d->scale != 0.0f ? fabs((double)d->scale) : 1.0 / sqrt((double)d->head_dim);
     if (!(d->softcap >= 0.0f) || !isfinite(d->softcap))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "softcap (%g) must be 0 (off) or finite and > 0 (scores become "
@@ -214,8 +218,8 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     /* The backends compute the cap as softcap x log2(e) x tanh(q.k x scale /
        softcap) in float32, the tanh through 2^(2 log2(e) x ...): both factors
        must be finite. Only absurd caps (below 1e-38 x scale, above 1e38) fail. */
-    if (d->softcap > 0.0f && (2.0 * M_LOG2E * d->softcap > FLT_MAX ||
-                              2.0 * M_LOG2E * scale / d->softcap > FLT_MAX))
+    if (d->softcap > 0.0f &&
+        (2.0 * M_LOG2E * d->softcap > FLT_MAX || 2.0 * M_LOG2E * scale / d->softcap > FLT_MAX))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "softcap (%g) must be in [%.6g, %.6g] with this scale (%g): softcap x "
                        "2 log2(e) and scale x 2 log2(e) / softcap are float32 factors and must "
@@ -248,7 +252,12 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     p->diag_offset = d->causal == FJ_CAUSAL_TOP_LEFT ? 0 : (int64_t)d->seqlen_k - d->seqlen_q;
     p->masked = d->causal != FJ_CAUSAL_NONE || d->window_left >= 0 || d->window_right >= 0;
 
-    struct { const char *name; const int64_t *in; int64_t *out; int seq, heads; } t[4] = {
+    struct {
+        const char *name;
+        const int64_t *in;
+        int64_t *out;
+        int seq, heads;
+    } t[4] = {
         {"q_stride", d->q_stride, p->q_stride, d->seqlen_q, d->heads_q},
         {"k_stride", d->k_stride, p->k_stride, d->seqlen_k, d->heads_kv},
         {"v_stride", d->v_stride, p->v_stride, d->seqlen_k, d->heads_kv},
@@ -291,7 +300,10 @@ fj_status fj_merge_problem_init(fj_merge_problem *m, const fj_merge_desc *d)
                            "fj_merge: reserved[%d] (%lld) must be zero: fill the desc with "
                            "fj_merge_desc_init, then set its fields by name",
                            i, (long long)d->reserved[i]);
-    struct { const char *name; int v; } sizes[] = {
+    struct {
+        const char *name;
+        int v;
+    } sizes[] = {
         {"batch", d->batch},
         {"heads_q", d->heads_q},
         {"seqlen_q", d->seqlen_q},
@@ -299,12 +311,11 @@ fj_status fj_merge_problem_init(fj_merge_problem *m, const fj_merge_desc *d)
     };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (sizes[i].v <= 0)
-            return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_merge: %s (%d) must be >= 1",
-                           sizes[i].name, sizes[i].v);
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_merge: %s (%d) must be >= 1", sizes[i].name,
+                           sizes[i].v);
     if (!fj_dtype_name(d->dtype))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "fj_merge: dtype (%d) is not one of FJ_F32, FJ_F16, FJ_BF16",
-                       (int)d->dtype);
+                       "fj_merge: dtype (%d) is not one of FJ_F32, FJ_F16, FJ_BF16", (int)d->dtype);
     int64_t rows;
     if (__builtin_mul_overflow((int64_t)d->batch * d->heads_q, (int64_t)d->seqlen_q, &rows) ||
         __builtin_mul_overflow(rows, (int64_t)sizeof(float), &rows))
@@ -314,7 +325,11 @@ fj_status fj_merge_problem_init(fj_merge_problem *m, const fj_merge_desc *d)
     m->seqlen_q = d->seqlen_q;
     m->head_dim = d->head_dim;
     m->dtype = d->dtype;
-    struct { const char *name; const int64_t *in; int64_t *out; } t[3] = {
+    struct {
+        const char *name;
+        const int64_t *in;
+        int64_t *out;
+    } t[3] = {
         {"a_stride", d->a_stride, m->a_stride},
         {"b_stride", d->b_stride, m->b_stride},
         {"o_stride", d->o_stride, m->o_stride},

@@ -135,7 +135,8 @@ fj_status fj_plan_get_info(const fj_plan *p, fj_plan_info *info)
 {
     fj_clear_error();
     if (!p || !info)
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_plan_get_info: %s is NULL", p ? "info" : "plan");
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_plan_get_info: %s is NULL",
+                       p ? "info" : "plan");
     memset(info, 0, sizeof *info);
     info->backend = p->ops->kind;
     info->splits = 1;

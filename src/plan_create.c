@@ -43,8 +43,7 @@ fj_status fj_plan_create_ex(fj_context *ctx, const fj_attention_desc *d, const f
                        o->flags);
     if (o && !(o->time_limit >= 0))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "fj_plan_options.time_limit (%g) must be >= 0 (0: no limit)",
-                       o->time_limit);
+                       "fj_plan_options.time_limit (%g) must be >= 0 (0: no limit)", o->time_limit);
     if (o && (o->flags & FJ_PLAN_SAVE_TUNING) && !(o->flags & FJ_PLAN_MEASURE))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "fj_plan_options.flags: FJ_PLAN_SAVE_TUNING saves what FJ_PLAN_MEASURE "

@@ -60,7 +60,8 @@ static void *worker_main(void *v)
 fj_status fj_pool_create(int threads, fj_pool **out)
 {
     *out = NULL;
-    if (threads < 1) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "cpu_threads (%d) must be >= 1", threads);
+    if (threads < 1)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "cpu_threads (%d) must be >= 1", threads);
     fj_pool *p = calloc(1, sizeof *p);
     if (!p) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory creating the CPU thread pool");
     p->threads = threads;

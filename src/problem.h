@@ -13,7 +13,7 @@ enum { FJ_AXIS_BATCH = 0, FJ_AXIS_SEQ = 1, FJ_AXIS_HEAD = 2 };
 
 typedef struct fj_problem {
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
-    int group;       /* heads_q / heads_kv: query heads per kv head */
+    int group; /* heads_q / heads_kv: query heads per kv head */
     fj_dtype dtype;
     fj_causal causal;
     int window_left, window_right; /* -1 = unbounded */

@@ -89,7 +89,8 @@ void fj_problem_format(const fj_problem *p, char *buf, size_t n)
 fj_status fj_problem_key(const fj_attention_desc *d, char *buf, size_t n)
 {
     fj_clear_error();
-    if (!buf || !n) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_problem_key: buf is NULL or n is 0");
+    if (!buf || !n)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_problem_key: buf is NULL or n is 0");
     buf[0] = '\0';
     fj_problem p;
     fj_status s = fj_problem_init(&p, d);
@@ -97,7 +98,8 @@ fj_status fj_problem_key(const fj_attention_desc *d, char *buf, size_t n)
     char key[FJ_PROBLEM_KEY_MAX];
     fj_problem_key_of(&p, key, sizeof key);
     if (strlen(key) >= n)
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_problem_key: the key has %zu characters, "
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "fj_problem_key: the key has %zu characters, "
                        "more than the buffer's %zu bytes hold (FJ_PROBLEM_KEY_MAX is enough)",
                        strlen(key), n);
     memcpy(buf, key, strlen(key) + 1);
@@ -151,8 +153,8 @@ static fj_status bad(const cursor *c, const char *field, const char *expected)
 static fj_status number_field(cursor *c, const char *prefix, const char *name, int *out)
 {
     char f[32], expected[96];
-    snprintf(expected, sizeof expected, "%s<%s> (a decimal without sign or leading zeros)",
-             prefix, name);
+    snprintf(expected, sizeof expected, "%s<%s> (a decimal without sign or leading zeros)", prefix,
+             name);
     if (!next_field(c, f, sizeof f))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "problem key '%s' ends before field %d, %s<%s> (a key is " KEY_FORM ")",
@@ -198,7 +200,7 @@ static bool parse_softcap(const char *f, float *out)
     return true;
 }
 
-#define SOFTCAP_FORM                                                                        \
+#define SOFTCAP_FORM                                                                         \
     "sc<softcap> (the softcap as the shortest decimal that reads back exactly, 'p' for the " \
     "point: sc50, sc2p5)"
 

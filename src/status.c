@@ -7,15 +7,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#define FJ_STATUS_LIST(X)                 \
-    X(FJ_OK)                              \
-    X(FJ_ERR_INVALID_ARGUMENT)            \
-    X(FJ_ERR_UNSUPPORTED)                 \
-    X(FJ_ERR_NO_DEVICE)                   \
-    X(FJ_ERR_OUT_OF_MEMORY)               \
-    X(FJ_ERR_COMPILE)                     \
-    X(FJ_ERR_DRIVER)                      \
-    X(FJ_ERR_IO)                          \
+#define FJ_STATUS_LIST(X)      \
+    X(FJ_OK)                   \
+    X(FJ_ERR_INVALID_ARGUMENT) \
+    X(FJ_ERR_UNSUPPORTED)      \
+    X(FJ_ERR_NO_DEVICE)        \
+    X(FJ_ERR_OUT_OF_MEMORY)    \
+    X(FJ_ERR_COMPILE)          \
+    X(FJ_ERR_DRIVER)           \
+    X(FJ_ERR_IO)               \
     X(FJ_ERR_INTERNAL)
 
 #define FJ_STATUS_NAME(e) [e] = #e,

@@ -34,8 +34,8 @@ static int cmp_double(const void *a, const void *b)
 #define NO_VECTORIZE __attribute__((optimize("no-tree-vectorize"), noinline))
 #define SCALAR_LOOP
 #endif
-NO_VECTORIZE static void
-scalar_convert(fj_dtype to, void *dst, fj_dtype from, const void *src, size_t n)
+NO_VECTORIZE static void scalar_convert(fj_dtype to, void *dst, fj_dtype from, const void *src,
+                                        size_t n)
 {
     SCALAR_LOOP
     for (size_t i = 0; i < n; i++) {

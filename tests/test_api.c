@@ -176,7 +176,8 @@ static void test_desc_rules(void **state)
        does not fit int64: the message names the tensor's shape and the rule,
        not a stride the caller never set (issue 23, finding 8). */
     fj_attention_desc_init(&d, 2, 1 << 25, 1 << 25, INT32_MAX, 8, 256, FJ_BF16);
-    expect_invalid(&d, "q: the dense tensor [batch 2, seq 2147483647, heads 33554432, head_dim 256]");
+    expect_invalid(&d,
+                   "q: the dense tensor [batch 2, seq 2147483647, heads 33554432, head_dim 256]");
     expect_invalid(&d, "must fit int64");
     if (strstr(fj_last_error(), "stride")) fail_msg("names a stride: %s", fj_last_error());
     fj_attention_desc_init(&d, 3, 1 << 24, 1 << 24, 8, INT32_MAX, 256, FJ_F16);
@@ -605,7 +606,8 @@ static void test_allocation_failures(void **state)
                 if (alloc_failures == 0) succeeded++;
             } else {
                 if (s != FJ_ERR_OUT_OF_MEMORY)
-                    fail_msg("allocation %ld failing gave %s: %s", n, fj_status_name(s), fj_last_error());
+                    fail_msg("allocation %ld failing gave %s: %s", n, fj_status_name(s),
+                             fj_last_error());
                 assert_true(alloc_failures > 0);
             }
             fj_context_destroy(ctx);
@@ -626,7 +628,8 @@ static void test_tuning_allocation_failures(void **state)
     fj_strbuf_init(&text);
     fj_strbuf_puts(&text, "flashjit-tuning 2\n");
     for (int d = 1; d <= 100; d++) /* past one chunk of entries */
-        fj_strbuf_printf(&text, "elsewhere cpu cpu_tiled d%d.f32.nomask.sk512 q64k128 1 2026-12-04\n", d);
+        fj_strbuf_printf(&text,
+                         "elsewhere cpu cpu_tiled d%d.f32.nomask.sk512 q64k128 1 2026-12-04\n", d);
     fj_attention_desc d;
     fj_attention_desc_init(&d, 1, 1, 1, 20, 20, 8, FJ_F32);
     int succeeded = 0;
@@ -697,8 +700,8 @@ static void *thread_main(void *arg)
     thread_job *j = arg;
     for (int r = 0; r < 8; r++) {
         fjt_error e;
-        if (fjt_run(j->ctx, &j->p[r % 3], &e, true) != FJ_OK || e.rel_fro > fjt_tolerance(j->p[r % 3].d.dtype) ||
-            e.nan_count || e.lse_mismatch)
+        if (fjt_run(j->ctx, &j->p[r % 3], &e, true) != FJ_OK ||
+            e.rel_fro > fjt_tolerance(j->p[r % 3].d.dtype) || e.nan_count || e.lse_mismatch)
             j->failures++;
     }
     return NULL;

@@ -115,8 +115,13 @@ static void test_render_escapes_and_draws_one_bar_per_value(void **state)
     const char *groups[] = {"a<b & \"c\" 'd'>", "short", "third"};
     const char *series[] = {"x&y", "plain"};
     const double values[] = {1.5, 2.5, NAN, 0.0, 3.0, -1.0}; /* NaN, < 0: no bar; 0: a bar */
-    svg_bar_chart c = {.title = "T <1>", .subtitle = "2026-01-01, dev & co", .y_label = "TFLOP/s",
-                       .groups = 3, .series = 2, .group_labels = groups, .series_labels = series,
+    svg_bar_chart c = {.title = "T <1>",
+                       .subtitle = "2026-01-01, dev & co",
+                       .y_label = "TFLOP/s",
+                       .groups = 3,
+                       .series = 2,
+                       .group_labels = groups,
+                       .series_labels = series,
                        .values = values};
     char *svg = svg_bar_chart_render(&c);
     assert_non_null(svg);
@@ -247,8 +252,8 @@ static void test_bench_plot_unwritable_path(void **state)
     fixture *fx = *state;
     char file[4200], bad[4300];
     snprintf(bad, sizeof bad, "%s/no-such-dir/bench.svg", fx->dir);
-    run_cli(fx, NULL, "bench", "--grid", "smoke", "--backends", "cpu", "--dtypes", "f32", "--repeat",
-            "1", "--warmup", "0", "--plot", bad, NULL);
+    run_cli(fx, NULL, "bench", "--grid", "smoke", "--backends", "cpu", "--dtypes", "f32",
+            "--repeat", "1", "--warmup", "0", "--plot", bad, NULL);
     assert_int_not_equal(fx->r.status, 0);
     expect_in("stderr", fx->r.err, "--plot");
     expect_in("stderr", fx->r.err, bad);
@@ -300,10 +305,11 @@ static void test_info_reports_the_tuning_file(void **state)
 
     FILE *f = fopen(path, "w");
     assert_non_null(f);
-    fprintf(f, "flashjit-tuning 1\n"
-               "%s cpu cpu_tiled 64 f32 nomask 512 q64k64 0.5 2026-12-02\n"
-               "%s cpu cpu_tiled 128 bf16 causal 4096 q64k128 9.5 2026-12-02\n"
-               "cpu:Some_other_machine_3t cpu cpu_tiled 128 f32 nomask 4096 q64k128 9.5 2026-12-02\n",
+    fprintf(f,
+            "flashjit-tuning 1\n"
+            "%s cpu cpu_tiled 64 f32 nomask 512 q64k64 0.5 2026-12-02\n"
+            "%s cpu cpu_tiled 128 bf16 causal 4096 q64k128 9.5 2026-12-02\n"
+            "cpu:Some_other_machine_3t cpu cpu_tiled 128 f32 nomask 4096 q64k128 9.5 2026-12-02\n",
             token, token);
     fclose(f);
     run_cli(fx, path, "info", NULL);
@@ -324,9 +330,11 @@ int main(int argc, char **argv)
     flashjit_path = argv[1];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render_escapes_and_draws_one_bar_per_value),
-        cmocka_unit_test_setup_teardown(test_write_is_atomic_and_failure_leaves_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_is_atomic_and_failure_leaves_nothing, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_bench_plot_with_json, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bench_plot_with_csv_replaces_the_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bench_plot_with_csv_replaces_the_file, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_bench_plot_unwritable_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_info_reports_the_tuning_file, setup, teardown),
     };

@@ -144,8 +144,8 @@ static void write_file(const char *path, const void *data, size_t n)
 }
 
 /* Loads (name, key) and asserts a hit with exactly want. */
-static void expect_hit(const char *dir, const char *name, const fj_cache_key *key,
-                       const void *want, size_t want_size)
+static void expect_hit(const char *dir, const char *name, const fj_cache_key *key, const void *want,
+                       size_t want_size)
 {
     void *data = NULL;
     size_t size = 0;
@@ -166,7 +166,8 @@ static void expect_miss(const char *dir, const char *name, const fj_cache_key *k
     assert_int_equal(fj_cache_load(dir, name, key, &data, &size), FJ_OK);
     if (data) fail_msg("expected a miss (%s), got a hit of %zu bytes", why, size);
     assert_int_equal(size, 0);
-    if (!strstr(last_log, why)) fail_msg("miss logged as '%s', expected it to say '%s'", last_log, why);
+    if (!strstr(last_log, why))
+        fail_msg("miss logged as '%s', expected it to say '%s'", last_log, why);
 }
 
 static int count_dir_entries(const char *dir);
@@ -271,8 +272,8 @@ static void test_invalid_names_are_refused(void **state)
     char long_name[FJ_CACHE_NAME_MAX + 2];
     memset(long_name, 'a', sizeof long_name);
     long_name[FJ_CACHE_NAME_MAX + 1] = '\0';
-    const char *bad[] = {"", "../escape", "a/b", ".hidden", "-option", "a b", "tab\tname",
-                         ".fjk-tmp-x", "caf\xc3\xa9", long_name};
+    const char *bad[] = {"",    "../escape", "a/b",        ".hidden",     "-option",
+                         "a b", "tab\tname", ".fjk-tmp-x", "caf\xc3\xa9", long_name};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_false(fj_cache_name_valid(bad[i]));
         assert_int_equal(fj_cache_store(dir, bad[i], &key, "x", 1), FJ_ERR_INVALID_ARGUMENT);
@@ -348,8 +349,11 @@ static void test_every_flipped_bit_is_a_miss(void **state)
             size_t size = 0;
             last_log[0] = '\0';
             assert_int_equal(fj_cache_load(dir, NAME, &e.key, &data, &size), FJ_OK);
-            if (data) fail_msg("flipping bit %d of byte %zu of %zu went unnoticed", bit, byte, e.file_size);
-            if (!strstr(last_log, "damaged")) fail_msg("byte %zu bit %d: logged '%s'", byte, bit, last_log);
+            if (data)
+                fail_msg("flipping bit %d of byte %zu of %zu went unnoticed", bit, byte,
+                         e.file_size);
+            if (!strstr(last_log, "damaged"))
+                fail_msg("byte %zu bit %d: logged '%s'", byte, bit, last_log);
         }
     }
     free(copy);
@@ -373,10 +377,15 @@ static void test_truncated_and_extended_files_are_misses(void **state)
     stored_entry e = store_entry(dir, "truncation", 4000);
     size_t header = e.file_size - e.payload_size;
     size_t lengths[] = {0, 1, 4, 8, 55, 56, header - 1, header, header + 1, e.file_size - 1};
-    const char *reasons[] = {"shorter than the 56-byte header", "shorter than the 56-byte header",
-                             "shorter than the 56-byte header", "shorter than the 56-byte header",
-                             "shorter than the 56-byte header", "shorter than its",
-                             "shorter than its", "payload bytes", "payload bytes",
+    const char *reasons[] = {"shorter than the 56-byte header",
+                             "shorter than the 56-byte header",
+                             "shorter than the 56-byte header",
+                             "shorter than the 56-byte header",
+                             "shorter than the 56-byte header",
+                             "shorter than its",
+                             "shorter than its",
+                             "payload bytes",
+                             "payload bytes",
                              "payload bytes"};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
         write_file(e.path, e.file, lengths[i]);
@@ -403,7 +412,10 @@ static void test_wrong_magic_and_version_are_misses(void **state)
     assert_non_null(copy);
 
     memcpy(copy, e.file, e.file_size);
-    memcpy(copy, "\x7f" "ELF", 4);
+    memcpy(copy,
+           "\x7f"
+           "ELF",
+           4);
     write_file(e.path, copy, e.file_size);
     expect_miss(dir, NAME, &e.key, "wrong magic");
     expect_repaired(dir, &e);
@@ -577,10 +589,12 @@ static void test_unwritable_directory(void **state)
         unlink(probe);
         printf("# read-only directory test: chmod 0500 does not stop writes here (uid %d has the "
                "permission override), so only the method 'directory whose parent is a regular "
-               "file' was used\n", (int)geteuid());
+               "file' was used\n",
+               (int)geteuid());
     } else {
         printf("# read-only directory test: methods 'chmod 0500' and 'directory whose parent is "
-               "a regular file' both used (uid %d)\n", (int)geteuid());
+               "a regular file' both used (uid %d)\n",
+               (int)geteuid());
         expect_store_io_error(ro, strerror(EACCES));
         assert_int_equal(count_dir_entries(ro), 0); /* no temp file left behind */
     }
@@ -588,7 +602,6 @@ static void test_unwritable_directory(void **state)
 }
 
 /* ---- temporary files, scan, clear ---------------------------------------- */
-
 
 static int record_visit(const fj_cache_entry_info *e, void *user)
 {
@@ -654,12 +667,12 @@ static void test_scan_flags_every_damaged_file(void **state)
         e[i] = store_entry(dir, text, 1000 + 300 * (size_t)i);
     }
     /* damage four of them, each its own way */
-    write_file(e[0].path, e[0].file, e[0].file_size - 10);  /* truncated */
-    e[1].file[e[1].file_size - 1] ^= 0x80;                    /* payload bit */
+    write_file(e[0].path, e[0].file, e[0].file_size - 10); /* truncated */
+    e[1].file[e[1].file_size - 1] ^= 0x80;                 /* payload bit */
     write_file(e[1].path, e[1].file, e[1].file_size);
-    e[2].file[30] ^= 0x01;                                    /* header bit */
+    e[2].file[30] ^= 0x01; /* header bit */
     write_file(e[2].path, e[2].file, e[2].file_size);
-    write_file(e[3].path, "", 0);                             /* zero length */
+    write_file(e[3].path, "", 0); /* zero length */
     /* and two *.fjk files whose names are not an entry's */
     char odd[4096];
     snprintf(odd, sizeof odd, "%s/stray.fjk", dir);
@@ -830,7 +843,8 @@ static void send_report(int fd, const race_report *r)
     if (write(fd, r, sizeof *r) != (ssize_t)sizeof *r) _exit(3);
 }
 
-static void race_writer(const char *dir, int id, int rounds, uint8_t *const payloads[], int report_fd)
+static void race_writer(const char *dir, int id, int rounds, uint8_t *const payloads[],
+                        int report_fd)
 {
     fjt_rng rng;
     fjt_rng_init(&rng, fjt_seed() ^ (uint64_t)(id + 1) * 0x9e3779b97f4a7c15ull);
@@ -846,7 +860,8 @@ static void race_writer(const char *dir, int id, int rounds, uint8_t *const payl
         for (int k = 0; k < RACE_ENTRIES; k++) {
             int i = order[k];
             fj_cache_key key = race_key(i);
-            if (fj_cache_store(dir, NAME, &key, payloads[i], race_size(i)) != FJ_OK) r.store_errors++;
+            if (fj_cache_store(dir, NAME, &key, payloads[i], race_size(i)) != FJ_OK)
+                r.store_errors++;
             else r.seen[i] = true; /* from now on it must always be there */
             race_check(dir, fjt_range(&rng, 0, RACE_ENTRIES - 1), payloads, &r);
         }
@@ -855,7 +870,8 @@ static void race_writer(const char *dir, int id, int rounds, uint8_t *const payl
 }
 
 /* Loads until the writers are done (the parent closes stop_fd's other end). */
-static void race_reader(const char *dir, int id, uint8_t *const payloads[], int stop_fd, int report_fd)
+static void race_reader(const char *dir, int id, uint8_t *const payloads[], int stop_fd,
+                        int report_fd)
 {
     fjt_rng rng;
     fjt_rng_init(&rng, fjt_seed() ^ (uint64_t)(id + 101));
@@ -1020,9 +1036,21 @@ typedef struct damage {
 
 static void rewrite(stored_entry *e, size_t len) { write_file(e->path, e->file, len); }
 
-static void d_empty(const char *dir, stored_entry *e) { (void)dir; rewrite(e, 0); }
-static void d_cut_header(const char *dir, stored_entry *e) { (void)dir; rewrite(e, 30); }
-static void d_cut_name(const char *dir, stored_entry *e) { (void)dir; rewrite(e, 60); }
+static void d_empty(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    rewrite(e, 0);
+}
+static void d_cut_header(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    rewrite(e, 30);
+}
+static void d_cut_name(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    rewrite(e, 60);
+}
 static void d_cut_payload(const char *dir, stored_entry *e)
 {
     (void)dir;
@@ -1047,7 +1075,11 @@ static void patch(stored_entry *e, size_t at, const void *bytes, size_t n)
     write_file(e->path, copy, e->file_size);
     free(copy);
 }
-static void d_magic(const char *dir, stored_entry *e) { (void)dir; patch(e, 0, "\177ELF", 4); }
+static void d_magic(const char *dir, stored_entry *e)
+{
+    (void)dir;
+    patch(e, 0, "\177ELF", 4);
+}
 static void d_version(const char *dir, stored_entry *e)
 {
     (void)dir;
@@ -1185,7 +1217,8 @@ static void test_damage_table(void **state)
     int fd = open(e.path, O_RDONLY);
     if (fd >= 0) {
         close(fd);
-        printf("# %-32s skipped: uid %d reads a file of mode 000\n", "unreadable file", (int)geteuid());
+        printf("# %-32s skipped: uid %d reads a file of mode 000\n", "unreadable file",
+               (int)geteuid());
     } else {
         expect_miss(dir, NAME, &e.key, "cannot open");
         printf("# %-32s %-8s %s\n", "unreadable file", "miss", "cannot open: Permission denied");
@@ -1246,7 +1279,8 @@ static void test_stores_killed(void **state)
     assert_int_equal(fj_cache_clear(dir, &removed), FJ_OK);
     assert_int_equal(count_dir_entries(dir), 0);
     printf("# %d stores killed at random moments: no torn entry; %d valid entries and %d "
-           "temporary files left (removed by clear)\n", KILLS, r.valid, r.temps);
+           "temporary files left (removed by clear)\n",
+           KILLS, r.valid, r.temps);
     free(payload);
 }
 
@@ -1258,12 +1292,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_names_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_every_flipped_bit_is_a_miss, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_truncated_and_extended_files_are_misses, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncated_and_extended_files_are_misses, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_wrong_magic_and_version_are_misses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreign_files_are_misses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_and_name_mismatch_are_misses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unwritable_directory, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_temp_files_are_not_entries_and_clear_removes_them, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_temp_files_are_not_entries_and_clear_removes_them,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_scan_flags_every_damaged_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allocation_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_stores_and_loads, setup, teardown),

@@ -23,8 +23,8 @@
 static const char *flashjit_path;
 
 typedef struct fixture {
-    char dir[4096];     /* scratch: holds the cache directory and outputs */
-    char cache[4200];   /* the cache directory */
+    char dir[4096];   /* scratch: holds the cache directory and outputs */
+    char cache[4200]; /* the cache directory */
     fjt_cli_result r;
 } fixture;
 

@@ -153,8 +153,8 @@ static void test_source_bad_shape_flags(void **state)
 static void test_gnu_option_syntax(void **state)
 {
     fixture *fx = *state;
-    run_cli(fx, NULL, NULL, "run", "--backend=cpu", "--seqlen-q=16", "--head-dim=16",
-            "--repeat=1", "--warmup=0", "--causal=top-left", NULL);
+    run_cli(fx, NULL, NULL, "run", "--backend=cpu", "--seqlen-q=16", "--head-dim=16", "--repeat=1",
+            "--warmup=0", "--causal=top-left", NULL);
     fjt_cli_expect_status(&fx->r, 0);
     expect_in(fx->r.out, ".causal_tl ", "stdout");
     run_cli(fx, NULL, NULL, "run", "--backend", "cpu", "--seqlen-q", "16", "--head-dim", "16",

@@ -45,7 +45,8 @@ static void test_expf_accuracy(void **state)
     printf("# fj_expf: worst relative error %.3e at x = %.7g\n", worst, worst_x);
     assert_true(worst <= 3e-7);
     /* the softmax-relevant range near 0 and small negatives */
-    for (float v = -20.0f; v <= 0.0f; v += 0.001f) assert_true(fabs(fj_expf(v) - exp(v)) / exp(v) <= 3e-7);
+    for (float v = -20.0f; v <= 0.0f; v += 0.001f)
+        assert_true(fabs(fj_expf(v) - exp(v)) / exp(v) <= 3e-7);
     assert_true(fj_expf(-88.0f) == 0.0f);
     assert_true(fj_expf(-1000.0f) == 0.0f);
     assert_true(fj_expf(-INFINITY) == 0.0f);
@@ -175,8 +176,7 @@ static void test_softcap_tanh(void **state)
     fj_vsoftcap(special, 9, in, out); /* one vector and a tail of one */
     assert_true(special[0] == out && special[1] == -out && isnan(special[2]));
     assert_true(special[3] == 0.0f && special[4] == 0.0f);
-    assert_true(special[5] == out && special[6] == -out && special[7] == out &&
-                special[8] == -out);
+    assert_true(special[5] == out && special[6] == -out && special[7] == out && special[8] == -out);
     assert_true(fj_softcapf(INFINITY, in, out) == out && isnan(fj_softcapf(NAN, in, out)));
     free(x);
     free(y);
@@ -207,9 +207,12 @@ static void test_pool(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_expf_accuracy), cmocka_unit_test(test_f16_exhaustive),
-        cmocka_unit_test(test_bf16_exhaustive), cmocka_unit_test(test_rounding),
-        cmocka_unit_test(test_row_kernels), cmocka_unit_test(test_softcap_tanh),
+        cmocka_unit_test(test_expf_accuracy),
+        cmocka_unit_test(test_f16_exhaustive),
+        cmocka_unit_test(test_bf16_exhaustive),
+        cmocka_unit_test(test_rounding),
+        cmocka_unit_test(test_row_kernels),
+        cmocka_unit_test(test_softcap_tanh),
         cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

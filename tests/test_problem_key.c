@@ -72,7 +72,8 @@ static void test_spellings(void **state)
     } cases[] = {
         {4, 16, 4, 4096, 4096, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1,
          "b4.hq16.hkv4.sq4096.sk4096.d128.bf16.causal_br"},
-        {1, 8, 8, 1, 8192, 64, FJ_F16, FJ_CAUSAL_NONE, -1, -1, "b1.hq8.hkv8.sq1.sk8192.d64.f16.nomask"},
+        {1, 8, 8, 1, 8192, 64, FJ_F16, FJ_CAUSAL_NONE, -1, -1,
+         "b1.hq8.hkv8.sq1.sk8192.d64.f16.nomask"},
         {2, 2, 1, 10, 20, 32, FJ_F32, FJ_CAUSAL_TOP_LEFT, 0, 5,
          "b2.hq2.hkv1.sq10.sk20.d32.f32.causal_tl.wl0.wr5"},
         {1, 1, 1, 5, 5, 8, FJ_F32, FJ_CAUSAL_NONE, 256, -1, "b1.hq1.hkv1.sq5.sk5.d8.f32.wl256"},
@@ -105,11 +106,13 @@ static void test_softcap_field(void **state)
         float cap;
         const char *text;
     } caps[] = {
-        {50.0f, "sc50"},      {2.5f, "sc2p5"},        {0.05f, "sc0p05"},
-        {1000.0f, "sc1000"},  {1e-3f, "sc0p001"},     {1e-5f, "sc1e-05"},
-        {0.1f, "sc0p1"},      {1.00000012f, "sc1p0000001"}, {7e8f, "sc700000000"},
-        {2e9f, "sc2e+09"},    {1e-4f, "sc0p0001"},    {123456.789f, "sc123456p79"},
-        {3e-38f, "sc3e-38"},  {1.17549435e-38f, "sc1p1754944e-38"},
+        {50.0f, "sc50"},       {2.5f, "sc2p5"},
+        {0.05f, "sc0p05"},     {1000.0f, "sc1000"},
+        {1e-3f, "sc0p001"},    {1e-5f, "sc1e-05"},
+        {0.1f, "sc0p1"},       {1.00000012f, "sc1p0000001"},
+        {7e8f, "sc700000000"}, {2e9f, "sc2e+09"},
+        {1e-4f, "sc0p0001"},   {123456.789f, "sc123456p79"},
+        {3e-38f, "sc3e-38"},   {1.17549435e-38f, "sc1p1754944e-38"},
     };
     for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
         fj_attention_desc d, back;
@@ -117,7 +120,8 @@ static void test_softcap_field(void **state)
         d.scale = 1e-30f; /* so that the tiniest caps are valid */
         d.softcap = caps[i].cap;
         char key[FJ_PROBLEM_KEY_MAX], want[FJ_PROBLEM_KEY_MAX];
-        if (fj_problem_key(&d, key, sizeof key)) fail_msg("cap %g: %s", (double)caps[i].cap, fj_last_error());
+        if (fj_problem_key(&d, key, sizeof key))
+            fail_msg("cap %g: %s", (double)caps[i].cap, fj_last_error());
         snprintf(want, sizeof want, "b1.hq2.hkv1.sq3.sk4.d8.f16.nomask.%s", caps[i].text);
         assert_string_equal(key, want);
         assert_int_equal(fj_problem_key_parse(key, &back), FJ_OK);
@@ -279,7 +283,8 @@ static void test_malformed_keys_are_refused(void **state)
         if (fj_problem_key_parse(cases[i].key, &d) != FJ_ERR_INVALID_ARGUMENT)
             fail_msg("'%s' parsed", cases[i].key);
         if (!strstr(fj_last_error(), cases[i].message))
-            fail_msg("'%s': message '%s' lacks '%s'", cases[i].key, fj_last_error(), cases[i].message);
+            fail_msg("'%s': message '%s' lacks '%s'", cases[i].key, fj_last_error(),
+                     cases[i].message);
         assert_memory_equal(&d, &before, sizeof d); /* untouched */
     }
     assert_int_equal(fj_problem_key_parse(NULL, NULL), FJ_ERR_INVALID_ARGUMENT);

@@ -35,8 +35,9 @@ typedef struct fixture {
 } fixture;
 
 /* The tiny space most tests tune: one point, two candidates, two runs. */
-#define TINY "--backend", "cpu", "--head-dims", "32", "--seqlens", "256", "--causal", "none", \
-             "--dtypes", "f32", "--configs", "q64k128,q128k256", "--repeat", "2", "--warmup", "0"
+#define TINY                                                                                     \
+    "--backend", "cpu", "--head-dims", "32", "--seqlens", "256", "--causal", "none", "--dtypes", \
+        "f32", "--configs", "q64k128,q128k256", "--repeat", "2", "--warmup", "0"
 
 /* Runs flashjit tune with the arguments (NULL-terminated); env_tuning set
  * as FLASHJIT_TUNING_FILE when not NULL (else unset). */
@@ -90,7 +91,8 @@ static fj_tuning *parse_file(const char *path, int want_entries)
     if (notes.len) fail_msg("%s has problems:\n%s\n%s", path, notes.data, text);
     fj_strbuf_free(&notes);
     if (fj_tuning_count(t) != want_entries)
-        fail_msg("%s has %d entries, expected %d:\n%s", path, fj_tuning_count(t), want_entries, text);
+        fail_msg("%s has %d entries, expected %d:\n%s", path, fj_tuning_count(t), want_entries,
+                 text);
     return t;
 }
 
@@ -135,7 +137,9 @@ static void test_tune_writes_an_entry_plans_use(void **state)
     fj_tuning_entry key;
     tiny_key(&key);
     const fj_tuning_entry *e = fj_tuning_find_in(t, &key);
-    if (!e) fail_msg("no entry for %s d32 f32 nomask bucket %d in %s", key.device, key.bucket, fx->file);
+    if (!e)
+        fail_msg("no entry for %s d32 f32 nomask bucket %d in %s", key.device, key.bucket,
+                 fx->file);
     int bq, bk;
     char tail;
     assert_int_equal(sscanf(e->config, "q%dk%d%c", &bq, &bk, &tail), 2);
@@ -271,14 +275,16 @@ static void test_grid_file(void **state)
     expect_in("stdout", fx->r.out, "summary: 2 points tuned");
     expect_in("stdout", fx->r.out, "\nb1.hq4.hkv2.sq200.sk200.d32.f32.causal_br ");
     expect_in("stdout", fx->r.out, "\nb2.hq2.hkv2.sq1.sk300.d16.f32.nomask ");
-    expect_in("stdout", fx->r.out, "note: b1.hq4.hkv2.sq190.sk190.d32.f32.causal_tl has the tuning "
-                                   "point d32.f32.causal.sk512 of b1.hq4.hkv2.sq200.sk200.d32.f32.causal_br");
+    expect_in("stdout", fx->r.out,
+              "note: b1.hq4.hkv2.sq190.sk190.d32.f32.causal_tl has the tuning "
+              "point d32.f32.causal.sk512 of b1.hq4.hkv2.sq200.sk200.d32.f32.causal_br");
     fj_tuning *t = parse_file(fx->file, 2);
     assert_string_equal(fj_tuning_entry_at(t, 0)->point, "d32.f32.causal.sk512");
     assert_string_equal(fj_tuning_entry_at(t, 1)->point, "d16.f32.nomask.decode");
     fj_tuning_free(t);
 
-    run_tune(fx, NULL, "--backend", "cpu", "--grid", grid, "--head-dims", "64", "--output", fx->file, NULL);
+    run_tune(fx, NULL, "--backend", "cpu", "--grid", grid, "--head-dims", "64", "--output",
+             fx->file, NULL);
     fjt_cli_expect_status(&fx->r, 2);
     expect_in("stderr", fx->r.err, "takes no axis flag");
 
@@ -287,7 +293,8 @@ static void test_grid_file(void **state)
     fclose(f);
     run_tune(fx, NULL, "--backend", "cpu", "--grid", grid, "--output", fx->file, NULL);
     fjt_cli_expect_status(&fx->r, 2);
-    expect_in("stderr", fx->r.err, "grid.txt:2: problem key 'b1.hq4.hkv2.sq200.sk200.d32.f32.causal': field 8");
+    expect_in("stderr", fx->r.err,
+              "grid.txt:2: problem key 'b1.hq4.hkv2.sq200.sk200.d32.f32.causal': field 8");
 }
 
 /* ---- bad input ------------------------------------------------------------------------ */
@@ -391,13 +398,15 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_tune_writes_an_entry_plans_use, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rerun_resumes_and_force_retunes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_default_output_is_the_context_tuning_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_default_output_is_the_context_tuning_file, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_spread_warning, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_short_last_line_does_not_swallow_the_entry, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_grid_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_flags_exit_2_naming_the_flag, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unusable_output_exits_1_naming_output, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unusable_output_exits_1_naming_output, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

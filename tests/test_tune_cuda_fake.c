@@ -34,10 +34,10 @@
 
 typedef struct fixture {
     char dir[4096];
-    char file[4200];   /* --output */
-    char cache[4200];  /* FLASHJIT_CACHE_DIR: fake images never meet real ones */
+    char file[4200];  /* --output */
+    char cache[4200]; /* FLASHJIT_CACHE_DIR: fake images never meet real ones */
     char out[65536], err[16384];
-    fj_cuda_api api;   /* the fake's table, launches maybe hooked */
+    fj_cuda_api api; /* the fake's table, launches maybe hooked */
 } fixture;
 
 /* ---- a fake launch that computes (bf16, no mask, dense tensors) --------------- */
@@ -51,7 +51,10 @@ static CUresult (*base_launch)(CUfunction, unsigned, unsigned, unsigned, unsigne
 static bool corrupt_one_row;
 #define CHECK_SEQLEN_Q 200 /* the check problem's: largest block 128 + 72 */
 
-static float bf16_at(const void *base, long long i) { return fj_bf16_to_f32(((const uint16_t *)base)[i]); }
+static float bf16_at(const void *base, long long i)
+{
+    return fj_bf16_to_f32(((const uint16_t *)base)[i]);
+}
 
 /* Softmax attention of every row into p->o. The head dim is not a launch
  * parameter (it is code): with dense tensors it is the head axis' stride.
@@ -71,7 +74,8 @@ static void host_attention(const fj_fwd_params *p)
                 for (int j = 0; j < p->seqlen_k; j++) {
                     long long ko = b * p->k_stride[0] + j * p->k_stride[1] + hk * p->k_stride[2];
                     float s = 0;
-                    for (long long d = 0; d < D; d++) s += bf16_at(p->q, qo + d) * bf16_at(p->k, ko + d);
+                    for (long long d = 0; d < D; d++)
+                        s += bf16_at(p->q, qo + d) * bf16_at(p->k, ko + d);
                     w[j] = s * p->scale_log2;
                     if (w[j] > max) max = w[j];
                 }
@@ -83,8 +87,8 @@ static void host_attention(const fj_fwd_params *p)
                         acc += w[j] * bf16_at(p->v, b * p->v_stride[0] + j * p->v_stride[1] +
                                                         hk * p->v_stride[2] + d);
                     float x = acc / sum;
-                    if (corrupt_one_row && p->seqlen_q == CHECK_SEQLEN_Q &&
-                        i == p->seqlen_q - 1 && h == 0 && d == 0)
+                    if (corrupt_one_row && p->seqlen_q == CHECK_SEQLEN_Q && i == p->seqlen_q - 1 &&
+                        h == 0 && d == 0)
                         x += 0.01f;
                     ((uint16_t *)p->o)[oo + d] = fj_f32_to_bf16(x);
                 }
@@ -136,17 +140,21 @@ static int run_tune(fixture *fx, ...)
     return rc;
 }
 
-#define SPACE "--backend", "cuda", "--head-dims", "64", "--dtypes", "bf16", "--causal", "none", \
-              "--batch-heads", "1", "--repeat", "2", "--warmup", "0", "--jobs", "3"
+#define SPACE                                                                         \
+    "--backend", "cuda", "--head-dims", "64", "--dtypes", "bf16", "--causal", "none", \
+        "--batch-heads", "1", "--repeat", "2", "--warmup", "0", "--jobs", "3"
 
 static void expect_in(const fixture *fx, const char *text, const char *needle)
 {
-    if (!strstr(text, needle)) fail_msg("'%s' not found\nstdout:\n%s\nstderr:\n%s", needle, fx->out, fx->err);
+    if (!strstr(text, needle))
+        fail_msg("'%s' not found\nstdout:\n%s\nstderr:\n%s", needle, fx->out, fx->err);
 }
 
 static void expect_rc(const fixture *fx, int rc, int want)
 {
-    if (rc != want) fail_msg("cmd_tune returned %d, expected %d\nstdout:\n%s\nstderr:\n%s", rc, want, fx->out, fx->err);
+    if (rc != want)
+        fail_msg("cmd_tune returned %d, expected %d\nstdout:\n%s\nstderr:\n%s", rc, want, fx->out,
+                 fx->err);
 }
 
 static int setup(void **state)
@@ -253,8 +261,8 @@ static void test_tunes_prefill_and_decode_and_plans_use_the_file(void **state)
     fj_tuning_free(t);
 
     /* Run again: both points are in the file. */
-    rc = run_tune(fx, SPACE, "--seqlens", "128", "--decode", "--decode-seqlen-k", "512",
-                  "--output", fx->file, NULL);
+    rc = run_tune(fx, SPACE, "--seqlens", "128", "--decode", "--decode-seqlen-k", "512", "--output",
+                  fx->file, NULL);
     expect_rc(fx, rc, 0);
     expect_in(fx, fx->out, "nothing to do");
 }

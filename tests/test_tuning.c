@@ -30,15 +30,16 @@
 static void test_parse_and_problems(void **state)
 {
     (void)state;
-    const char *text = "# comment\n"
-                       "\n"
-                       "flashjit-tuning 1\n"
-                       "NVIDIA_H200 sm_90 flash_fwd 128 bf16 causal 4096 m128n64w4s2 0.81 2026-12-02\n"
-                       "NVIDIA_H200 sm_90 flash_fwd 128 bf16\n"
-                       "NVIDIA_H200 sm_90 flash_fwd 999 bf16 causal 4096 m128n64w4s2 0.81 2026-12-02\n"
-                       "NVIDIA_H200 sm_90 flash_fwd 64 f64 causal 4096 m128n64w4s2 0.81 2026-12-02\n"
-                       "NVIDIA_H200 sm_90 flash_fwd 64 f16 nomask 1 m64n64w4s2 0.02 2026-12-02 extra\n"
-                       "NVIDIA_H200 sm_90 flash_fwd 128 bf16 causal 4096 m64n64w4s2 0.75 2026-12-03\n";
+    const char *text =
+        "# comment\n"
+        "\n"
+        "flashjit-tuning 1\n"
+        "NVIDIA_H200 sm_90 flash_fwd 128 bf16 causal 4096 m128n64w4s2 0.81 2026-12-02\n"
+        "NVIDIA_H200 sm_90 flash_fwd 128 bf16\n"
+        "NVIDIA_H200 sm_90 flash_fwd 999 bf16 causal 4096 m128n64w4s2 0.81 2026-12-02\n"
+        "NVIDIA_H200 sm_90 flash_fwd 64 f64 causal 4096 m128n64w4s2 0.81 2026-12-02\n"
+        "NVIDIA_H200 sm_90 flash_fwd 64 f16 nomask 1 m64n64w4s2 0.02 2026-12-02 extra\n"
+        "NVIDIA_H200 sm_90 flash_fwd 128 bf16 causal 4096 m64n64w4s2 0.75 2026-12-03\n";
     fj_tuning *t;
     fj_strbuf notes;
     fj_strbuf_init(&notes);
@@ -171,7 +172,6 @@ static void test_plan_uses_tuning_file(void **state)
     rmdir(dir);
 }
 
-
 /* A scratch directory and a path in it; removed by cleanup(). */
 typedef struct scratch {
     char dir[64];
@@ -234,15 +234,16 @@ static void entry_line(const fj_attention_desc *d, const char *config, char *lin
 static void test_format_2(void **state)
 {
     (void)state;
-    const char *text = "flashjit-tuning 2\n"
-                       "# device arch template point config ms date\n"
-                       "NVIDIA_H200 sm_90 flash_fwd d128.bf16.causal.sk4096 m128n64w4s2 0.81 2026-12-02\n"
-                       "NVIDIA_H200 sm_90 flash_fwd d64.f16.nomask.decode m16n64w1s2 0.02 2026-12-02\n"
-                       "NVIDIA_H200 sm_90 flash_fwd 128 bf16 causal 4096 m128n64w4s2 0.81 2026-12-02\n"
-                       "NVIDIA_H200 sm_90 flash_fwd d128.bf16.causal.sk4000 m128n64w4s2 0.81 2026-12-02\n"
-                       "NVIDIA_H200 sm_90 flash_fwd d0128.bf16.causal.sk4096 m128n64w4s2 0.81 2026-12-02\n"
-                       "NVIDIA_H200 sm_90 flash_fwd d128.bf16.causal.sk4096 m128n64w4s2 0 2026-12-02\n"
-                       "NVIDIA_H200 sm_90 flash_fwd d128.bf16.causal.sk4096 m64n64w4s2 0.75 2026-12-03 x\n";
+    const char *text =
+        "flashjit-tuning 2\n"
+        "# device arch template point config ms date\n"
+        "NVIDIA_H200 sm_90 flash_fwd d128.bf16.causal.sk4096 m128n64w4s2 0.81 2026-12-02\n"
+        "NVIDIA_H200 sm_90 flash_fwd d64.f16.nomask.decode m16n64w1s2 0.02 2026-12-02\n"
+        "NVIDIA_H200 sm_90 flash_fwd 128 bf16 causal 4096 m128n64w4s2 0.81 2026-12-02\n"
+        "NVIDIA_H200 sm_90 flash_fwd d128.bf16.causal.sk4000 m128n64w4s2 0.81 2026-12-02\n"
+        "NVIDIA_H200 sm_90 flash_fwd d0128.bf16.causal.sk4096 m128n64w4s2 0.81 2026-12-02\n"
+        "NVIDIA_H200 sm_90 flash_fwd d128.bf16.causal.sk4096 m128n64w4s2 0 2026-12-02\n"
+        "NVIDIA_H200 sm_90 flash_fwd d128.bf16.causal.sk4096 m64n64w4s2 0.75 2026-12-03 x\n";
     fj_tuning *t;
     fj_strbuf notes;
     fj_strbuf_init(&notes);
@@ -260,8 +261,10 @@ static void test_format_2(void **state)
     fj_tuning *v1;
     fj_strbuf_init(&notes);
     assert_int_equal(fj_tuning_parse("flashjit-tuning 1\n"
-                                     "NVIDIA_H200 sm_90 flash_fwd 128 bf16 causal 4096 m64n64w4s2 0.7 2026-12-01\n",
-                                     "v1.txt", &v1, &notes), FJ_OK);
+                                     "NVIDIA_H200 sm_90 flash_fwd 128 bf16 causal 4096 m64n64w4s2 "
+                                     "0.7 2026-12-01\n",
+                                     "v1.txt", &v1, &notes),
+                     FJ_OK);
     assert_null(notes.data);
     const fj_tuning_entry *e1 = fj_tuning_entry_at(v1, 0);
     assert_string_equal(e1->point, "d128.bf16.causal.sk4096");
@@ -306,14 +309,19 @@ static void test_append_keeps_the_file_format(void **state)
 
     assert_int_equal(fj_tuning_append(s.path, &e), FJ_OK);
     assert_non_null(strstr(slurp(s.path), "flashjit-tuning 2\n"));
-    assert_non_null(strstr(slurp(s.path), "dev cpu cpu_tiled d64.f32.nomask.sk512 q32k48 1.5 2026-12-04\n"));
+    assert_non_null(
+        strstr(slurp(s.path), "dev cpu cpu_tiled d64.f32.nomask.sk512 q32k48 1.5 2026-12-04\n"));
 
     FILE *f = fopen(s.path, "w");
-    fputs("# mine\nflashjit-tuning 1\nother cpu cpu_tiled 64 f32 nomask 512 q8k8 1 2026-01-01\nother cpu cpu_t", f);
+    fputs("# mine\nflashjit-tuning 1\nother cpu cpu_tiled 64 f32 nomask 512 q8k8 1 "
+          "2026-01-01\nother cpu cpu_t",
+          f);
     fclose(f);
     assert_int_equal(fj_tuning_append(s.path, &e), FJ_OK);
     const char *text = slurp(s.path);
-    assert_non_null(strstr(text, "other cpu cpu_t\ndev cpu cpu_tiled 64 f32 nomask 512 q32k48 1.5 2026-12-04\n"));
+    assert_non_null(
+        strstr(text,
+               "other cpu cpu_t\ndev cpu cpu_tiled 64 f32 nomask 512 q32k48 1.5 2026-12-04\n"));
     fj_tuning *t;
     fj_strbuf notes;
     fj_strbuf_init(&notes);
@@ -342,7 +350,10 @@ static void test_import_and_export(void **state)
     fj_attention_desc_init(&d, 1, 4, 4, 200, 200, 32, FJ_F32);
     char line[400], text[1200];
     entry_line(&d, "q24k40", line, sizeof line);
-    snprintf(text, sizeof text, "flashjit-tuning 2\nelsewhere sm_90 flash_fwd d64.bf16.nomask.sk1024 m128n64w4s2 0.5 2026-12-01\n%s", line);
+    snprintf(text, sizeof text,
+             "flashjit-tuning 2\nelsewhere sm_90 flash_fwd d64.bf16.nomask.sk1024 m128n64w4s2 0.5 "
+             "2026-12-01\n%s",
+             line);
 
     fj_context *ctx = cpu_context("");
     char *out = NULL;
@@ -599,7 +610,7 @@ static void test_threads(void **state)
  * text through a pipe: a file that blocks the open (a FIFO) must not hang the
  * test itself. */
 typedef struct child_context {
-    bool exited;      /* false: killed (signal given in sig) */
+    bool exited; /* false: killed (signal given in sig) */
     int sig;
     fj_status status;
     char describe[4096];
@@ -634,7 +645,8 @@ static child_context context_in_child(const char *tuning_file)
     close(fds[1]);
     char buf[4096 + 8];
     size_t got = 0;
-    for (ssize_t r; got < sizeof buf - 1 && (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0;)
+    for (ssize_t r;
+         got < sizeof buf - 1 && (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0;)
         got += (size_t)r;
     buf[got] = '\0';
     close(fds[0]);

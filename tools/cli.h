@@ -51,9 +51,9 @@ bool cli_parse_causal(const char *cmd, const char *flag, const char *value, fj_c
 #include <getopt.h>
 
 typedef struct cli_option {
-    const char *name;  /* without the dashes */
-    int has_arg;       /* no_argument, required_argument, optional_argument */
-    int id;            /* > 0, returned by cli_next_option */
+    const char *name; /* without the dashes */
+    int has_arg;      /* no_argument, required_argument, optional_argument */
+    int id;           /* > 0, returned by cli_next_option */
 } cli_option;
 
 #define CLI_MAX_OPTIONS 64
@@ -67,7 +67,7 @@ typedef struct cli_options {
     struct option longopts[CLI_MAX_OPTIONS + 1];
     int has_arg[CLI_MAX_OPTIONS]; /* as the command declared it */
     int n;
-    char flag[64];                /* "--name" of the option last returned */
+    char flag[64]; /* "--name" of the option last returned */
 } cli_options;
 
 /* Starts parsing argv (argv[0]: the command's name) with the options of the

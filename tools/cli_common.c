@@ -56,7 +56,8 @@ bool cli_parse_dtype(const char *cmd, const char *flag, const char *value, fj_dt
 bool cli_parse_backend(const char *cmd, const char *flag, const char *value, fj_backend *out)
 {
     if (value && !strcmp(value, "auto")) *out = FJ_BACKEND_AUTO;
-    else if (value && (!strcmp(value, "reference") || !strcmp(value, "cpu-reference"))) *out = FJ_BACKEND_CPU_REFERENCE;
+    else if (value && (!strcmp(value, "reference") || !strcmp(value, "cpu-reference")))
+        *out = FJ_BACKEND_CPU_REFERENCE;
     else if (value && !strcmp(value, "cpu")) *out = FJ_BACKEND_CPU;
     else if (value && !strcmp(value, "cuda")) *out = FJ_BACKEND_CUDA;
     else {

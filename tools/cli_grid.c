@@ -121,12 +121,14 @@ static int load(const char *cmd, const char *flag, const char *name, cli_grid *g
 {
     if (depth > MAX_DEPTH)
         return cli_usage_error(cmd,
-                               "%s: '@%s' nests more than %d deep (a grid that takes its own rows?)",
+                               "%s: '@%s' nests more than %d deep (a grid that takes its own "
+                               "rows?)",
                                flag, name, MAX_DEPTH);
     if (strchr(name, '/')) {
         int err;
         char *text = read_text(name, &err);
-        if (!text) return cli_usage_error(cmd, "%s %s: cannot read it: %s", flag, name, strerror(err));
+        if (!text)
+            return cli_usage_error(cmd, "%s %s: cannot read it: %s", flag, name, strerror(err));
         int rc = parse(cmd, flag, name, text, g, depth);
         free(text);
         return rc;

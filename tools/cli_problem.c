@@ -53,7 +53,7 @@ static int set_desc_int(const char *cmd, const char *flag, const char *val, cli_
                         const problem_flag *row)
 {
     return cli_parse_int(cmd, flag, val, row->lo, row->hi, (int *)((char *)&f->d + row->off)) ? 0
-                                                                                            : -1;
+                                                                                              : -1;
 }
 
 static int set_int(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
@@ -244,8 +244,8 @@ double cli_min_bytes(const fj_attention_desc *d, bool with_lse)
  * data all the same; timing does not depend on the values, only on their
  * not being zeros or NaNs). */
 typedef struct host_tensors {
-    size_t nq, nk, no, nlse;       /* elements of each tensor */
-    size_t hq, hk, ho, hlse;       /* elements held on the host */
+    size_t nq, nk, no, nlse; /* elements of each tensor */
+    size_t hq, hk, ho, hlse; /* elements held on the host */
     void *q, *k, *v, *o;
     float *lse;
     int heads_q;
@@ -457,7 +457,8 @@ fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc 
     }
     /* For people: the describe text's words on where the image came from. */
     const char *img = strstr(fj_plan_describe(plan), "image: ");
-    if (img) snprintf(r->plan_note, sizeof r->plan_note, "%.*s", (int)strcspn(img + 7, "\n"), img + 7);
+    if (img)
+        snprintf(r->plan_note, sizeof r->plan_note, "%.*s", (int)strcspn(img + 7, "\n"), img + 7);
     else snprintf(r->plan_note, sizeof r->plan_note, "CPU workspace");
     cli_kernel_of(&info, r->kernel, sizeof r->kernel);
     r->description = strdup(fj_plan_describe(plan));

@@ -39,20 +39,20 @@ const char *cli_problem_flags_help(void);
 typedef struct cli_result {
     double ms_median, ms_min, ms_max;
     int runs;
-    double tflops;       /* FLOP convention of fj_attention_flops() */
-    double gbps;         /* fewest bytes: q, k, v read once, o (and lse) written once */
-    int launches;        /* kernel launches per call (CUDA), 0 on CPU */
-    double rel_err;      /* vs the CPU reference, relative Frobenius; < 0: not checked */
-    double tolerance;    /* the dtype's tolerance used for `ok` */
-    bool ok;             /* checked and within tolerance (true when not checked) */
-    double plan_ms;      /* the first fj_plan_create */
-    char plan_note[64];  /* compiled / from the disk cache / in memory (CUDA), or "" */
-    double host_us;      /* host time of one execute call (CUDA: the launch) */
+    double tflops;      /* FLOP convention of fj_attention_flops() */
+    double gbps;        /* fewest bytes: q, k, v read once, o (and lse) written once */
+    int launches;       /* kernel launches per call (CUDA), 0 on CPU */
+    double rel_err;     /* vs the CPU reference, relative Frobenius; < 0: not checked */
+    double tolerance;   /* the dtype's tolerance used for `ok` */
+    bool ok;            /* checked and within tolerance (true when not checked) */
+    double plan_ms;     /* the first fj_plan_create */
+    char plan_note[64]; /* compiled / from the disk cache / in memory (CUDA), or "" */
+    double host_us;     /* host time of one execute call (CUDA: the launch) */
     char backend[32];
     /* CUDA kernel name, or CPU method and blocks (fj_plan_info): room for
        both of fj_plan_info's fields whole, so the text is never cut */
     char kernel[sizeof(((fj_plan_info *)0)->kernel) + sizeof(((fj_plan_info *)0)->tiles) + 1];
-    char *description;   /* fj_plan_describe's whole text, malloc'd (cli_result_free);
+    char *description; /* fj_plan_describe's whole text, malloc'd (cli_result_free);
                             NULL when no plan was made or out of memory */
 } cli_result;
 

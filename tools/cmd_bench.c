@@ -123,13 +123,24 @@ typedef struct bench_options {
     output_format format;
     plot_metric metric;
     bool check, list, plot_log, quiet;
-    int argc;              /* the command line, for --json's metadata */
+    int argc; /* the command line, for --json's metadata */
     char **argv;
 } bench_options;
 
 enum {
-    OPT_GRID = 1, OPT_BACKENDS, OPT_DTYPES, OPT_REPEAT, OPT_WARMUP, OPT_PLOT, OPT_PLOT_METRIC,
-    OPT_PLOT_LOG, OPT_JSON, OPT_CSV, OPT_CHECK, OPT_LIST, OPT_QUIET
+    OPT_GRID = 1,
+    OPT_BACKENDS,
+    OPT_DTYPES,
+    OPT_REPEAT,
+    OPT_WARMUP,
+    OPT_PLOT,
+    OPT_PLOT_METRIC,
+    OPT_PLOT_LOG,
+    OPT_JSON,
+    OPT_CSV,
+    OPT_CHECK,
+    OPT_LIST,
+    OPT_QUIET
 };
 
 static const cli_option bench_opts[] = {
@@ -229,8 +240,11 @@ static void plot_label(const fj_attention_desc *d, char *buf, size_t n)
     else snprintf(heads, sizeof heads, "h%d/%d", d->heads_q, d->heads_kv);
     if (d->seqlen_q == d->seqlen_k) snprintf(seqs, sizeof seqs, "s%d", d->seqlen_q);
     else snprintf(seqs, sizeof seqs, "s%d/%d", d->seqlen_q, d->seqlen_k);
-    const char *mask = d->causal == FJ_CAUSAL_NONE ? "" : d->causal == FJ_CAUSAL_TOP_LEFT ? " causal-tl" : " causal";
-    snprintf(buf, n, "b%d %s %s d%d%s %s", d->batch, heads, seqs, d->head_dim, mask, fj_dtype_name(d->dtype));
+    const char *mask = d->causal == FJ_CAUSAL_NONE       ? ""
+                       : d->causal == FJ_CAUSAL_TOP_LEFT ? " causal-tl"
+                                                         : " causal";
+    snprintf(buf, n, "b%d %s %s d%d%s %s", d->batch, heads, seqs, d->head_dim, mask,
+             fj_dtype_name(d->dtype));
 }
 
 /* The legend: the backend a context resolved to, marked when AUTO chose it
@@ -240,7 +254,8 @@ static void plot_series(bench_plot *p, fj_context *const *ctxs, int nb)
     p->series = nb;
     for (int b = 0; b < nb; b++) {
         const char *name = fj_backend_name(fj_context_backend(ctxs[b]));
-        snprintf(p->names[b], sizeof p->names[b], "%s%s", name, backends[b] == FJ_BACKEND_AUTO ? " (auto)" : "");
+        snprintf(p->names[b], sizeof p->names[b], "%s%s", name,
+                 backends[b] == FJ_BACKEND_AUTO ? " (auto)" : "");
     }
 }
 
@@ -305,11 +320,15 @@ static int write_plot(const bench_plot *p, const bench_options *o, const char *s
     const char *labels[MAX_GROUPS], *names[MAX_BACKENDS];
     for (int g = 0; g < p->groups; g++) labels[g] = p->labels[g];
     for (int s = 0; s < p->series; s++) names[s] = p->names[s];
-    svg_bar_chart chart = {.title = title, .subtitle = subtitle,
+    svg_bar_chart chart = {.title = title,
+                           .subtitle = subtitle,
                            .y_label = gbps ? "GB/s" : "TFLOP/s",
-                           .groups = p->groups, .series = p->series,
-                           .group_labels = labels, .series_labels = names,
-                           .values = gbps ? p->gbps : p->tflops, .log_scale = o->plot_log};
+                           .groups = p->groups,
+                           .series = p->series,
+                           .group_labels = labels,
+                           .series_labels = names,
+                           .values = gbps ? p->gbps : p->tflops,
+                           .log_scale = o->plot_log};
     char *svg = svg_bar_chart_render(&chart);
     if (!svg) {
         fprintf(stderr, "flashjit bench: --plot %s: out of memory rendering the chart\n", path);
@@ -318,7 +337,8 @@ static int write_plot(const bench_plot *p, const bench_options *o, const char *s
     int err = svg_plot_write_file(path, svg);
     free(svg);
     if (err) {
-        fprintf(stderr, "flashjit bench: --plot %s: cannot write the chart: %s\n", path, strerror(err));
+        fprintf(stderr, "flashjit bench: --plot %s: cannot write the chart: %s\n", path,
+                strerror(err));
         return 1;
     }
     /* stderr: stdout may be JSON or CSV for a program to read */
@@ -377,10 +397,11 @@ static void json_key_string(const char *key, const char *v)
     else fputs("null", stdout);
 }
 
-static const char *const csv_columns[] = {
-    "backend", "dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim",
-    "causal", "ms", "tflops", "gbps", "launches", "rel_err", "kernel", "problem", "error",
-    "description"};
+static const char *const csv_columns[] = {"backend",  "dtype",      "batch",    "heads_q",
+                                          "heads_kv", "seqlen_q",   "seqlen_k", "head_dim",
+                                          "causal",   "ms",         "tflops",   "gbps",
+                                          "launches", "rel_err",    "kernel",   "problem",
+                                          "error",    "description"};
 #define NCSV (sizeof csv_columns / sizeof csv_columns[0])
 
 /* --json's metadata: what made the numbers (version, devices, date, command). */
@@ -411,8 +432,8 @@ static void print_metadata(fj_context *const *ctxs, const bench_options *o)
     }
     printf("]");
     json_key_string("grid", o->grid);
-    printf(", \"repeat\": %d, \"warmup\": %d, \"checked\": %s}, \"rows\": [", o->repeat,
-           o->warmup, o->check ? "true" : "false");
+    printf(", \"repeat\": %d, \"warmup\": %d, \"checked\": %s}, \"rows\": [", o->repeat, o->warmup,
+           o->check ? "true" : "false");
 }
 
 static void print_header(fj_context *const *ctxs, const bench_options *o)
@@ -473,9 +494,22 @@ static void print_result(output_format format, bool first, const fj_attention_de
         char launches[16] = "", err[32] = "";
         if (res) snprintf(launches, sizeof launches, "%d", res->launches);
         if (isfinite(rel_err)) snprintf(err, sizeof err, "%.3e", rel_err);
-        const char *row[NCSV] = {backend, fj_dtype_name(d->dtype), num[0], num[1], num[2], num[3],
-                                 num[4], num[5], fj_causal_name(d->causal), num[6], num[7],
-                                 num[8], launches, err, res ? res->kernel : "", key,
+        const char *row[NCSV] = {backend,
+                                 fj_dtype_name(d->dtype),
+                                 num[0],
+                                 num[1],
+                                 num[2],
+                                 num[3],
+                                 num[4],
+                                 num[5],
+                                 fj_causal_name(d->causal),
+                                 num[6],
+                                 num[7],
+                                 num[8],
+                                 launches,
+                                 err,
+                                 res ? res->kernel : "",
+                                 key,
                                  error ? error : "",
                                  res && res->description ? res->description : ""};
         memcpy(f, row, sizeof f);
@@ -492,8 +526,8 @@ static void print_result(output_format format, bool first, const fj_attention_de
 /* Measures d on ctx and prints the result (a failed one as a row with its
  * error in --json and --csv); *tflops and *gbps are NAN when it failed.
  * Returns 1 on failure or a failed check, else 0. */
-static int bench_one(fj_context *ctx, fj_context *ref, const fj_attention_desc *d, const bench_options *o,
-                     bool *first, double *tflops, double *gbps)
+static int bench_one(fj_context *ctx, fj_context *ref, const fj_attention_desc *d,
+                     const bench_options *o, bool *first, double *tflops, double *gbps)
 {
     cli_result res;
     *tflops = *gbps = NAN;
@@ -620,7 +654,9 @@ int cmd_bench(int argc, char **argv)
     if (rc >= 0) return rc;
     /* Before the benchmark, which may run for minutes, rather than after it. */
     int err = o.plot_path ? svg_plot_check_path(o.plot_path) : 0;
-    if (err) return cli_usage_error("bench", "--plot %s: cannot create a file there: %s", o.plot_path, strerror(err));
+    if (err)
+        return cli_usage_error("bench", "--plot %s: cannot create a file there: %s", o.plot_path,
+                               strerror(err));
 
     fj_context *ctxs[MAX_BACKENDS] = {0}, *ref = NULL;
     /* ~30 KB each: kept off the stack */

@@ -89,9 +89,9 @@ static int verify_visit(const fj_cache_entry_info *e, void *user)
     totals_visit(e, t);
     if (e->temp)
         printf("note: %s is a temporary file (a store in progress or an interrupted one; "
-               "never read as an entry)\n", e->file);
-    else if (!e->valid)
-        printf("damaged: %s: %s\n", e->file, e->problem);
+               "never read as an entry)\n",
+               e->file);
+    else if (!e->valid) printf("damaged: %s: %s\n", e->file, e->problem);
     return 0;
 }
 
@@ -105,7 +105,8 @@ static int run_verify(const char *dir)
         return 0;
     }
     printf("%d of %d entries in %s damaged (each is recompiled and replaced on next use; "
-           "'flashjit cache clear' removes them)\n", t.damaged, t.entries, dir);
+           "'flashjit cache clear' removes them)\n",
+           t.damaged, t.entries, dir);
     return 1;
 }
 
@@ -154,7 +155,8 @@ static const cache_subcommand subcommands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: flashjit cache <subcommand> [--dir DIR]   (flashjit cache <subcommand> --help)\n\n"
+    fprintf(f, "usage: flashjit cache <subcommand> [--dir DIR]   (flashjit cache <subcommand> "
+               "--help)\n\n"
                "subcommands:\n");
     for (size_t i = 0; i < NSUBCOMMANDS; i++)
         fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
@@ -164,8 +166,8 @@ static void usage(FILE *f)
 
 static void subcommand_help(const cache_subcommand *c)
 {
-    printf("usage: flashjit cache %s [--dir DIR]\n\n%s: %s.\n%s\noptions:\n%s", c->name, c->name, c->summary,
-           c->details, dir_help);
+    printf("usage: flashjit cache %s [--dir DIR]\n\n%s: %s.\n%s\noptions:\n%s", c->name, c->name,
+           c->summary, c->details, dir_help);
 }
 
 int cmd_cache(int argc, char **argv)
@@ -194,8 +196,8 @@ int cmd_cache(int argc, char **argv)
         for (size_t k = 0; k < NSUBCOMMANDS; k++)
             if (!strcmp(a, subcommands[k].name)) sub = &subcommands[k];
         if (!sub)
-            return cli_usage_error(CMD, "unknown subcommand '%s': one of list, stats, verify, clear",
-                                   a);
+            return cli_usage_error(CMD,
+                                   "unknown subcommand '%s': one of list, stats, verify, clear", a);
     }
     if (help) {
         if (sub) subcommand_help(sub);

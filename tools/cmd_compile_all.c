@@ -35,24 +35,25 @@
 #include "problem.h"
 #include "tune/tuning.h"
 
-#define USAGE_TEXT \
-    "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n" \
-    "                            [--head-dims 64,128] [--mask nomask,causal,window,causal_window]\n" \
-    "                            [--kinds prefill,decode,split,shipped,softcap]\n" \
-    "                            [--cache-dir DIR]\n" \
-    "                            [--max-spill BYTES]\n" \
-    "\n" \
-    "Compiles every kernel the runtime chooses without a tuning file (head dims 8..256\n" \
-    "step 8, f16 and bf16, four mask kinds, the heuristic's tiles; --kinds: the prefill\n" \
+#define USAGE_TEXT                                                                          \
+    "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n"      \
+    "                            [--head-dims 64,128] [--mask "                             \
+    "nomask,causal,window,causal_window]\n"                                                 \
+    "                            [--kinds prefill,decode,split,shipped,softcap]\n"          \
+    "                            [--cache-dir DIR]\n"                                       \
+    "                            [--max-spill BYTES]\n"                                     \
+    "\n"                                                                                    \
+    "Compiles every kernel the runtime chooses without a tuning file (head dims 8..256\n"   \
+    "step 8, f16 and bf16, four mask kinds, the heuristic's tiles; --kinds: the prefill\n"  \
     "tiles, the decode tiles (at most 16 query rows per head), and 'split': the split-KV\n" \
-    "variants of both and the combine kernel; 'shipped': the shipped tuning tables'\n" \
-    "tiles for the arch; 'softcap': the kernels of the other kinds given again with the\n" \
-    "logit softcap; default prefill,decode) for each arch\n" \
-    "(default sm_90), on N threads (default: one per core), through the disk cache the\n" \
-    "library uses (FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit;\n" \
-    "--cache-dir overrides, \"\" turns it off), so a rerun is fast. Prints each\n" \
-    "kernel's compile time (or 'cached'), registers, spill bytes (the cubin's stack\n" \
-    "frame) and shared memory; exits 1 if any kernel fails to compile or spills more\n" \
+    "variants of both and the combine kernel; 'shipped': the shipped tuning tables'\n"      \
+    "tiles for the arch; 'softcap': the kernels of the other kinds given again with the\n"  \
+    "logit softcap; default prefill,decode) for each arch\n"                                \
+    "(default sm_90), on N threads (default: one per core), through the disk cache the\n"   \
+    "library uses (FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit;\n"      \
+    "--cache-dir overrides, \"\" turns it off), so a rerun is fast. Prints each\n"          \
+    "kernel's compile time (or 'cached'), registers, spill bytes (the cubin's stack\n"      \
+    "frame) and shared memory; exits 1 if any kernel fails to compile or spills more\n"     \
     "than --max-spill BYTES per thread (default %d; 0: any spill fails).\n"
 
 #define MAX_ARCHS 16
@@ -96,13 +97,13 @@ static const char *const kind_names[KIND_COUNT] = {"prefill", "decode", "split",
 typedef struct flags {
     uint32_t archs[MAX_ARCHS];
     int narchs;
-    bool dtype[3];          /* by fj_dtype */
-    bool mask[4];           /* by fj_mask_kind */
+    bool dtype[3]; /* by fj_dtype */
+    bool mask[4];  /* by fj_mask_kind */
     bool head_dim[FJ_MAX_HEAD_DIM + 1];
-    bool kind[KIND_COUNT];  /* by variant_kind */
+    bool kind[KIND_COUNT]; /* by variant_kind */
     int jobs;
-    int max_spill;          /* stack frame bytes per thread a kernel may have */
-    const char *cache_dir;  /* NULL: the library's default chain */
+    int max_spill;         /* stack frame bytes per thread a kernel may have */
+    const char *cache_dir; /* NULL: the library's default chain */
 } flags;
 
 /* Calls item(token) for each comma-separated token of list. */
@@ -167,10 +168,14 @@ static int parse_flags(int argc, char **argv, flags *f)
     bool any_dtype = false, any_mask = false, any_dim = false, any_kind = false;
     /* every option but --help takes a value; the loop tells them by name */
     static const cli_option own[] = {
-        {"arch", required_argument, 1},      {"dtype", required_argument, 1},
-        {"mask", required_argument, 1},      {"head-dims", required_argument, 1},
-        {"kinds", required_argument, 1},     {"jobs", required_argument, 1},
-        {"max-spill", required_argument, 1}, {"cache-dir", required_argument, 1},
+        {"arch", required_argument, 1},
+        {"dtype", required_argument, 1},
+        {"mask", required_argument, 1},
+        {"head-dims", required_argument, 1},
+        {"kinds", required_argument, 1},
+        {"jobs", required_argument, 1},
+        {"max-spill", required_argument, 1},
+        {"cache-dir", required_argument, 1},
         {NULL, 0, 0},
     };
     const cli_option *const tables[] = {own, NULL};
@@ -186,7 +191,8 @@ static int parse_flags(int argc, char **argv, flags *f)
         } else if (!strcmp(a, "--arch")) {
             if (!each_token(val, arch_item, f))
                 return cli_usage_error("compile-all",
-                                       "--arch: '%s' is not a list of sm_<version>, e.g. sm_80,sm_90",
+                                       "--arch: '%s' is not a list of sm_<version>, e.g. "
+                                       "sm_80,sm_90",
                                        val ? val : "");
         } else if (!strcmp(a, "--dtype")) {
             if (!each_token(val, dtype_item, f))
@@ -300,8 +306,9 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
     int matched = 0;
     for (int i = 0; i < fj_tuning_count(t); i++) {
         const fj_tuning_entry *e = fj_tuning_entry_at(t, i);
-        fj_dtype dtype = !strcmp(e->dtype, "bf16") ? FJ_BF16 : !strcmp(e->dtype, "f16") ? FJ_F16
-                                                                                       : FJ_F32;
+        fj_dtype dtype = !strcmp(e->dtype, "bf16")  ? FJ_BF16
+                         : !strcmp(e->dtype, "f16") ? FJ_F16
+                                                    : FJ_F32;
         int mask = mask_index(e->mask);
         if (strcmp(e->arch, arch_name) || strcmp(e->template_name, "flash_fwd") ||
             dtype == FJ_F32 || mask < 0 || e->head_dim < 8 || e->head_dim > FJ_MAX_HEAD_DIM ||
@@ -309,11 +316,12 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
             continue;
         for (int cap = 0; cap <= (int)f->kind[KIND_SOFTCAP]; cap++) {
             fj_kernel_desc k;
-            fj_status s = runtime_desc(e->head_dim, dtype, mask, cap, e->bucket == 1 ? 1 : 128,
-                                       arch, &k);
+            fj_status s =
+                runtime_desc(e->head_dim, dtype, mask, cap, e->bucket == 1 ? 1 : 128, arch, &k);
             if (!s) s = fj_kernel_desc_parse_tiles(e->config, &k);
-            if (s) return fj_fail_prefix(s, "shipped entry d%d %s %s bucket %d '%s'", e->head_dim,
-                                         e->dtype, e->mask, e->bucket, e->config);
+            if (s)
+                return fj_fail_prefix(s, "shipped entry d%d %s %s bucket %d '%s'", e->head_dim,
+                                      e->dtype, e->mask, e->bucket, e->config);
             fj_kernel_desc out[4];
             int m = 0;
             out[m++] = k;
@@ -398,8 +406,8 @@ static void print_result(const variant *v, size_t index, size_t count, int max_s
     if (v->cached) snprintf(when, sizeof when, "cached");
     else snprintf(when, sizeof when, "%.2f s", v->seconds);
     if (v->is_ptx) {
-        printf("[%*zu/%zu] %-52s %8s  PTX (registers known after the driver's JIT)  smem %zu\n",
-               w, index, count, v->name, when, v->smem);
+        printf("[%*zu/%zu] %-52s %8s  PTX (registers known after the driver's JIT)  smem %zu\n", w,
+               index, count, v->name, when, v->smem);
         return;
     }
     printf("[%*zu/%zu] %-52s %8s  regs %3u  spills %3u%s  smem %zu\n", w, index, count, v->name,
@@ -417,8 +425,8 @@ static void build_one(variant *v, const char *cache_dir)
         v->seconds = img.compile_seconds;
         v->smem = fj_kernel_desc_smem_bytes(&v->desc);
         if (!img.is_ptx) {
-            v->status = fj_cubin_resources_read(img.data, img.size, fj_codegen_entry(&v->desc),
-                                                &v->res);
+            v->status =
+                fj_cubin_resources_read(img.data, img.size, fj_codegen_entry(&v->desc), &v->res);
             v->smem += v->res.static_smem;
         }
     }

@@ -18,8 +18,10 @@ static const demo_case cases[] = {
     {"prefill, causal", 2, 16, 16, 1024, 1024, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, false},
     {"GQA 4:1, causal", 1, 32, 8, 1024, 1024, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, false},
     {"head dim 64, fp16", 4, 8, 8, 512, 512, 64, FJ_F16, FJ_CAUSAL_NONE, -1, -1, false},
-    {"sliding window 256", 1, 8, 8, 2048, 2048, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 256, 0, false},
-    {"chunked prefill Sq<Sk", 1, 16, 4, 256, 2048, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, false},
+    {"sliding window 256", 1, 8, 8, 2048, 2048, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 256, 0,
+     false},
+    {"chunked prefill Sq<Sk", 1, 16, 4, 256, 2048, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1,
+     false},
     {"decode, GQA", 4, 32, 8, 1, 4096, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, false},
     {"float32", 1, 8, 8, 1024, 1024, 128, FJ_F32, FJ_CAUSAL_NONE, -1, -1, true},
 };
@@ -34,10 +36,11 @@ int cmd_demo(int argc, char **argv)
     for (int c; (c = cli_next_option(&p, &val)) != -1;) {
         if (c == CLI_OPTION_ERROR) return 2;
         if (c == CLI_OPTION_HELP) {
-            printf("usage: flashjit demo\n\nRuns a few representative attention problems on the best\n"
-                   "available backend (FLASHJIT_BACKEND overrides), checks each against the CPU\n"
-                   "reference, and prints backend, problem key, ms, TFLOP/s and the relative error.\n"
-                   "Exits 1 if any check fails.\n");
+            printf(
+                "usage: flashjit demo\n\nRuns a few representative attention problems on the best\n"
+                "available backend (FLASHJIT_BACKEND overrides), checks each against the CPU\n"
+                "reference, and prints backend, problem key, ms, TFLOP/s and the relative error.\n"
+                "Exits 1 if any check fails.\n");
             return 0;
         }
     }

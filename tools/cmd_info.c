@@ -78,7 +78,8 @@ static void print_tuning(const fj_context *ctx, const fj_context *cuda, const fj
 {
     printf("\ntuning:\n");
     print_tuning_file(ctx);
-    if (fj_tuning_file_read(fj_context_tuning(ctx))) print_matches(fj_context_tuning(ctx), cuda, cpu);
+    if (fj_tuning_file_read(fj_context_tuning(ctx)))
+        print_matches(fj_context_tuning(ctx), cuda, cpu);
     const fj_tuning *shipped = fj_tuning_shipped();
     printf("  shipped table: %d entries\n", fj_tuning_count(shipped));
     print_matches(shipped, cuda, cpu);

@@ -15,7 +15,8 @@
 static const char *const usage_text =
     "usage: flashjit source NAME [--ptx]\n"
     "       flashjit source --head-dim D [--dtype f16|bf16] [--causal [KIND]] [--window L,R]\n"
-    "                       [--softcap C] [--seqlen-q N] [--seqlen-k N] [--heads-q N] [--heads-kv N]\n"
+    "                       [--softcap C] [--seqlen-q N] [--seqlen-k N] [--heads-q N] [--heads-kv "
+    "N]\n"
     "                       [--arch sm_XX] [--block-m M] [--block-n N] [--warps W]\n"
     "                       [--stages S] [--ptx]\n"
     "\n"
@@ -66,9 +67,15 @@ static int parse_flags(int argc, char **argv, source_flags *f)
     f->window_left = f->window_right = -1;
     f->arch = 90;
     enum {
-        OPT_PTX = 1, OPT_TILE, /* OPT_TILE + 0..3 */
+        OPT_PTX = 1,
+        OPT_TILE,               /* OPT_TILE + 0..3 */
         OPT_DIM = OPT_TILE + 4, /* OPT_DIM + 0..3 */
-        OPT_HEAD_DIM = OPT_DIM + 4, OPT_DTYPE, OPT_ARCH, OPT_CAUSAL, OPT_WINDOW, OPT_SOFTCAP
+        OPT_HEAD_DIM = OPT_DIM + 4,
+        OPT_DTYPE,
+        OPT_ARCH,
+        OPT_CAUSAL,
+        OPT_WINDOW,
+        OPT_SOFTCAP
     };
     static const cli_option own[] = {
         {"ptx", no_argument, OPT_PTX},
@@ -133,7 +140,9 @@ static int parse_flags(int argc, char **argv, source_flags *f)
         }
     }
     for (int i = optind; i < argc; i++) {
-        if (f->name) return cli_usage_error("source", "one kernel name only ('%s' and '%s')", f->name, argv[i]);
+        if (f->name)
+            return cli_usage_error("source", "one kernel name only ('%s' and '%s')", f->name,
+                                   argv[i]);
         f->name = argv[i];
     }
     if (f->name && f->from_flags)
@@ -164,7 +173,8 @@ static fj_status desc_from_flags(const source_flags *f, fj_kernel_desc *k)
     bool overrides = f->tiles[0] | f->tiles[1] | f->tiles[2] | f->tiles[3];
     /* A failure of the final check (template_id is set by then) may be
        about the heuristic's tiles, which the overrides replace. */
-    if ((s = fj_kernel_desc_for_problem(&p, f->arch, k)) != FJ_OK && (!overrides || !k->template_id))
+    if ((s = fj_kernel_desc_for_problem(&p, f->arch, k)) != FJ_OK &&
+        (!overrides || !k->template_id))
         return s;
     uint32_t *fields[4] = {&k->block_m, &k->block_n, &k->warps, &k->stages};
     for (int t = 0; t < 4; t++)

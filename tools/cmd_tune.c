@@ -27,10 +27,10 @@
 
 typedef struct session {
     tune_options o;
-    char *output;          /* the tuning file appended to (saving), else the default one
+    char *output;        /* the tuning file appended to (saving), else the default one
                               --write would append to (NULL: there is none) */
-    bool saving;           /* --write or --output: entries are appended */
-    fj_tuning *existing;   /* what it held at the start; NULL: a new file */
+    bool saving;         /* --write or --output: entries are appended */
+    fj_tuning *existing; /* what it held at the start; NULL: a new file */
     fj_context *ctx;
     fj_tuner *tuner;
     const fj_tuner_settings *set;
@@ -149,10 +149,11 @@ static int open_output(session *s)
         if (!st) st = fj_tuning_path_resolve(NULL, dir, &s->output);
         int rc = st && s->saving ? cli_fail(CMD, st) : 0;
         if (!rc && !s->output && s->saving)
-            rc = cli_usage_error(CMD,
-                                 "--write: no default tuning file: "
-                                 "FLASHJIT_TUNING_FILE is unset and the cache directory is off (%s)",
-                                 note ? note : "no cache directory");
+            rc =
+                cli_usage_error(CMD,
+                                "--write: no default tuning file: "
+                                "FLASHJIT_TUNING_FILE is unset and the cache directory is off (%s)",
+                                note ? note : "no cache directory");
         free(dir);
         free(note);
         if (rc) return rc;
@@ -278,7 +279,8 @@ static void print_prunings(session *s)
     for (int i = 0; i < n; i++) {
         const fj_tune_kernel *ki = fj_tuner_kernel_at(s->tuner, i);
         bool first = ki->verdict == FJ_TUNE_PRUNED;
-        for (int j = 0; j < i && first; j++) first = !same_pruning(fj_tuner_kernel_at(s->tuner, j), ki);
+        for (int j = 0; j < i && first; j++)
+            first = !same_pruning(fj_tuner_kernel_at(s->tuner, j), ki);
         if (!first) continue;
         char which[512] = "";
         for (int j = i; j < n; j++) {
@@ -365,8 +367,9 @@ static int tune_one(session *s, const tune_point *pt)
     s->out_of_time += r.out_of_time;
     if (st || !r.have_best) {
         if (st) say(s, "%-46s FAILED: %s: %s\n", pt->key, fj_status_name(st), fj_last_error());
-        else say(s, "%-46s FAILED: no candidate could be timed (%d pruned, %d wrong)\n", pt->key,
-                 r.pruned, r.wrong);
+        else
+            say(s, "%-46s FAILED: no candidate could be timed (%d pruned, %d wrong)\n", pt->key,
+                r.pruned, r.wrong);
         s->failed++;
         return 0;
     }
@@ -427,12 +430,16 @@ static void print_summary(session *s)
         s->failed, s->timed, s->pruned, s->duplicates, s->wrong, late, wall, s->gaining,
         s->gaining == 1 ? "" : "s", NOTABLE_GAIN);
     if (s->scattered)
-        say(s, "%d point%s spread more than %.0f%% between runs (warnings above): their entries "
-               "may be noise\n", s->scattered, s->scattered == 1 ? "" : "s", s->o.max_spread);
+        say(s,
+            "%d point%s spread more than %.0f%% between runs (warnings above): their entries "
+            "may be noise\n",
+            s->scattered, s->scattered == 1 ? "" : "s", s->o.max_spread);
     if (!s->saving && s->tuned) {
         if (s->output)
-            say(s, "not saved: rerun with --write to append these entries to %s (the file every "
-                   "program reads), or with --output FILE\n", s->output);
+            say(s,
+                "not saved: rerun with --write to append these entries to %s (the file every "
+                "program reads), or with --output FILE\n",
+                s->output);
         else
             say(s, "not saved: rerun with --output FILE (there is no default tuning file: "
                    "FLASHJIT_TUNING_FILE is unset and the cache directory is off)\n");

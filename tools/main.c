@@ -6,13 +6,17 @@
 #include "cli.h"
 
 static const fj_command commands[] = {
-    {"info", "version, backends found and why each is or is not usable, cache and tuning file", cmd_info},
-    {"demo", "a few representative problems on the best backend, checked against the reference", cmd_demo},
+    {"info", "version, backends found and why each is or is not usable, cache and tuning file",
+     cmd_info},
+    {"demo", "a few representative problems on the best backend, checked against the reference",
+     cmd_demo},
     {"run", "one problem from flags (--check compares with the reference)", cmd_run},
     {"bench", "a grid of problems: ms, TFLOP/s, GB/s (table, --json or --csv)", cmd_bench},
     {"source", "print the generated CUDA source (or --ptx) of a kernel", cmd_source},
     {"compile-all", "compile every supported kernel variant through the cache", cmd_compile_all},
-    {"tune", "time candidate tile sizes over a problem space; --write saves the best to the tuning file", cmd_tune},
+    {"tune",
+     "time candidate tile sizes over a problem space; --write saves the best to the tuning file",
+     cmd_tune},
     {"cache", "list | stats | verify | clear the kernel cache", cmd_cache},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -20,7 +24,8 @@ static const fj_command commands[] = {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: flashjit <command> [options]   (flashjit <command> --help)\n\ncommands:\n");
-    for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nenvironment:\n"
                "  FLASHJIT_BACKEND      auto|cpu|reference|cuda: the backend AUTO resolves to\n"
                "  FLASHJIT_LOG          off|info|debug: the library's messages, on stderr\n"

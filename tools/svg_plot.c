@@ -19,11 +19,11 @@ enum {
     FONT_PX = 11,
     TITLE_PX = 15,
     BAR_W = 14,
-    BAR_GAP = 1,      /* between the bars of one group */
-    GROUP_GAP = 14,   /* between groups */
+    BAR_GAP = 1,    /* between the bars of one group */
+    GROUP_GAP = 14, /* between groups */
     PLOT_H = 300,
-    TOP = 58,         /* title and subtitle above the plot */
-    MIN_LEFT = 48,    /* the y label and a short tick label */
+    TOP = 58,      /* title and subtitle above the plot */
+    MIN_LEFT = 48, /* the y label and a short tick label */
     LEGEND_SWATCH = 11,
     LEGEND_ROW = 18,
     PAD = 10,
@@ -41,9 +41,9 @@ typedef struct layout {
     double left, plot_w, group_w, bars_w, label_h, legend_x, width, height;
     double y_max, y_step; /* axis top and tick spacing, in the values' unit */
     int ticks;
-    int log_lo;           /* log scale: the axis starts at 10^log_lo, a tick per decade */
+    int log_lo; /* log scale: the axis starts at 10^log_lo, a tick per decade */
     int log_scale;
-    int rotate;           /* group labels at LABEL_ANGLE_DEG */
+    int rotate; /* group labels at LABEL_ANGLE_DEG */
 } layout;
 
 /* XML text and attribute values: the five special characters as entities;
@@ -71,7 +71,10 @@ static int has_bar(double v) { return isfinite(v) && v >= 0; }
 /* A bar on the chart's axis: a log axis has no place for zero. */
 static int shows(const layout *L, double v) { return has_bar(v) && (!L->log_scale || v > 0); }
 
-static double value_at(const svg_bar_chart *c, int g, int s) { return c->values[g * c->series + s]; }
+static double value_at(const svg_bar_chart *c, int g, int s)
+{
+    return c->values[g * c->series + s];
+}
 
 /* Tick spacing 1, 2 or 5 times a power of ten giving about five ticks, and
  * the axis top as the first tick at or above the largest value. */
@@ -170,8 +173,11 @@ static void put_header(fj_strbuf *b, const svg_bar_chart *c, const layout *L)
                      L->width, L->height, L->width, L->height, FONT_PX);
     fj_strbuf_puts(b, "<title>");
     put_escaped(b, c->title);
-    fj_strbuf_puts(b, "</title>\n<rect class=\"background\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
-    fj_strbuf_printf(b, "<text class=\"title\" x=\"%d\" y=\"22\" font-size=\"%d\" font-weight=\"bold\">",
+    fj_strbuf_puts(b, "</title>\n<rect class=\"background\" width=\"100%\" height=\"100%\" "
+                      "fill=\"white\"/>\n");
+    fj_strbuf_printf(b,
+                     "<text class=\"title\" x=\"%d\" y=\"22\" font-size=\"%d\" "
+                     "font-weight=\"bold\">",
                      PAD, TITLE_PX);
     put_escaped(b, c->title);
     fj_strbuf_puts(b, "</text>\n");
@@ -188,18 +194,24 @@ static void put_axes(fj_strbuf *b, const svg_bar_chart *c, const layout *L)
     double right = L->left + L->plot_w;
     for (int t = 0; t <= L->ticks; t++) {
         double v = tick_value(L, t), y = y_of(L, v);
-        fj_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
+        fj_strbuf_printf(b,
+                         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                         "stroke=\"#ddd\"/>\n",
                          L->left, y, right, y);
-        fj_strbuf_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+        fj_strbuf_printf(b,
+                         "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" "
+                         "text-anchor=\"end\">%g</text>\n",
                          L->left - 6, y + FONT_PX / 3.0, v);
     }
-    fj_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>\n", L->left,
-                     TOP, L->left, TOP + PLOT_H);
-    fj_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>\n", L->left,
-                     TOP + PLOT_H, right, TOP + PLOT_H);
+    fj_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>\n",
+                     L->left, TOP, L->left, TOP + PLOT_H);
+    fj_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>\n",
+                     L->left, TOP + PLOT_H, right, TOP + PLOT_H);
     double ly = TOP + PLOT_H / 2.0;
-    fj_strbuf_printf(b, "<text class=\"y-label\" x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" "
-                        "transform=\"rotate(-90 %d %.1f)\">", PAD + FONT_PX, ly, PAD + FONT_PX, ly);
+    fj_strbuf_printf(b,
+                     "<text class=\"y-label\" x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" "
+                     "transform=\"rotate(-90 %d %.1f)\">",
+                     PAD + FONT_PX, ly, PAD + FONT_PX, ly);
     put_escaped(b, c->y_label);
     fj_strbuf_puts(b, "</text>\n");
 }
@@ -211,8 +223,11 @@ static void put_group(fj_strbuf *b, const svg_bar_chart *c, const layout *L, int
         double v = value_at(c, g, s);
         if (!shows(L, v)) continue; /* not measured (or 0 on a log axis): a gap */
         double x = x0 + s * (BAR_W + BAR_GAP), y = y_of(L, v > L->y_max ? L->y_max : v);
-        fj_strbuf_printf(b, "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\">"
-                            "<title>", x, y, BAR_W, TOP + PLOT_H - y, palette[s % 10]);
+        fj_strbuf_printf(b,
+                         "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" "
+                         "fill=\"%s\">"
+                         "<title>",
+                         x, y, BAR_W, TOP + PLOT_H - y, palette[s % 10]);
         put_escaped(b, c->group_labels[g]);
         fj_strbuf_puts(b, ", ");
         put_escaped(b, c->series_labels[s]);
@@ -222,10 +237,13 @@ static void put_group(fj_strbuf *b, const svg_bar_chart *c, const layout *L, int
     }
     double cx = x0 + L->bars_w / 2, ty = TOP + PLOT_H + PAD + FONT_PX;
     if (L->rotate)
-        fj_strbuf_printf(b, "<text class=\"group-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
-                            "transform=\"rotate(-%g %.1f %.1f)\">", cx, ty, LABEL_ANGLE_DEG, cx, ty);
+        fj_strbuf_printf(b,
+                         "<text class=\"group-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
+                         "transform=\"rotate(-%g %.1f %.1f)\">",
+                         cx, ty, LABEL_ANGLE_DEG, cx, ty);
     else
-        fj_strbuf_printf(b, "<text class=\"group-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", cx, ty);
+        fj_strbuf_printf(
+            b, "<text class=\"group-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", cx, ty);
     put_escaped(b, c->group_labels[g]);
     fj_strbuf_puts(b, "</text>\n");
 }
@@ -234,10 +252,12 @@ static void put_legend(fj_strbuf *b, const svg_bar_chart *c, const layout *L)
 {
     for (int s = 0; s < c->series; s++) {
         double y = TOP + s * LEGEND_ROW;
-        fj_strbuf_printf(b, "<rect class=\"swatch\" x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n",
+        fj_strbuf_printf(b,
+                         "<rect class=\"swatch\" x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" "
+                         "fill=\"%s\"/>\n",
                          L->legend_x, y, LEGEND_SWATCH, LEGEND_SWATCH, palette[s % 10]);
-        fj_strbuf_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"%.1f\">", L->legend_x + LEGEND_SWATCH + 6,
-                         y + LEGEND_SWATCH - 1);
+        fj_strbuf_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"%.1f\">",
+                         L->legend_x + LEGEND_SWATCH + 6, y + LEGEND_SWATCH - 1);
         put_escaped(b, c->series_labels[s]);
         fj_strbuf_puts(b, "</text>\n");
     }

@@ -13,9 +13,9 @@
 
 #include "flashjit.h"
 
-#define TUNE_MAX_VALUES 32   /* values one list flag takes */
-#define TUNE_MAX_CONFIGS 64  /* candidates */
-#define TUNE_CONFIG_LEN 32   /* as fj_plan_info.tiles */
+#define TUNE_MAX_VALUES 32           /* values one list flag takes */
+#define TUNE_MAX_CONFIGS 64          /* candidates */
+#define TUNE_CONFIG_LEN 32           /* as fj_plan_info.tiles */
 #define TUNE_DEFAULT_MAX_SPREAD 50.0 /* --max-spread, % */
 
 /* ---- flags (tune_flags.c) ------------------------------------------------- */
@@ -25,7 +25,7 @@
  * product of the axes, an axis not given taking the values of the default
  * grid. */
 typedef struct tune_space {
-    const char *grid;                        /* --grid; NULL or "default": the backend's */
+    const char *grid; /* --grid; NULL or "default": the backend's */
     int head_dims[TUNE_MAX_VALUES], n_head_dims;
     fj_dtype dtypes[3];
     int n_dtypes;
@@ -36,7 +36,7 @@ typedef struct tune_space {
     int decode_seqlen_k;                     /* keys of a decode point; 0: default */
     int batch_heads;                         /* batch x heads of every point; 0: per point */
     char configs[TUNE_MAX_CONFIGS][TUNE_CONFIG_LEN];
-    int n_configs;                           /* 0: the backend's candidates */
+    int n_configs; /* 0: the backend's candidates */
 } tune_space;
 
 typedef struct tune_options {
@@ -66,9 +66,9 @@ int tune_space_validate(const tune_space *s, fj_backend b);
 /* ---- problems (tune_points.c) --------------------------------------------- */
 
 typedef struct tune_point {
-    fj_attention_desc d;              /* the problem timed */
-    char key[FJ_PROBLEM_KEY_MAX];     /* its problem key */
-    char point[48];                   /* its tuning point (the key's bucketed form) */
+    fj_attention_desc d;          /* the problem timed */
+    char key[FJ_PROBLEM_KEY_MAX]; /* its problem key */
+    char point[48];               /* its tuning point (the key's bucketed form) */
 } tune_point;
 
 /* Every problem of the space for backend b, in the order they are tuned;
@@ -80,13 +80,13 @@ int tune_points_make(const tune_space *s, fj_backend b, tune_point **out, int *c
 /* ---- progress (tune_progress.c) -------------------------------------------- */
 
 typedef struct tune_progress {
-    bool tty;                /* stderr is a terminal: one line, rewritten */
-    bool drawn;              /* the line is on the screen */
-    double start;            /* cli_now() at tune_progress_begin */
-    long total, done;        /* steps, shown as done/total */
+    bool tty;                     /* stderr is a terminal: one line, rewritten */
+    bool drawn;                   /* the line is on the screen */
+    double start;                 /* cli_now() at tune_progress_begin */
+    long total, done;             /* steps, shown as done/total */
     double work_total, work_done; /* what the time left is estimated from */
-    char phase[32];          /* "compiling", "timing" */
-    char command[16];        /* the plain lines' "flashjit <command>:" ("tune") */
+    char phase[32];               /* "compiling", "timing" */
+    char command[16];             /* the plain lines' "flashjit <command>:" ("tune") */
 } tune_progress;
 
 /* total steps, together worth work_total (0: one each). */

@@ -196,7 +196,8 @@ static const struct list_flag {
      "1024,4096,16384"},
     {"--configs", config_item,
      "is not a configuration such as m128n64w4s2 (CUDA) or q256k512 (CPU), or is past the "
-     "64th", "m128n64w4s2,m64n64w4s2"},
+     "64th",
+     "m128n64w4s2,m64n64w4s2"},
 };
 
 static const struct int_flag {

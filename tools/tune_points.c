@@ -70,7 +70,9 @@ static void rule_size(const tune_space *s, bool cuda, int head_dim, int seqlen, 
 
 static int decode_keys(const tune_space *s, bool cuda)
 {
-    return s->decode_seqlen_k ? s->decode_seqlen_k : cuda ? CUDA_DECODE_SEQLEN_K : CPU_DECODE_SEQLEN_K;
+    return s->decode_seqlen_k ? s->decode_seqlen_k
+           : cuda             ? CUDA_DECODE_SEQLEN_K
+                              : CPU_DECODE_SEQLEN_K;
 }
 
 typedef struct list {
@@ -141,8 +143,8 @@ static fj_attention_desc sized(const tune_space *s, bool cuda, int dim, fj_dtype
     int batch, heads;
     rule_size(s, cuda, dim, seqlen, &batch, &heads);
     fj_attention_desc d;
-    fj_attention_desc_init(&d, batch, heads, heads, seqlen, seqlen == 1 ? decode_keys(s, cuda) : seqlen,
-                           dim, dtype);
+    fj_attention_desc_init(&d, batch, heads, heads, seqlen,
+                           seqlen == 1 ? decode_keys(s, cuda) : seqlen, dim, dtype);
     d.causal = causal;
     return d;
 }
@@ -154,9 +156,10 @@ int tune_points_make(const tune_space *space, fj_backend b, tune_point **out, in
     bool cuda = b == FJ_BACKEND_CUDA;
     bool named = space->grid && strcmp(space->grid, "default");
     if (named && axes_given(space))
-        return cli_usage_error(CMD, "--grid %s takes no axis flag (--head-dims, --dtypes, "
-                                    "--causal, --seqlens, --batch-heads): those replace axes of "
-                                    "the default grid",
+        return cli_usage_error(CMD,
+                               "--grid %s takes no axis flag (--head-dims, --dtypes, "
+                               "--causal, --seqlens, --batch-heads): those replace axes of "
+                               "the default grid",
                                space->grid);
     cli_grid g;
     int rc = cli_grid_load(CMD, "--grid", named ? space->grid : default_grid(b), &g);
@@ -171,9 +174,10 @@ int tune_points_make(const tune_space *space, fj_backend b, tune_point **out, in
                 fj_problem_key(d, key, sizeof key);
                 cli_grid_free(&g);
                 free(l.p);
-                return cli_usage_error(CMD, "--grid %s: %s: the CUDA kernels compute f16 and bf16 "
-                                            "at head dims that are multiples of 8 (--backend cpu "
-                                            "takes it)",
+                return cli_usage_error(CMD,
+                                       "--grid %s: %s: the CUDA kernels compute f16 and bf16 "
+                                       "at head dims that are multiples of 8 (--backend cpu "
+                                       "takes it)",
                                        space->grid ? space->grid : default_grid(b), key);
             }
             rc = add(&l, d);

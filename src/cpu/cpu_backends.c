@@ -48,9 +48,9 @@ static void tiled_tuning_target(const fj_context *ctx, fj_tuning_target *t)
 
 /* The tuner's candidates: query blocks 64..512 by key blocks 128..1024. */
 static const char *const tiled_candidates[] = {
-    "q64k128",  "q64k256",  "q64k512",  "q64k1024",  "q128k128", "q128k256",
-    "q128k512", "q128k1024", "q256k128", "q256k256", "q256k512", "q256k1024",
-    "q512k128", "q512k256", "q512k512", "q512k1024", NULL,
+    "q64k128",  "q64k256",   "q64k512",  "q64k1024",  "q128k128", "q128k256",
+    "q128k512", "q128k1024", "q256k128", "q256k256",  "q256k512", "q256k1024",
+    "q512k128", "q512k256",  "q512k512", "q512k1024", NULL,
 };
 
 /* The blocks the tiles name, through the parser plans use. */

@@ -104,16 +104,16 @@ bool fj_cpu_decode_chosen(const fj_problem *p)
 struct fj_cpu_decode_plan {
     fj_pool *pool;
     const fj_decode_kernels *kernels;
-    int positions;            /* query positions per block (all of them when decoding) */
-    int64_t pos_blocks;       /* ceil(seqlen_q / positions) */
-    int rows;                 /* per kv head and block: positions x group, <= 16 */
-    int dpad;                 /* head_dim rounded up to FJ_DECODE_PAD */
-    int heads_per_task;       /* kv heads one task takes (consecutive) */
-    int64_t head_groups;      /* ceil(heads_kv / heads_per_task) */
-    int64_t units;            /* batch x head groups x position blocks */
-    int chunks;               /* per unit */
-    bool one_task;            /* the whole call one task, on the calling thread */
-    int64_t *chunk_start;     /* chunks + 1 key indices */
+    int positions;        /* query positions per block (all of them when decoding) */
+    int64_t pos_blocks;   /* ceil(seqlen_q / positions) */
+    int rows;             /* per kv head and block: positions x group, <= 16 */
+    int dpad;             /* head_dim rounded up to FJ_DECODE_PAD */
+    int heads_per_task;   /* kv heads one task takes (consecutive) */
+    int64_t head_groups;  /* ceil(heads_kv / heads_per_task) */
+    int64_t units;        /* batch x head groups x position blocks */
+    int chunks;           /* per unit */
+    bool one_task;        /* the whole call one task, on the calling thread */
+    int64_t *chunk_start; /* chunks + 1 key indices */
     /* per worker: byte offsets within a worker's share; q, acc, max and sum
        hold heads_per_task heads' rows, one after the other */
     size_t ws_bytes, off_q, off_s, off_acc, off_max, off_sum, off_scratch;
@@ -122,7 +122,7 @@ struct fj_cpu_decode_plan {
        the blocks of positions ([batch x kv head][packed_keys][dpad] bf16),
        and the lock that keeps two calls from packing at once */
     uint16_t *packed_v;
-    int64_t packed_keys;      /* seqlen_k rounded up to FJ_DECODE_PACK_KEYS */
+    int64_t packed_keys; /* seqlen_k rounded up to FJ_DECODE_PACK_KEYS */
     pthread_mutex_t pack_lock;
     /* partial results (chunks > 1): [batch x kv head][chunk][row] */
     float *part_acc, *part_max, *part_sum;
@@ -140,16 +140,18 @@ typedef struct decode_job {
 
 /* One block of query positions: which, and the keys each sees. */
 typedef struct pos_block {
-    int64_t pos0;           /* its first position */
-    int npos, rows;         /* positions, and rows (positions x group) */
+    int64_t pos0;   /* its first position */
+    int npos, rows; /* positions, and rows (positions x group) */
     int64_t lo[FJ_CPU_DECODE_MAX_ROWS], hi[FJ_CPU_DECODE_MAX_ROWS]; /* keys position t sees */
-    int64_t jlo, jhi;       /* the keys some position sees (jlo >= jhi: none) */
+    int64_t jlo, jhi; /* the keys some position sees (jlo >= jhi: none) */
 } pos_block;
 
-static void make_block(const fj_problem *p, const fj_cpu_decode_plan *dp, int64_t pb, pos_block *blk)
+static void make_block(const fj_problem *p, const fj_cpu_decode_plan *dp, int64_t pb,
+                       pos_block *blk)
 {
     blk->pos0 = pb * dp->positions;
-    blk->npos = (int)(p->seqlen_q - blk->pos0 < dp->positions ? p->seqlen_q - blk->pos0 : dp->positions);
+    blk->npos =
+        (int)(p->seqlen_q - blk->pos0 < dp->positions ? p->seqlen_q - blk->pos0 : dp->positions);
     blk->rows = blk->npos * p->group;
     blk->jlo = p->seqlen_k;
     blk->jhi = 0;
@@ -221,7 +223,8 @@ static void load_queries(const decode_job *j, const decode_ws *w, int64_t b, int
                 float *dst = (float *)w->q + (size_t)r * dp->dpad;
                 fj_load_f32(dst, dp->dpad, src, p->dtype, 0, 1, D);
                 memset(dst + D, 0, (size_t)(dp->dpad - D) * sizeof(float));
-                if (dp->kernels->order) to_kernel_order(dst, dp->dpad, dp->kernels->order, w->scratch);
+                if (dp->kernels->order)
+                    to_kernel_order(dst, dp->dpad, dp->kernels->order, w->scratch);
             }
         }
 }
@@ -278,13 +281,14 @@ static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_
     const void *v = fj_row_ptr(j->v, p->dtype, p->v_stride, b, j0, hk);
     if (dp->packed_v) {
         const uint16_t *packed =
-            dp->packed_v + ((size_t)(b * p->heads_kv + hk) * dp->packed_keys + (size_t)j0) * dp->dpad;
+            dp->packed_v +
+            ((size_t)(b * p->heads_kv + hk) * dp->packed_keys + (size_t)j0) * dp->dpad;
         dp->kernels->accumulate_packed(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], packed,
                                        nk, p->head_dim, w->acc + (size_t)ra * dp->dpad, dp->dpad,
                                        w->scratch);
     } else {
-        dp->kernels->accumulate(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], nk,
-                                p->head_dim, w->acc + (size_t)ra * dp->dpad, dp->dpad, w->scratch);
+        dp->kernels->accumulate(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], nk, p->head_dim,
+                                w->acc + (size_t)ra * dp->dpad, dp->dpad, w->scratch);
     }
 }
 
@@ -337,7 +341,8 @@ static void merge_chunks(const decode_job *j, int64_t bh, int64_t b, int64_t hk,
         memset(out, 0, (size_t)dp->dpad * sizeof(float));
         float sum = 0.0f;
         bool nan = false; /* a chunk whose scores were not finite: the row is NaN */
-        for (int c = 0; c < dp->chunks; c++) nan |= isnan(dp->part_sum[base + (size_t)c * dp->rows + r]);
+        for (int c = 0; c < dp->chunks; c++)
+            nan |= isnan(dp->part_sum[base + (size_t)c * dp->rows + r]);
         if (m > -INFINITY)
             for (int c = 0; c < dp->chunks; c++) {
                 const size_t at = base + (size_t)c * dp->rows + r;
@@ -390,8 +395,8 @@ static void run_unit(const decode_job *j, int64_t unit, int c, int worker)
     const int64_t group_unit = unit / dp->pos_blocks;
     const int64_t b = group_unit / dp->head_groups;
     const int64_t hk0 = group_unit % dp->head_groups * dp->heads_per_task;
-    const int heads = p->heads_kv - hk0 < dp->heads_per_task ? (int)(p->heads_kv - hk0)
-                                                              : dp->heads_per_task;
+    const int heads =
+        p->heads_kv - hk0 < dp->heads_per_task ? (int)(p->heads_kv - hk0) : dp->heads_per_task;
     const float alpha = (float)(M_LOG2E * p->scale);
     cap_factors cap = {0.0f, 0.0f};
     if (p->softcap > 0.0f) {
@@ -566,8 +571,8 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     /* Prefill: one head per task whatever the layout, so that the blocks of
        positions that follow one another keep one head's K and V in cache
        (grouping 4 heads made the dense layout's bf16 prefill 2.3x slower). */
-    const bool interleaved = !prefill && heads_interleaved(p, p->k_stride) &&
-                             heads_interleaved(p, p->v_stride);
+    const bool interleaved =
+        !prefill && heads_interleaved(p, p->k_stride) && heads_interleaved(p, p->v_stride);
     if (interleaved) {
         int most = MAX_TASK_ROWS / dp->rows;
         dp->heads_per_task = p->heads_kv < most ? p->heads_kv : most;
@@ -588,7 +593,8 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
                             p->head_dim * fj_dtype_size(p->dtype);
     const bool fine = atomic_load(&forced_split);
     dp->one_task = !prefill && !fine && threads > 1 && units > 1 && kv_bytes < SERIAL_BYTES;
-    dp->chunks = dp->one_task ? 1 : chunk_count(units, jhi - jlo, threads, fine ? 16 : MIN_CHUNK_KEYS);
+    dp->chunks =
+        dp->one_task ? 1 : chunk_count(units, jhi - jlo, threads, fine ? 16 : MIN_CHUNK_KEYS);
     int64_t step = (jhi - jlo + dp->chunks - 1) / dp->chunks;
     step = (step + 15) / 16 * 16; /* whole groups of 16 keys for the kernels */
     if (step > 0) dp->chunks = (int)((jhi - jlo + step - 1) / step);
@@ -629,8 +635,8 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     const int64_t tasks = dp->one_task ? 1 : units * dp->chunks;
     size_t packed_bytes = 0;
     if (prefill && dp->kernels->pack_values) {
-        dp->packed_keys = (p->seqlen_k + FJ_DECODE_PACK_KEYS - 1) / FJ_DECODE_PACK_KEYS *
-                          FJ_DECODE_PACK_KEYS;
+        dp->packed_keys =
+            (p->seqlen_k + FJ_DECODE_PACK_KEYS - 1) / FJ_DECODE_PACK_KEYS * FJ_DECODE_PACK_KEYS;
         packed_bytes = (size_t)p->batch * p->heads_kv * dp->packed_keys * DP * sizeof(uint16_t);
         if (!(dp->packed_v = malloc(packed_bytes))) return no_memory(dp, packed_bytes);
         pthread_mutex_init(&dp->pack_lock, NULL);
@@ -652,8 +658,8 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
                                      : "each head's rows lie apart",
                          (long long)dp->pos_blocks, (long long)tasks, threads, BLOCK_KEYS,
                          dp->kernels->name, why_kernels,
-                         dp->packed_v ? "; V packed into tiles once per call" : "",
-                         dp->ws_bytes, threads, packed_bytes);
+                         dp->packed_v ? "; V packed into tiles once per call" : "", dp->ws_bytes,
+                         threads, packed_bytes);
         *out = dp;
         return FJ_OK;
     }
@@ -675,8 +681,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
                      (long long)units, (long long)jlo, (long long)jhi, dp->chunks, (long long)step,
                      (long long)tasks, threads, dp->chunks > 1 ? ", merged by lse" : "",
                      tasks == 1 && threads > 1 ? " (one task: on the calling thread alone)" : "",
-                     BLOCK_KEYS, dp->kernels->name, why_kernels, dp->ws_bytes, threads,
-                     part_bytes);
+                     BLOCK_KEYS, dp->kernels->name, why_kernels, dp->ws_bytes, threads, part_bytes);
     *out = dp;
     return FJ_OK;
 }

@@ -54,7 +54,7 @@ typedef struct tile_config {
 #define B_TILE_FLOATS 256
 #define MAX_CHUNKS 8
 _Static_assert(MAX_CHUNKS * 32 >= FJ_MAX_HEAD_DIM, "B tiles for every column");
-_Static_assert(FJ_DECODE_MAX_BLOCK * FJ_DECODE_PAD >= MAX_CHUNKS * B_TILE_FLOATS + 3 * 256,
+_Static_assert(FJ_DECODE_MAX_BLOCK *FJ_DECODE_PAD >= MAX_CHUNKS * B_TILE_FLOATS + 3 * 256,
                "the scratch buffer holds the B tiles, two C tiles and the bounce tile");
 /* The values' A and B tiles, bf16: (nk / 32) x 16 x 32 + nk x dpad, within
    the scratch's FJ_DECODE_MAX_BLOCK x dpad floats for any dpad >= 32. */
@@ -63,9 +63,9 @@ AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_
                            int head_dim, float alpha, float *s, int lds, float *scratch)
 {
     const int chunks = (head_dim + 31) / 32;
-    uint32_t *b = (uint32_t *)scratch;                 /* chunks x 16 x 16 pairs */
-    float *c = scratch + MAX_CHUNKS * B_TILE_FLOATS;   /* 16 keys x 16 rows */
-    uint16_t *bounce = (uint16_t *)(c + 256);          /* 16 keys x 32 columns */
+    uint32_t *b = (uint32_t *)scratch;               /* chunks x 16 x 16 pairs */
+    float *c = scratch + MAX_CHUNKS * B_TILE_FLOATS; /* 16 keys x 16 rows */
+    uint16_t *bounce = (uint16_t *)(c + 256);        /* 16 keys x 32 columns */
     const int64_t ldb = k_ld * 2;
 
     /* B: query rows as column pairs; rows past nr and columns past head_dim
@@ -86,9 +86,9 @@ AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_
     }
     _tile_loadconfig(&cfg);
 
-    const __m512i row_of = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
-                                                               5, 4, 3, 2, 1, 0),
-                                              _mm512_set1_epi32(16));
+    const __m512i row_of =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(16));
     const __m512 va = _mm512_set1_ps(alpha);
     const int tail_cols = head_dim - 32 * (chunks - 1); /* 1..32 */
     int j0 = 0;
@@ -107,32 +107,33 @@ AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_
         if (chunks > 2) _tile_loadd(4, b + 2 * B_TILE_FLOATS, 64);
         if (chunks > 3) _tile_loadd(5, b + 3 * B_TILE_FLOATS, 64);
         float *cbuf[2] = {c, c + 256 + 512}; /* the second past the bounce tile */
-#define GROUP(CT, G)                                                                   \
-    do {                                                                               \
-        const char *x = (const char *)k + (j0 + 16 * (G)) * ldb;                       \
-        _tile_zero(CT);                                                                \
-        _tile_loadd(1, x, ldb);                                                        \
-        _tile_dpbf16ps(CT, 1, 2);                                                      \
-        if (chunks > 1) {                                                              \
-            _tile_loadd(6, x + 64, ldb);                                               \
-            _tile_dpbf16ps(CT, 6, 3);                                                  \
-        }                                                                              \
-        if (chunks > 2) {                                                              \
-            _tile_loadd(1, x + 128, ldb);                                              \
-            _tile_dpbf16ps(CT, 1, 4);                                                  \
-        }                                                                              \
-        if (chunks > 3) {                                                              \
-            _tile_loadd(6, x + 192, ldb);                                              \
-            _tile_dpbf16ps(CT, 6, 5);                                                  \
-        }                                                                              \
-        _tile_stored(CT, cbuf[G], 64);                                                 \
+#define GROUP(CT, G)                                             \
+    do {                                                         \
+        const char *x = (const char *)k + (j0 + 16 * (G)) * ldb; \
+        _tile_zero(CT);                                          \
+        _tile_loadd(1, x, ldb);                                  \
+        _tile_dpbf16ps(CT, 1, 2);                                \
+        if (chunks > 1) {                                        \
+            _tile_loadd(6, x + 64, ldb);                         \
+            _tile_dpbf16ps(CT, 6, 3);                            \
+        }                                                        \
+        if (chunks > 2) {                                        \
+            _tile_loadd(1, x + 128, ldb);                        \
+            _tile_dpbf16ps(CT, 1, 4);                            \
+        }                                                        \
+        if (chunks > 3) {                                        \
+            _tile_loadd(6, x + 192, ldb);                        \
+            _tile_dpbf16ps(CT, 6, 5);                            \
+        }                                                        \
+        _tile_stored(CT, cbuf[G], 64);                           \
     } while (0)
         for (; j0 + 32 <= nk; j0 += 32) {
             GROUP(0, 0);
             GROUP(7, 1);
             for (int g = 0; g < 2; g++)
                 for (int r = 0; r < nr; r++) {
-                    __m512 col = _mm512_i32gather_ps(_mm512_add_epi32(row_of, _mm512_set1_epi32(r)), cbuf[g], 4);
+                    __m512 col = _mm512_i32gather_ps(_mm512_add_epi32(row_of, _mm512_set1_epi32(r)),
+                                                     cbuf[g], 4);
                     _mm512_storeu_ps(s + (size_t)r * lds + j0 + 16 * g, _mm512_mul_ps(col, va));
                 }
         }
@@ -147,10 +148,12 @@ AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_
             if (n == 16 && cols == 32) {
                 _tile_loadd(1, rows + (size_t)ch * 64, ldb);
             } else { /* a partial tile: bounce it, zero-padded */
-                const __mmask32 m = cols >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << cols) - 1);
+                const __mmask32 m =
+                    cols >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << cols) - 1);
                 for (int i = 0; i < 16; i++)
                     _mm512_storeu_si512(bounce + 32 * i,
-                                        i < n ? _mm512_maskz_loadu_epi16(m, rows + i * ldb + (size_t)ch * 64)
+                                        i < n ? _mm512_maskz_loadu_epi16(m, rows + i * ldb +
+                                                                                (size_t)ch * 64)
                                               : _mm512_setzero_si512());
                 _tile_loadd(1, bounce, 64);
             }
@@ -194,7 +197,8 @@ AMX INLINE void build_b(const char *v, int64_t ldb, int n, int head_dim, uint16_
 {
     const int chunks = (head_dim + 31) / 32;
     const int tail_cols = head_dim - 32 * (chunks - 1); /* 1..32 */
-    const __mmask32 tail = tail_cols >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << tail_cols) - 1);
+    const __mmask32 tail =
+        tail_cols >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << tail_cols) - 1);
     const bool full = tail_cols == 32;
     const int kgroups = (n + VALUE_KEYS - 1) / VALUE_KEYS;
     uint16_t *row = dst;
@@ -211,8 +215,10 @@ AMX INLINE void build_b(const char *v, int64_t ldb, int n, int head_dim, uint16_
         }
         for (int c = 0; c < chunks; c++, row += 2 * 32) {
             const __mmask32 m = c == chunks - 1 ? tail : (__mmask32)0xffffffffu;
-            const __m512i xv = j < n ? _mm512_maskz_loadu_epi16(m, x + 64 * c) : _mm512_setzero_si512();
-            const __m512i yv = j + 1 < n ? _mm512_maskz_loadu_epi16(m, x + ldb + 64 * c) : _mm512_setzero_si512();
+            const __m512i xv =
+                j < n ? _mm512_maskz_loadu_epi16(m, x + 64 * c) : _mm512_setzero_si512();
+            const __m512i yv =
+                j + 1 < n ? _mm512_maskz_loadu_epi16(m, x + ldb + 64 * c) : _mm512_setzero_si512();
             _mm512_storeu_si512(row, _mm512_unpacklo_epi16(xv, yv));
             _mm512_storeu_si512(row + 32, _mm512_unpackhi_epi16(xv, yv));
         }
@@ -231,10 +237,16 @@ AMX INLINE void tile_values(const float *p, int ldp, int nr, const uint16_t *b, 
         const int j0 = kg * VALUE_KEYS;
         for (int r = 0; r < nr; r++) {
             const float *x = p + (size_t)r * ldp + j0;
-            __m512 lo = _mm512_maskz_loadu_ps(nk - j0 >= 16 ? 0xffff : (__mmask16)((1u << (nk - j0)) - 1), x);
+            __m512 lo =
+                _mm512_maskz_loadu_ps(nk - j0 >= 16 ? 0xffff : (__mmask16)((1u << (nk - j0)) - 1),
+                                      x);
             const int rest = nk - j0 - 16;
-            __m512 hi = _mm512_maskz_loadu_ps(rest >= 16 ? 0xffff : rest <= 0 ? 0 : (__mmask16)((1u << rest) - 1), x + 16);
-            _mm512_storeu_si512(a + ((size_t)kg * 16 + r) * VALUE_KEYS, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+            __m512 hi = _mm512_maskz_loadu_ps(rest >= 16  ? 0xffff
+                                              : rest <= 0 ? 0
+                                                          : (__mmask16)((1u << rest) - 1),
+                                              x + 16);
+            _mm512_storeu_si512(a + ((size_t)kg * 16 + r) * VALUE_KEYS,
+                                (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         }
     }
     tile_config cfg;
@@ -288,8 +300,8 @@ AMX static void values_amx(const float *p, int ldp, int nr, const void *v, int64
         return;
     }
     const int kgroups = (nk + VALUE_KEYS - 1) / VALUE_KEYS;
-    uint16_t *a = (uint16_t *)scratch;                     /* kgroups x 16 rows x 32 keys */
-    uint16_t *b = a + (size_t)kgroups * 16 * VALUE_KEYS;   /* build_b's layout */
+    uint16_t *a = (uint16_t *)scratch;                   /* kgroups x 16 rows x 32 keys */
+    uint16_t *b = a + (size_t)kgroups * 16 * VALUE_KEYS; /* build_b's layout */
     build_b(v, v_ld * 2, nk, head_dim, b);
     tile_values(p, ldp, nr, b, nk, head_dim, acc, ldacc, a);
 }
@@ -324,7 +336,7 @@ static bool cpu_has_amx_bf16(void)
     const bool amx_tile = d >> 24 & 1, amx_bf16 = d >> 22 & 1;
     if (!amx_tile || !amx_bf16) return false;
     if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a >> 5 & 1)) return false; /* AVX512-BF16 */
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return false;          /* OSXSAVE */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return false;         /* OSXSAVE */
     unsigned lo, hi;
     __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return (lo >> 17 & 3) == 3;

@@ -34,7 +34,7 @@
 #endif
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(FJ_NO_MULTIVERSION) &&                   \
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(FJ_NO_MULTIVERSION) && \
     !defined(FJ_AVX512_DECODE_SKIPPED)
 
 #include <immintrin.h>
@@ -64,9 +64,8 @@ static inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 /* Position i of a 32-column chunk widened from bf16 by interleaving: the low
  * vector takes columns 0-3 of each 8, the high one columns 4-7. */
-static const uint8_t bf16_order[32] = {0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18,
-                                       19, 24, 25, 26, 27, 4,  5,  6,  7,  12, 13,
-                                       14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+static const uint8_t bf16_order[32] = {0, 1, 2, 3, 8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27,
+                                       4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
 
 /* The 32 elements at x (type t) as two float vectors, in the kernels' order;
  * MASKED: only the elements in m are read, the others are 0. */
@@ -76,10 +75,12 @@ AVX512 INLINE void load32(const char *x, fj_dtype t, const bool MASKED, __mmask3
     if (t == FJ_F32) {
         const float *f = (const float *)x;
         *lo = MASKED ? _mm512_maskz_loadu_ps((__mmask16)m, f) : _mm512_loadu_ps(f);
-        *hi = MASKED ? _mm512_maskz_loadu_ps((__mmask16)(m >> 16), f + 16) : _mm512_loadu_ps(f + 16);
+        *hi =
+            MASKED ? _mm512_maskz_loadu_ps((__mmask16)(m >> 16), f + 16) : _mm512_loadu_ps(f + 16);
     } else if (t == FJ_F16) {
         const __m256i *h = (const __m256i *)x;
-        *lo = _mm512_cvtph_ps(MASKED ? _mm256_maskz_loadu_epi16((__mmask16)m, h) : _mm256_loadu_si256(h));
+        *lo = _mm512_cvtph_ps(MASKED ? _mm256_maskz_loadu_epi16((__mmask16)m, h)
+                                     : _mm256_loadu_si256(h));
         *hi = _mm512_cvtph_ps(MASKED ? _mm256_maskz_loadu_epi16((__mmask16)(m >> 16), h + 1)
                                      : _mm256_loadu_si256(h + 1));
     } else {
@@ -130,9 +131,12 @@ AVX512 INLINE __m512 fold4(__m512 a, __m512 b, __m512 c, __m512 d)
 /* Lane i: key i's dot product, from the fold4 results of keys 0-3, 4-7, ... */
 AVX512 INLINE __m512 fold16(__m512 u0, __m512 u1, __m512 u2, __m512 u3)
 {
-    __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xdd));
-    __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(u2, u3, 0x88), _mm512_shuffle_f32x4(u2, u3, 0xdd));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, 0x88), _mm512_shuffle_f32x4(v01, v23, 0xdd));
+    __m512 v01 =
+        _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xdd));
+    __m512 v23 =
+        _mm512_add_ps(_mm512_shuffle_f32x4(u2, u3, 0x88), _mm512_shuffle_f32x4(u2, u3, 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, 0x88),
+                         _mm512_shuffle_f32x4(v01, v23, 0xdd));
 }
 
 /* Dots of query vectors qv (NC chunks of 32 columns, from column c0) with
@@ -258,13 +262,13 @@ AVX512 INLINE void scores_group(const float *q, int ldq, int nr, const char *row
             const int nc = chunks - c < 4 ? chunks - c : 4;
             const bool m = MASKED && c + nc == chunks;
             __m512 d0, d1;
-#define DOTS(NC)                                                                                \
-    if (n == 16) {                                                                              \
-        if (m) dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, true, true, &d0, &d1);       \
-        else dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, false, true, &d0, &d1);        \
-    } else {                                                                                    \
-        if (m) dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, true, false, &d0, &d1);      \
-        else dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, false, false, &d0, &d1);       \
+#define DOTS(NC)                                                                           \
+    if (n == 16) {                                                                         \
+        if (m) dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, true, true, &d0, &d1);  \
+        else dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, false, true, &d0, &d1);   \
+    } else {                                                                               \
+        if (m) dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, true, false, &d0, &d1); \
+        else dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, false, false, &d0, &d1);  \
     }
             switch (nc) {
             case 1: DOTS(1) break;
@@ -286,10 +290,10 @@ AVX512 INLINE void scores_group(const float *q, int ldq, int nr, const char *row
             const int nc = chunks - c < 4 ? chunks - c : 4;
             const bool m = MASKED && c + nc == chunks;
             __m512 d;
-#define DOTS(NC)                                                                               \
-    d = n == 16 ? (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, true)               \
-                     : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false, true))             \
-                : (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, false)              \
+#define DOTS(NC)                                                                   \
+    d = n == 16 ? (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, true)   \
+                     : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false, true)) \
+                : (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, false)  \
                      : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false, false))
             switch (nc) {
             case 1: DOTS(1); break;
@@ -323,8 +327,7 @@ AVX512 INLINE void scores_any(const float *q, int ldq, int nr, const void *k, in
         if (in_place) {
             if (head_dim % 32)
                 scores_group(q, ldq, nr, rows, ldb, n, t, chunks, tail, va, s + j0, lds, true);
-            else
-                scores_group(q, ldq, nr, rows, ldb, n, t, chunks, tail, va, s + j0, lds, false);
+            else scores_group(q, ldq, nr, rows, ldb, n, t, chunks, tail, va, s + j0, lds, false);
         } else {
             widen_rows(rows, ldb, n, head_dim, t, scratch, dpad);
             scores_group(q, ldq, nr, (const char *)scratch, dpad * (int64_t)sizeof(float), n,
@@ -345,15 +348,16 @@ AVX512 INLINE void values_tile(const float *p, int ldp, const char *row0, int64_
     const int elem = elem_bytes(t);
     __m512 a[4][8];
     UNROLL
-    for (int r = 0; r < NR; r++)
-        UNROLL
-        for (int v = 0; v < 2 * NC; v++) a[r][v] = _mm512_loadu_ps(acc + (size_t)r * ldacc + 32 * c + 16 * v);
+    for (int r = 0; r < NR; r++) UNROLL
+    for (int v = 0; v < 2 * NC; v++)
+        a[r][v] = _mm512_loadu_ps(acc + (size_t)r * ldacc + 32 * c + 16 * v);
     const char *row = row0 + (size_t)32 * c * elem;
     for (int j = 0; j < n; j++, row += ldb) {
         __m512 x[8];
         UNROLL
         for (int v = 0; v < NC; v++)
-            load32(row + (size_t)32 * v * elem, t, MASKED && v == NC - 1, tail, &x[2 * v], &x[2 * v + 1]);
+            load32(row + (size_t)32 * v * elem, t, MASKED && v == NC - 1, tail, &x[2 * v],
+                   &x[2 * v + 1]);
         UNROLL
         for (int r = 0; r < NR; r++) {
             const __m512 w = _mm512_set1_ps(p[(size_t)r * ldp + j]);
@@ -362,9 +366,9 @@ AVX512 INLINE void values_tile(const float *p, int ldp, const char *row0, int64_
         }
     }
     UNROLL
-    for (int r = 0; r < NR; r++)
-        UNROLL
-        for (int v = 0; v < 2 * NC; v++) _mm512_storeu_ps(acc + (size_t)r * ldacc + 32 * c + 16 * v, a[r][v]);
+    for (int r = 0; r < NR; r++) UNROLL
+    for (int v = 0; v < 2 * NC; v++)
+        _mm512_storeu_ps(acc + (size_t)r * ldacc + 32 * c + 16 * v, a[r][v]);
 }
 
 /* All rows and chunks for n keys from row0 (16 accumulators a tile: 1-2
@@ -381,15 +385,15 @@ AVX512 INLINE void values_group(const float *p, int ldp, int nr, const char *row
             const int left = chunks - c;
             const int nc = rows <= 2 && left >= 4 ? 4 : left >= 2 ? 2 : 1;
             const bool m = MASKED && c + nc == chunks;
-#define TILE(R, C)                                                                              \
-    (m ? values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, true)                 \
+#define TILE(R, C)                                                             \
+    (m ? values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, true) \
        : values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, false))
-#define ROWS(C)                    \
-    switch (rows) {                \
-    case 1: TILE(1, C); break;     \
-    case 2: TILE(2, C); break;     \
-    case 3: TILE(3, C); break;     \
-    default: TILE(4, C); break;    \
+#define ROWS(C)                 \
+    switch (rows) {             \
+    case 1: TILE(1, C); break;  \
+    case 2: TILE(2, C); break;  \
+    case 3: TILE(3, C); break;  \
+    default: TILE(4, C); break; \
     }
             if (nc == 4) {
                 if (rows == 1) TILE(1, 4);
@@ -419,10 +423,8 @@ AVX512 INLINE void values_any(const float *p, int ldp, int nr, const void *v, in
     const int64_t ldb = v_ld * elem;
     const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
     if (t == FJ_F32 || nr <= 4) {
-        if (head_dim % 32)
-            values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, true);
-        else
-            values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, false);
+        if (head_dim % 32) values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, true);
+        else values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, false);
         return;
     }
     const int64_t lds = dpad * (int64_t)sizeof(float);
@@ -436,13 +438,13 @@ AVX512 INLINE void values_any(const float *p, int ldp, int nr, const void *v, in
 }
 
 #define FLOAT_SET(suffix, dtype)                                                                  \
-    AVX512 static void scores_##suffix(const void *q, int ldq, int nr, const void *k,            \
+    AVX512 static void scores_##suffix(const void *q, int ldq, int nr, const void *k,             \
                                        int64_t k_ld, int nk, int head_dim, float alpha, float *s, \
                                        int lds, float *scratch)                                   \
     {                                                                                             \
         scores_any(q, ldq, nr, k, k_ld, nk, head_dim, alpha, s, lds, scratch, dtype);             \
     }                                                                                             \
-    AVX512 static void values_##suffix(const float *p, int ldp, int nr, const void *v,           \
+    AVX512 static void values_##suffix(const float *p, int ldp, int nr, const void *v,            \
                                        int64_t v_ld, int nk, int head_dim, float *acc, int ldacc, \
                                        float *scratch)                                            \
     {                                                                                             \

@@ -59,7 +59,8 @@ INLINE vfloat sum8(const vfloat a[8])
     for (int i = 0; i < 2; i++) /* keys 4i..4i+3: sums of lanes 0-3, then of lanes 4-7 */
         u[i] = SHUF(t[2 * i], t[2 * i + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
                SHUF(t[2 * i], t[2 * i + 1], 2, 3, 10, 11, 6, 7, 14, 15);
-    return SHUF(u[0], u[1], 0, 1, 2, 3, 8, 9, 10, 11) + SHUF(u[0], u[1], 4, 5, 6, 7, 12, 13, 14, 15);
+    return SHUF(u[0], u[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+           SHUF(u[0], u[1], 4, 5, 6, 7, 12, 13, 14, 15);
 }
 
 static int round_up(int x, int m) { return (x + m - 1) / m * m; }
@@ -135,19 +136,19 @@ static void accumulate_rows(const float *p, int ldp, int nr, const float *v, int
 }
 
 #define GENERIC_SET(suffix, dtype)                                                                \
-    static void scores_##suffix(const void *q, int ldq, int nr, const void *k, int64_t k_ld,     \
+    static void scores_##suffix(const void *q, int ldq, int nr, const void *k, int64_t k_ld,      \
                                 int nk, int head_dim, float alpha, float *s, int lds,             \
                                 float *scratch)                                                   \
     {                                                                                             \
         int64_t ldk;                                                                              \
-        const float *kf = float_rows(k, k_ld, nk, head_dim, dtype, scratch, &ldk);               \
+        const float *kf = float_rows(k, k_ld, nk, head_dim, dtype, scratch, &ldk);                \
         scores_rows(q, ldq, nr, kf, ldk, nk, head_dim, alpha, s, lds);                            \
     }                                                                                             \
     static void accumulate_##suffix(const float *p, int ldp, int nr, const void *v, int64_t v_ld, \
                                     int nk, int head_dim, float *acc, int ldacc, float *scratch)  \
     {                                                                                             \
         int64_t ldv;                                                                              \
-        const float *vf = float_rows(v, v_ld, nk, head_dim, dtype, scratch, &ldv);               \
+        const float *vf = float_rows(v, v_ld, nk, head_dim, dtype, scratch, &ldv);                \
         accumulate_rows(p, ldp, nr, vf, ldv, nk, head_dim, acc, ldacc);                           \
     }
 

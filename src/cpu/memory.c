@@ -10,9 +10,12 @@ fj_status fj_cpu_mem_alloc(fj_context *ctx, size_t bytes, void **ptr)
 {
     (void)ctx;
     size_t rounded = (bytes + 63) & ~(size_t)63;
-    if (rounded < bytes) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "fj_malloc: %zu bytes is too large", bytes);
+    if (rounded < bytes)
+        return fj_fail(FJ_ERR_OUT_OF_MEMORY, "fj_malloc: %zu bytes is too large", bytes);
     *ptr = aligned_alloc(64, rounded ? rounded : 64);
-    if (!*ptr) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "fj_malloc: cannot allocate %zu bytes of host memory", bytes);
+    if (!*ptr)
+        return fj_fail(FJ_ERR_OUT_OF_MEMORY, "fj_malloc: cannot allocate %zu bytes of host memory",
+                       bytes);
     return FJ_OK;
 }
 

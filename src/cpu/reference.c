@@ -79,8 +79,8 @@ static void ref_task(void *arg, int64_t task, int worker)
                     p->k_stride[FJ_AXIS_SEQ], nk, D);
         fj_load_f32(vf, D, fj_row_ptr(j->v, p->dtype, p->v_stride, b, jlo, hk), p->dtype,
                     p->v_stride[FJ_AXIS_SEQ], nk, D);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)nk, D, 1.0f, qf, D,
-                    kf, D, 0.0f, sc, (int)nk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)nk, D, 1.0f, qf, D, kf,
+                    D, 0.0f, sc, (int)nk);
     }
     const float slope = p->alibi ? j->in->alibi_slopes[h] : 0.0f;
     const float sink = p->sinks ? j->in->sinks[h] : -INFINITY;
@@ -97,8 +97,7 @@ static void ref_task(void *arg, int64_t task, int worker)
             float *vis = row + lo;
             int64_t n = hi - lo;
             fj_vscale(vis, n, p->scale);
-            if (p->softcap > 0.0f)
-                fj_vsoftcap(vis, n, (float)(1.0 / p->softcap), p->softcap);
+            if (p->softcap > 0.0f) fj_vsoftcap(vis, n, (float)(1.0 / p->softcap), p->softcap);
             if (p->alibi)
                 for (int64_t c = 0; c < n; c++) vis[c] += fj_alibi_bias(p, slope, i0 + r, klo + c);
             float m = fj_vmax(vis, n);
@@ -118,8 +117,7 @@ static void ref_task(void *arg, int64_t task, int worker)
     if (nk > 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, D, (int)nk, 1.0f, sc,
                     (int)nk, vf, D, 0.0f, of, D);
-    else
-        memset(of, 0, (size_t)rows * D * sizeof(float));
+    else memset(of, 0, (size_t)rows * D * sizeof(float));
     /* A row that sees no key is exactly 0 whatever V holds: its zero weights
        times a NaN in V are NaN in the product above. */
     for (int64_t r = 0; nk > 0 && r < rows; r++) {
@@ -155,7 +153,8 @@ static fj_status ref_plan_create(fj_context *ctx, const fj_problem *p, const cha
     int threads = fj_pool_threads(ctx->pool);
     rp->ws_floats = (size_t)rows * p->head_dim * 2 + (size_t)p->seqlen_k * p->head_dim * 2 +
                     (size_t)rows * p->seqlen_k;
-    rp->ws_floats = (rp->ws_floats + 15) & ~(size_t)15; /* keep each worker's part 64-byte aligned */
+    rp->ws_floats =
+        (rp->ws_floats + 15) & ~(size_t)15; /* keep each worker's part 64-byte aligned */
     size_t bytes;
     if (__builtin_mul_overflow(rp->ws_floats * sizeof(float), (size_t)threads, &bytes) ||
         !(rp->workspace = aligned_alloc(64, bytes))) {
@@ -170,8 +169,7 @@ static fj_status ref_plan_create(fj_context *ctx, const fj_problem *p, const cha
                      "method: materialized scores per block of %d query rows (sgemm, row softmax, "
                      "sgemm)\n"
                      "workspace: %.1f MiB per thread, %d threads\n",
-                     rp->block_rows, (double)(rp->ws_floats * sizeof(float)) / (1 << 20),
-                     threads);
+                     rp->block_rows, (double)(rp->ws_floats * sizeof(float)) / (1 << 20), threads);
     *state = rp;
     return FJ_OK;
 }

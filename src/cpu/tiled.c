@@ -61,14 +61,14 @@
 typedef struct tiled_plan {
     fj_cpu_decode_plan *decode; /* the decode path's plan (decode.h), in place of what follows */
     fj_pool *pool;
-    int block_k;             /* keys per block where no row of the block is masked */
-    int edge_k;              /* keys per block across the band's edges (masked) */
-    int heads_per_block;     /* query heads of one kv head stacked in a block */
-    int head_chunks;         /* ceil(group / heads_per_block) */
-    int positions_per_block; /* query positions per block */
-    int64_t position_blocks; /* ceil(seqlen_q / positions_per_block) */
-    int64_t tasks;           /* blocks of query rows in all, one task each */
-    int rows;                /* positions_per_block * heads_per_block */
+    int block_k;                       /* keys per block where no row of the block is masked */
+    int edge_k;                        /* keys per block across the band's edges (masked) */
+    int heads_per_block;               /* query heads of one kv head stacked in a block */
+    int head_chunks;                   /* ceil(group / heads_per_block) */
+    int positions_per_block;           /* query positions per block */
+    int64_t position_blocks;           /* ceil(seqlen_q / positions_per_block) */
+    int64_t tasks;                     /* blocks of query rows in all, one task each */
+    int rows;                          /* positions_per_block * heads_per_block */
     bool q_direct, k_direct, v_direct; /* strided f32 tensor handed to sgemm as is */
     /* Per-worker workspace: byte offsets of each part within a worker's share. */
     size_t ws_bytes;
@@ -76,7 +76,7 @@ typedef struct tiled_plan {
     unsigned char *workspace; /* pool threads x ws_bytes, 64-byte aligned */
     int threads;              /* the pool's workers */
     fj_tiles_source tiles_from;
-    char tiles[32];           /* the chosen blocks, "q<block_q>k<block_k>" */
+    char tiles[32]; /* the chosen blocks, "q<block_q>k<block_k>" */
 } tiled_plan;
 
 typedef struct tiled_job {
@@ -122,8 +122,8 @@ static bool sgemm_ready(const fj_problem *p, const int64_t stride[3])
 /* One block of key (or value) rows [j0, j0 + n) of kv head hk as a float
  * matrix: the tensor itself when it is sgemm-ready, else converted into buf. */
 static const float *kv_block(const fj_problem *p, const void *base, const int64_t stride[3],
-                             bool direct, float *buf, int64_t b, int64_t j0, int64_t n,
-                             int64_t hk, int *ld)
+                             bool direct, float *buf, int64_t b, int64_t j0, int64_t n, int64_t hk,
+                             int *ld)
 {
     const void *src = fj_row_ptr(base, p->dtype, stride, b, j0, hk);
     if (direct) {
@@ -140,7 +140,7 @@ typedef struct row_block {
     const tiled_job *job;
     tiled_ws w;
     int64_t b, hk;
-    int npos, nh; /* row r is position pos0 + r / nh, query head head0 + r % nh */
+    int npos, nh;    /* row r is position pos0 + r / nh, query head head0 + r % nh */
     const float *qm; /* the block's queries, rows ldq apart */
     int ldq;
     float alpha; /* log2(e) * scale: scores in base 2 */
@@ -174,10 +174,12 @@ static void key_block(const row_block *rb, int64_t j0, int nk)
     /* A single row (decoding without GQA) goes through sgemv: OpenBLAS's
        sgemm of one row is several times slower. */
     int ldk, ldv;
-    const float *km = kv_block(p, j->k, p->k_stride, tp->k_direct, w->k, rb->b, j0, nk, rb->hk, &ldk);
+    const float *km =
+        kv_block(p, j->k, p->k_stride, tp->k_direct, w->k, rb->b, j0, nk, rb->hk, &ldk);
     const float *qrows = rb->qm + (size_t)ra * rb->ldq;
     if (m == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, nk, D, rb->alpha, km, ldk, qrows, 1, 0.0f, w->s, 1);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, nk, D, rb->alpha, km, ldk, qrows, 1, 0.0f, w->s,
+                    1);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, D, rb->alpha, qrows, rb->ldq,
                     km, ldk, 0.0f, w->s, tp->block_k);
@@ -203,7 +205,8 @@ static void key_block(const row_block *rb, int64_t j0, int nk)
         if (factor != 1.0f) fj_vscale(w->o + (size_t)r * D, D, factor);
     }
 
-    const float *vm = kv_block(p, j->v, p->v_stride, tp->v_direct, w->v, rb->b, j0, nk, rb->hk, &ldv);
+    const float *vm =
+        kv_block(p, j->v, p->v_stride, tp->v_direct, w->v, rb->b, j0, nk, rb->hk, &ldv);
     float *orows = w->o + (size_t)ra * D;
     if (m == 1)
         cblas_sgemv(CblasRowMajor, CblasTrans, nk, D, 1.0f, vm, ldv, w->s, 1, 1.0f, orows, 1);

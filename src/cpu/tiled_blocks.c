@@ -23,11 +23,13 @@ fj_status fj_cpu_tiled_force_blocks(int block_q, int block_k)
         return FJ_OK;
     }
     if (block_q < 1 || block_q > FJ_CPU_TILED_MAX_BLOCK)
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "block_q (%d) must be in [1, %d] (or 0 with block_k 0)",
-                       block_q, FJ_CPU_TILED_MAX_BLOCK);
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "block_q (%d) must be in [1, %d] (or 0 with block_k 0)", block_q,
+                       FJ_CPU_TILED_MAX_BLOCK);
     if (block_k < 1 || block_k > FJ_CPU_TILED_MAX_BLOCK)
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "block_k (%d) must be in [1, %d] (or 0 with block_q 0)",
-                       block_k, FJ_CPU_TILED_MAX_BLOCK);
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "block_k (%d) must be in [1, %d] (or 0 with block_q 0)", block_k,
+                       FJ_CPU_TILED_MAX_BLOCK);
     atomic_store(&forced_blocks, (unsigned)block_q << 16 | (unsigned)block_k);
     return FJ_OK;
 }
@@ -60,8 +62,8 @@ static int64_t mask_band(const fj_problem *p)
 {
     int64_t left = p->window_left >= 0 ? p->window_left : p->seqlen_k;
     int64_t right = p->causal != FJ_CAUSAL_NONE ? 0
-                    : p->window_right >= 0     ? p->window_right
-                                               : p->seqlen_k;
+                    : p->window_right >= 0      ? p->window_right
+                                                : p->seqlen_k;
     int64_t w = left + right + 1;
     return w < p->seqlen_k ? w : p->seqlen_k;
 }
@@ -137,13 +139,13 @@ static bool tuned_blocks(const fj_context *ctx, const fj_problem *p, int threads
         return false;
     }
     snprintf(why, n, "tuned: %s entry for %s d%d %s %s bucket %d (%.4g ms, %s)",
-             fj_tuning_source_text(*from), key.device, key.head_dim, key.dtype, key.mask, key.bucket,
-             e->ms, e->date);
+             fj_tuning_source_text(*from), key.device, key.head_dim, key.dtype, key.mask,
+             key.bucket, e->ms, e->date);
     return true;
 }
 
-fj_status fj_cpu_tiled_choose_blocks(const fj_context *ctx, const fj_problem *p,
-                                     const char *config, int threads, fj_cpu_tiled_blocks *out)
+fj_status fj_cpu_tiled_choose_blocks(const fj_context *ctx, const fj_problem *p, const char *config,
+                                     int threads, fj_cpu_tiled_blocks *out)
 {
     unsigned forced = atomic_load(&forced_blocks);
     int bq, bk;

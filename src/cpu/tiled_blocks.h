@@ -16,10 +16,10 @@
 #include "problem.h"
 
 typedef struct fj_cpu_tiled_blocks {
-    int block_q;        /* query rows per block, >= 1 */
-    int block_k;        /* keys per block, >= 1 */
+    int block_q; /* query rows per block, >= 1 */
+    int block_k; /* keys per block, >= 1 */
     fj_tiles_source from;
-    char source[192];   /* why these: tuned (which entry), given, forced or heuristic */
+    char source[192]; /* why these: tuned (which entry), given, forced or heuristic */
 } fj_cpu_tiled_blocks;
 
 /* How a problem's query rows fall into blocks of at most block_q rows. */
@@ -42,8 +42,8 @@ void fj_cpu_tiled_geometry_of(const fj_problem *p, int block_q, fj_cpu_tiled_geo
  * too few blocks to keep every worker busy. Never larger than the problem
  * needs (block_k <= seqlen_k, block_q <= seqlen_q * group).
  * FJ_ERR_INVALID_ARGUMENT for a config that does not parse. */
-fj_status fj_cpu_tiled_choose_blocks(const fj_context *ctx, const fj_problem *p,
-                                     const char *config, int threads, fj_cpu_tiled_blocks *out);
+fj_status fj_cpu_tiled_choose_blocks(const fj_context *ctx, const fj_problem *p, const char *config,
+                                     int threads, fj_cpu_tiled_blocks *out);
 
 /* "q256k512" */
 int fj_cpu_tiled_config_name(int block_q, int block_k, char *buf, size_t n);

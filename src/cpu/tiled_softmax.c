@@ -111,13 +111,13 @@ float fj_tiled_exp2(float x)
  * registers: folding halves through memory would cost a store-forwarding
  * stall per step. */
 #if defined(__clang__)
-#define ROTATE(v, w)                                                                      \
-    __builtin_shufflevector(v, v, (0 + w) % 8, (1 + w) % 8, (2 + w) % 8, (3 + w) % 8,    \
-                            (4 + w) % 8, (5 + w) % 8, (6 + w) % 8, (7 + w) % 8)
+#define ROTATE(v, w)                                                                               \
+    __builtin_shufflevector(v, v, (0 + w) % 8, (1 + w) % 8, (2 + w) % 8, (3 + w) % 8, (4 + w) % 8, \
+                            (5 + w) % 8, (6 + w) % 8, (7 + w) % 8)
 #else
-#define ROTATE(v, w)                                                                      \
-    __builtin_shuffle(v, (vint){(0 + w) % 8, (1 + w) % 8, (2 + w) % 8, (3 + w) % 8,      \
-                                (4 + w) % 8, (5 + w) % 8, (6 + w) % 8, (7 + w) % 8})
+#define ROTATE(v, w)                                                                             \
+    __builtin_shuffle(v, (vint){(0 + w) % 8, (1 + w) % 8, (2 + w) % 8, (3 + w) % 8, (4 + w) % 8, \
+                                (5 + w) % 8, (6 + w) % 8, (7 + w) % 8})
 #endif
 
 /* Largest of the 8 lanes, by folding. */

@@ -54,7 +54,10 @@ static inline float fj_expf(float x)
     /* 2^n as two factors: n reaches 128 near the top of the range, where a
        single exponent field would overflow before p (< 1.5) brings it back */
     int32_t ni = (int32_t)n, half = ni >> 1;
-    union { float f; uint32_t u; } a, b;
+    union {
+        float f;
+        uint32_t u;
+    } a, b;
     a.u = (uint32_t)(half + 127) << 23;
     b.u = (uint32_t)(ni - half + 127) << 23;
     float y = p * a.f * b.f;

@@ -29,5 +29,6 @@ const fj_backend_entry fj_cuda_backend_entry = {
 fj_status fj_cuda_nvrtc(const fj_cuda_api **api)
 {
     *api = NULL;
-    return fj_fail(FJ_ERR_NO_DEVICE, NOT_BUILT ", so it cannot compile kernels; rebuild with -Dcuda=auto");
+    return fj_fail(FJ_ERR_NO_DEVICE,
+                   NOT_BUILT ", so it cannot compile kernels; rebuild with -Dcuda=auto");
 }

@@ -135,7 +135,7 @@ typedef struct fj_cuda_api {
     CUresult (*cuFuncSetAttribute)(CUfunction fn, int attrib, int value);
     CUresult (*cuFuncGetAttribute)(int *value, int attrib, CUfunction fn);
     CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *blocks, CUfunction fn,
-                                                           int block_size, size_t dyn_smem);
+                                                            int block_size, size_t dyn_smem);
     CUresult (*cuLaunchKernel)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                unsigned by, unsigned bz, unsigned smem, CUstream stream,
                                void **params, void **extra);
@@ -146,10 +146,10 @@ typedef struct fj_cuda_api {
     CUresult (*cuTensorMapEncodeTiled)(void *tensor_map, int data_type, uint32_t rank,
                                        void *global_address, const cuuint64_t *global_dim,
                                        const cuuint64_t *global_strides, const uint32_t *box_dim,
-                                       const uint32_t *element_strides, int interleave,
-                                       int swizzle, int l2_promotion, int oob_fill);
-    CUresult (*cuMemAlloc)(CUdeviceptr *ptr, size_t bytes);          /* _v2 */
-    CUresult (*cuMemFree)(CUdeviceptr ptr);                          /* _v2 */
+                                       const uint32_t *element_strides, int interleave, int swizzle,
+                                       int l2_promotion, int oob_fill);
+    CUresult (*cuMemAlloc)(CUdeviceptr *ptr, size_t bytes);                   /* _v2 */
+    CUresult (*cuMemFree)(CUdeviceptr ptr);                                   /* _v2 */
     CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void *src, size_t bytes); /* _v2 */
     CUresult (*cuMemcpyDtoH)(void *dst, CUdeviceptr src, size_t bytes);       /* _v2 */
     CUresult (*cuMemsetD8)(CUdeviceptr dst, unsigned char value, size_t n);   /* _v2 */
@@ -179,9 +179,9 @@ typedef struct fj_cuda_api {
     nvrtcResult (*nvrtcGetPTX)(nvrtcProgram prog, char *ptx);
 
     /* what was loaded, for describe and error messages */
-    char driver_path[256];  /* "" when the driver part is not loaded */
-    char nvrtc_path[256];   /* "" when NVRTC is not loaded */
-    int driver_version;     /* e.g. 13000 */
+    char driver_path[256]; /* "" when the driver part is not loaded */
+    char nvrtc_path[256];  /* "" when NVRTC is not loaded */
+    int driver_version;    /* e.g. 13000 */
     int nvrtc_major, nvrtc_minor;
 } fj_cuda_api;
 

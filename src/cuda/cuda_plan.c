@@ -62,16 +62,16 @@ typedef struct cuda_plan {
     unsigned combine_threads;
     unsigned smem;
     int num_splits;
-    int splits_forced; /* FLASHJIT_CUDA_SPLITS, else 0 */
-    int gqa_packed; /* query heads per block row when GQA-packed (fj_launch_view), else 0 */
-    CUdeviceptr partials; /* o_partial then lse_partial (split-KV only) */
-    bool combine_pdl;     /* launch the combine kernel as a programmatic dependent */
+    int splits_forced;     /* FLASHJIT_CUDA_SPLITS, else 0 */
+    int gqa_packed;        /* query heads per block row when GQA-packed (fj_launch_view), else 0 */
+    CUdeviceptr partials;  /* o_partial then lse_partial (split-KV only) */
+    bool combine_pdl;      /* launch the combine kernel as a programmatic dependent */
     fj_launch_kind launch; /* the kernel's template's launch shape */
     fj_tma_layout tma;     /* FJ_LAUNCH_PERSISTENT_TMA: tensor map layout, schedule */
-    fj_fwd_params params; /* all but the tensors, which each execute sets */
+    fj_fwd_params params;  /* all but the tensors, which each execute sets */
     char launch_what[160]; /* "cuLaunchKernel(<kernel name>)" for a failed launch */
     fj_tiles_source tiles_from;
-    char why[512];         /* where the tiles came from */
+    char why[512]; /* where the tiles came from */
 } cuda_plan;
 
 static fj_status check_strides(const fj_problem *p)
@@ -165,7 +165,7 @@ static fj_status check_resources(const cuda_plan *cp, int *blocks_per_sm)
     fj_status st = fj_cuda_push(cp->cuda);
     if (st) return st;
     CUresult r = api->cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kn->function,
-                                                                 (int)cp->threads, cp->smem);
+                                                                  (int)cp->threads, cp->smem);
     fj_cuda_pop(cp->cuda);
     if (r != FJ_CUDA_SUCCESS) {
         st = fj_cuda_fail(api, r, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -179,8 +179,7 @@ static fj_status check_resources(const cuda_plan *cp, int *blocks_per_sm)
     return FJ_OK;
 }
 
-static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_per_sm,
-                          fj_strbuf *d)
+static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_per_sm, fj_strbuf *d)
 {
     const fj_cuda_kernel *kn = cp->kernel;
     const fj_kernel_desc *k = &kn->desc;
@@ -190,7 +189,9 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
     fj_strbuf_printf(d, "why: %s\n", cp->why);
     fj_strbuf_printf(d, "tiles: block_m %u, block_n %u, %u warps, %u stages\n", k->block_m,
                      k->block_n, k->warps, k->stages);
-    fj_strbuf_printf(d, "launch: grid %u x %u x %u, block %u threads, %u bytes dynamic shared memory%s\n",
+    fj_strbuf_printf(d,
+                     "launch: grid %u x %u x %u, block %u threads, %u bytes dynamic shared "
+                     "memory%s\n",
                      cp->grid[0], cp->grid[1], cp->grid[2], cp->threads, cp->smem,
                      kn->dyn_smem_raised ? " (opted in above 48 KiB)" : "");
     fj_strbuf_printf(d,
@@ -264,8 +265,8 @@ static fj_status choose_tiles(const fj_context *ctx, const fj_problem *p, const 
     if (e && fj_kernel_desc_parse_tiles(e->config, &tuned) == FJ_OK &&
         fj_kernel_desc_check(&tuned, smem) == FJ_OK) {
         *k = tuned;
-        snprintf(why, n, "tuned: %s entry for %s %s %s (%.4g ms, %s)",
-                 fj_tuning_source_text(*from), key.device, key.arch, key.point, e->ms, e->date);
+        snprintf(why, n, "tuned: %s entry for %s %s %s (%.4g ms, %s)", fj_tuning_source_text(*from),
+                 key.device, key.arch, key.point, e->ms, e->date);
         return FJ_OK;
     }
     fj_clear_error();
@@ -355,8 +356,10 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
     ks.split_kv = 1;
     /* one combine block per query row */
     const long long query_rows = (long long)p->batch * p->heads_q * p->seqlen_q;
-    fj_kernel_desc_combine_for(
-        &ks, fj_kernel_desc_combine_warps(k->head_dim, splits, query_rows, s->sm_count), &kc);
+    fj_kernel_desc_combine_for(&ks,
+                               fj_kernel_desc_combine_warps(k->head_dim, splits, query_rows,
+                                                            s->sm_count),
+                               &kc);
     bool before;
     fj_status st;
     if ((st = fj_module_cache_get(s->modules, s, &ks, ctx->cache_dir, &cp->kernel, &before)) ||
@@ -470,7 +473,8 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     cp->tma = tma;
     snprintf(cp->why, sizeof cp->why, "%s", why);
     bool loaded_before;
-    if ((st = fj_module_cache_get(s->modules, s, &k, ctx->cache_dir, &cp->kernel, &loaded_before))) {
+    if ((st =
+             fj_module_cache_get(s->modules, s, &k, ctx->cache_dir, &cp->kernel, &loaded_before))) {
         free(cp);
         return st;
     }
@@ -565,9 +569,16 @@ static fj_status launch_current(const cuda_plan *cp, fj_fwd_params *prm, CUstrea
         memset(&attr, 0, sizeof attr);
         attr.id = FJ_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.programmatic_stream_serialization_allowed = 1;
-        const fj_cu_launch_config cfg = {cp->combine_grid[0], cp->combine_grid[1],
-                                         cp->combine_grid[2], cp->combine_threads, 1, 1, 0,
-                                         stream, &attr, 1};
+        const fj_cu_launch_config cfg = {cp->combine_grid[0],
+                                         cp->combine_grid[1],
+                                         cp->combine_grid[2],
+                                         cp->combine_threads,
+                                         1,
+                                         1,
+                                         0,
+                                         stream,
+                                         &attr,
+                                         1};
         r = api->cuLaunchKernelEx(&cfg, cp->combine->function, args, NULL);
         return r == FJ_CUDA_SUCCESS ? FJ_OK : fj_cuda_fail(api, r, "cuLaunchKernelEx(combine)");
     }
@@ -648,8 +659,7 @@ static fj_status time_current(const cuda_plan *cp, fj_fwd_params *prm, int warmu
 }
 
 fj_status fj_cuda_time_runs(const void *state, const fj_problem *p, const void *q, const void *k,
-                            const void *v, void *o, float *lse, int warmup, int repeat,
-                            double *ms)
+                            const void *v, void *o, float *lse, int warmup, int repeat, double *ms)
 {
     (void)p;
     const cuda_plan *cp = state;
@@ -664,8 +674,7 @@ fj_status fj_cuda_time_runs(const void *state, const fj_problem *p, const void *
     if ((r = api->cuEventCreate(&ev[0], FJ_CU_EVENT_DEFAULT)) ||
         (r = api->cuEventCreate(&ev[1], FJ_CU_EVENT_DEFAULT)))
         st = fj_cuda_fail(api, r, "cuEventCreate");
-    else
-        st = time_current(cp, &prm, warmup, repeat, ms, ev);
+    else st = time_current(cp, &prm, warmup, repeat, ms, ev);
     if (ev[0]) api->cuEventDestroy(ev[0]);
     if (ev[1]) api->cuEventDestroy(ev[1]);
     fj_cuda_pop(cp->cuda);

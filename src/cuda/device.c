@@ -62,8 +62,8 @@ static fj_status read_device(fj_cuda_state *s)
                         &s->sm_count)) ||
         (st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                         "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", &s->smem_optin)) ||
-        (st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-                        "MAX_THREADS_PER_BLOCK", &s->max_threads_per_block)) ||
+        (st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "MAX_THREADS_PER_BLOCK",
+                        &s->max_threads_per_block)) ||
         (st = attribute(s, FJ_CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2_CACHE_SIZE", &l2)))
         return st;
     s->l2_bytes = l2 > 0 ? (size_t)l2 : 0;
@@ -105,7 +105,8 @@ static fj_status bring_up(fj_cuda_state *s)
     if ((r = api->cuInit(0))) return discovery_fail(api, r, "cuInit");
     int count = 0;
     if ((r = api->cuDeviceGetCount(&count))) return discovery_fail(api, r, "cuDeviceGetCount");
-    if (count == 0) return fj_fail(FJ_ERR_NO_DEVICE, "no CUDA device (cuDeviceGetCount returned 0)");
+    if (count == 0)
+        return fj_fail(FJ_ERR_NO_DEVICE, "no CUDA device (cuDeviceGetCount returned 0)");
     if (s->ordinal >= count)
         return fj_fail(FJ_ERR_NO_DEVICE,
                        "device (%d) is out of range: the driver sees %d CUDA device%s (ordinals "
@@ -219,7 +220,8 @@ fj_status fj_cuda_synchronize(const fj_cuda_state *s, void *stream)
 {
     fj_status st = fj_cuda_push(s);
     if (st) return st;
-    CUresult r = stream ? s->api->cuStreamSynchronize((CUstream)stream) : s->api->cuCtxSynchronize();
+    CUresult r =
+        stream ? s->api->cuStreamSynchronize((CUstream)stream) : s->api->cuCtxSynchronize();
     fj_cuda_pop(s);
     if (r == FJ_CUDA_SUCCESS) return FJ_OK;
     /* An asynchronous fault of an earlier launch surfaces here. */

@@ -22,14 +22,14 @@ typedef struct fj_cuda_state {
     const fj_cuda_api *api; /* driver and NVRTC parts both loaded */
     int ordinal;            /* the context's device option */
     CUdevice device;
-    CUcontext primary;      /* the device's primary context, retained */
-    char name[256];         /* "NVIDIA H200" */
-    int arch;               /* compute capability major * 10 + minor: 90 */
+    CUcontext primary; /* the device's primary context, retained */
+    char name[256];    /* "NVIDIA H200" */
+    int arch;          /* compute capability major * 10 + minor: 90 */
     int sm_count;
-    int smem_optin;         /* bytes of shared memory one block may opt in to */
+    int smem_optin; /* bytes of shared memory one block may opt in to */
     int max_threads_per_block;
-    size_t total_mem;       /* bytes */
-    size_t l2_bytes;        /* L2 cache size */
+    size_t total_mem;                /* bytes */
+    size_t l2_bytes;                 /* L2 cache size */
     struct fj_module_cache *modules; /* set by the backend's probe (cuda_backend.c) */
     /* fj_merge's kernel per fj_dtype, from modules, set at the first merge of
        that dtype (cuda_merge.c); NULL before (zeroed by calloc) */

@@ -30,7 +30,10 @@ typedef struct api_entry {
     size_t offset;
 } api_entry;
 
-#define ENTRY(f) {#f, offsetof(fj_cuda_api, f)}
+#define ENTRY(f)                     \
+    {                                \
+#f, offsetof(fj_cuda_api, f) \
+    }
 
 /* Resolved through cuGetProcAddress (cuDriverGetVersion comes from dlsym,
  * before anything else, to check the version). */
@@ -349,8 +352,8 @@ static fj_status check_override(const api_entry *entries, size_t n, const char *
     for (size_t i = 0; i < n; i++)
         if (slot_empty(override_api, &entries[i]))
             return fj_fail(FJ_ERR_NO_DEVICE,
-                           "the %s table installed by fj_cuda_api_override (\"%s\") has no %s", part,
-                           path, entries[i].name);
+                           "the %s table installed by fj_cuda_api_override (\"%s\") has no %s",
+                           part, path, entries[i].name);
     return FJ_OK;
 }
 
@@ -385,8 +388,8 @@ fj_status fj_cuda_nvrtc(const fj_cuda_api **api)
 {
     *api = NULL;
     if (override_api) {
-        fj_status s = check_override(nvrtc_entries, COUNT(nvrtc_entries), "NVRTC",
-                                     override_api->nvrtc_path);
+        fj_status s =
+            check_override(nvrtc_entries, COUNT(nvrtc_entries), "NVRTC", override_api->nvrtc_path);
         if (s) return s;
         *api = override_api;
         return FJ_OK;
@@ -406,7 +409,6 @@ fj_status fj_cuda_fail(const fj_cuda_api *api, CUresult r, const char *what)
     if (api && api->cuGetErrorString && api->cuGetErrorString(r, &text) != FJ_CUDA_SUCCESS)
         text = NULL;
     fj_status s = r == FJ_CUDA_ERROR_OUT_OF_MEMORY ? FJ_ERR_OUT_OF_MEMORY : FJ_ERR_DRIVER;
-    if (name)
-        return fj_fail(s, "%s failed: %s (%s)", what, name, text ? text : "no description");
+    if (name) return fj_fail(s, "%s failed: %s (%s)", what, name, text ? text : "no description");
     return fj_fail(s, "%s failed: CUDA error %d (unknown to this driver)", what, r);
 }

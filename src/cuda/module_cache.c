@@ -30,7 +30,7 @@ struct fj_module_cache {
     pthread_mutex_t lock;
     pthread_cond_t built; /* signalled whenever a build finishes, well or not */
     cache_entry *entries;
-    int count;            /* READY entries */
+    int count; /* READY entries */
 };
 
 fj_status fj_module_cache_create(fj_module_cache **out)
@@ -52,7 +52,8 @@ void fj_module_cache_destroy(fj_module_cache *c, const fj_cuda_state *s)
         next = e->next;
         if (pushed && e->kernel.module) {
             CUresult r = s->api->cuModuleUnload(e->kernel.module);
-            if (r != FJ_CUDA_SUCCESS) FJ_DEBUG("cuda: cuModuleUnload(%s) returned %d", e->kernel.name, r);
+            if (r != FJ_CUDA_SUCCESS)
+                FJ_DEBUG("cuda: cuModuleUnload(%s) returned %d", e->kernel.name, r);
         }
         free(e);
     }
@@ -77,8 +78,8 @@ static cache_entry *find(fj_module_cache *c, const char *name)
     return NULL;
 }
 
-static fj_status func_attribute(const fj_cuda_state *s, const fj_cuda_kernel *kn,
-                                int attrib, const char *attrib_name, int *value)
+static fj_status func_attribute(const fj_cuda_state *s, const fj_cuda_kernel *kn, int attrib,
+                                const char *attrib_name, int *value)
 {
     CUresult r = s->api->cuFuncGetAttribute(value, attrib, kn->function);
     if (r == FJ_CUDA_SUCCESS) return FJ_OK;
@@ -87,8 +88,7 @@ static fj_status func_attribute(const fj_cuda_state *s, const fj_cuda_kernel *kn
 }
 
 /* Module load and function lookup for an image; the context is pushed. */
-static fj_status load_image(const fj_cuda_state *s, const fj_kernel_image *img,
-                            fj_cuda_kernel *kn)
+static fj_status load_image(const fj_cuda_state *s, const fj_kernel_image *img, fj_cuda_kernel *kn)
 {
     const fj_cuda_api *api = s->api;
     CUresult r = api->cuModuleLoadData(&kn->module, img->data);
@@ -116,7 +116,8 @@ static fj_status load_image(const fj_cuda_state *s, const fj_kernel_image *img,
     /* Above 48 KiB a launch must be allowed the dynamic shared memory first;
        it is a property of the function, so once per load is enough. */
     if (kn->dyn_smem > DEFAULT_DYNAMIC_SMEM) {
-        r = api->cuFuncSetAttribute(kn->function, FJ_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        r = api->cuFuncSetAttribute(kn->function,
+                                    FJ_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)kn->dyn_smem);
         if (r != FJ_CUDA_SUCCESS) {
             st = fj_cuda_fail(api, r, "cuFuncSetAttribute");
@@ -130,8 +131,7 @@ static fj_status load_image(const fj_cuda_state *s, const fj_kernel_image *img,
     return FJ_OK;
 }
 
-static fj_status build_and_load(const fj_cuda_state *s, const char *cache_dir,
-                                fj_cuda_kernel *kn)
+static fj_status build_and_load(const fj_cuda_state *s, const char *cache_dir, fj_cuda_kernel *kn)
 {
     fj_kernel_image img;
     memset(&img, 0, sizeof img);
@@ -153,19 +153,18 @@ static fj_status build_and_load(const fj_cuda_state *s, const char *cache_dir,
     fj_kernel_image_free(&img);
     if (st == FJ_OK)
         FJ_INFO("cuda: loaded %s (%s, %s; %d registers, %d bytes local, %u bytes dynamic smem)",
-                kn->name, kn->target,
-                kn->from_disk_cache ? "from the disk cache" : "compiled", kn->num_regs,
-                kn->local_bytes, kn->dyn_smem);
+                kn->name, kn->target, kn->from_disk_cache ? "from the disk cache" : "compiled",
+                kn->num_regs, kn->local_bytes, kn->dyn_smem);
     return st;
 }
 
-fj_status fj_module_cache_get(fj_module_cache *c, const fj_cuda_state *s,
-                              const fj_kernel_desc *k, const char *cache_dir,
-                              const fj_cuda_kernel **out, bool *loaded_before)
+fj_status fj_module_cache_get(fj_module_cache *c, const fj_cuda_state *s, const fj_kernel_desc *k,
+                              const char *cache_dir, const fj_cuda_kernel **out,
+                              bool *loaded_before)
 {
     *out = NULL;
     *loaded_before = false;
-    char name[sizeof ((fj_cuda_kernel *)0)->name];
+    char name[sizeof((fj_cuda_kernel *)0)->name];
     if (fj_kernel_desc_name(k, name, sizeof name) >= (int)sizeof name)
         return fj_fail(FJ_ERR_INTERNAL, "kernel name longer than %zu bytes: %s", sizeof name - 1,
                        name);

@@ -12,24 +12,23 @@
 #include "cuda/device.h"
 #include "cuda/jit/kernel_desc.h"
 
-
 /* Immutable once returned; lives until the cache is destroyed. */
 typedef struct fj_cuda_kernel {
     fj_kernel_desc desc;
-    char name[128];        /* canonical name */
+    char name[128]; /* canonical name */
     CUmodule module;
     CUfunction function;
-    int num_regs;          /* registers per thread */
-    int local_bytes;       /* local memory per thread (register spills) */
-    int static_smem;       /* static shared memory per block, bytes */
-    int max_threads;       /* most threads per block the function can launch with */
-    unsigned dyn_smem;     /* dynamic shared memory per launch: fj_kernel_desc_smem_bytes */
-    bool dyn_smem_raised;  /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES set to dyn_smem */
+    int num_regs;         /* registers per thread */
+    int local_bytes;      /* local memory per thread (register spills) */
+    int static_smem;      /* static shared memory per block, bytes */
+    int max_threads;      /* most threads per block the function can launch with */
+    unsigned dyn_smem;    /* dynamic shared memory per launch: fj_kernel_desc_smem_bytes */
+    bool dyn_smem_raised; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES set to dyn_smem */
     /* how the image was obtained, for describe */
-    bool is_ptx;           /* the driver JIT-compiled PTX */
+    bool is_ptx; /* the driver JIT-compiled PTX */
     bool from_disk_cache;
     double compile_seconds;
-    char target[16];       /* "sm_90" or "compute_90" */
+    char target[16]; /* "sm_90" or "compute_90" */
 } fj_cuda_kernel;
 
 typedef struct fj_module_cache fj_module_cache;
@@ -45,9 +44,9 @@ void fj_module_cache_destroy(fj_module_cache *c, const fj_cuda_state *s);
  * cache_dir: the disk cache (NULL: off). Errors: those of fj_kernel_build
  * (FJ_ERR_COMPILE, FJ_ERR_NO_DEVICE), FJ_ERR_DRIVER naming the call and the
  * kernel, FJ_ERR_OUT_OF_MEMORY. */
-fj_status fj_module_cache_get(fj_module_cache *c, const fj_cuda_state *s,
-                              const fj_kernel_desc *k, const char *cache_dir,
-                              const fj_cuda_kernel **out, bool *loaded_before);
+fj_status fj_module_cache_get(fj_module_cache *c, const fj_cuda_state *s, const fj_kernel_desc *k,
+                              const char *cache_dir, const fj_cuda_kernel **out,
+                              bool *loaded_before);
 
 /* Kernels loaded (for describe and tests). */
 int fj_module_cache_count(fj_module_cache *c);

@@ -78,11 +78,13 @@ fj_status fj_tma_params_make(const fj_cuda_api *api, const fj_tma_layout *l, con
             const int swizzle = width == 64   ? FJ_CU_TENSOR_MAP_SWIZZLE_128B
                                 : width == 32 ? FJ_CU_TENSOR_MAP_SWIZZLE_64B
                                               : FJ_CU_TENSOR_MAP_SWIZZLE_32B;
-            CUresult r = api->cuTensorMapEncodeTiled(
-                &maps[which][w], l->data_type, 4, (void *)(uintptr_t)ptr[which],
-                l->tensor[which].dim, l->tensor[which].stride, box, element_strides,
-                FJ_CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, FJ_CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                FJ_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+            CUresult r =
+                api->cuTensorMapEncodeTiled(&maps[which][w], l->data_type, 4,
+                                            (void *)(uintptr_t)ptr[which], l->tensor[which].dim,
+                                            l->tensor[which].stride, box, element_strides,
+                                            FJ_CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                            FJ_CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                            FJ_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
             if (r != FJ_CUDA_SUCCESS) {
                 fj_status s = fj_cuda_fail(api, r, "cuTensorMapEncodeTiled");
                 return fj_fail_prefix(

@@ -17,12 +17,12 @@
 enum { FJ_TMA_Q, FJ_TMA_K, FJ_TMA_V, FJ_TMA_O, FJ_TMA_TENSORS };
 
 typedef struct fj_tma_layout {
-    int data_type;                  /* FJ_CU_TENSOR_MAP_DATA_TYPE_* */
-    uint32_t widths[3];             /* column-block widths in use: 64, 32, 16 (0: none) */
+    int data_type;      /* FJ_CU_TENSOR_MAP_DATA_TYPE_* */
+    uint32_t widths[3]; /* column-block widths in use: 64, 32, 16 (0: none) */
     struct {
-        cuuint64_t dim[4];          /* head_dim, rows, heads, batch */
-        cuuint64_t stride[3];       /* bytes: row, head, batch */
-        uint32_t box_rows;          /* 64 for q and o (a consumer's rows), block_n for k, v */
+        cuuint64_t dim[4];    /* head_dim, rows, heads, batch */
+        cuuint64_t stride[3]; /* bytes: row, head, batch */
+        uint32_t box_rows;    /* 64 for q and o (a consumer's rows), block_n for k, v */
     } tensor[FJ_TMA_TENSORS];
     int tiles, m_blocks, head_group;
 } fj_tma_layout;

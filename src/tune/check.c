@@ -55,8 +55,7 @@ struct fj_tune_reference {
 
 /* ---- the kernel table --------------------------------------------------------- */
 
-fj_tune_kernel *fj_tune_kernel_of(fj_tune_kernels *t, const fj_attention_desc *d,
-                                  const char *tiles)
+fj_tune_kernel *fj_tune_kernel_of(fj_tune_kernels *t, const fj_attention_desc *d, const char *tiles)
 {
     for (int i = 0; i < t->count; i++) {
         fj_tune_kernel *k = &t->k[i];
@@ -214,9 +213,9 @@ void fj_tune_checker_free(fj_tune_checker *c)
 
 typedef struct check_error {
     double max_abs, rel_fro;
-    double row_ulps;          /* the worst row's largest error in ulps of its largest |o| */
-    size_t bad_row;           /* the row furthest past its tolerance */
-    double bad_err, bad_tol;  /* its largest error and tolerance; bad_err <= bad_tol: none */
+    double row_ulps;         /* the worst row's largest error in ulps of its largest |o| */
+    size_t bad_row;          /* the row furthest past its tolerance */
+    double bad_err, bad_tol; /* its largest error and tolerance; bad_err <= bad_tol: none */
     size_t nonfinite;
 } check_error;
 

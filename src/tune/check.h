@@ -15,15 +15,16 @@ typedef struct fj_tune_kernels {
 /* The kernel of d's head dim, dtype and causal kind with these tiles, added
  * (unchecked) when new; NULL when out of memory. The pointer is valid until
  * the next call adds one. */
-fj_tune_kernel *fj_tune_kernel_of(fj_tune_kernels *t, const fj_attention_desc *d, const char *tiles);
+fj_tune_kernel *fj_tune_kernel_of(fj_tune_kernels *t, const fj_attention_desc *d,
+                                  const char *tiles);
 void fj_tune_kernels_free(fj_tune_kernels *t);
 
 typedef struct fj_tune_reference fj_tune_reference;
 
 typedef struct fj_tune_checker {
-    fj_context *ctx;        /* the backend tuned */
-    fj_context *ref;        /* the CPU reference */
-    int seqlen_q, seqlen_k; /* of the check problem */
+    fj_context *ctx;         /* the backend tuned */
+    fj_context *ref;         /* the CPU reference */
+    int seqlen_q, seqlen_k;  /* of the check problem */
     fj_tune_reference *refs; /* one per (head dim, dtype, causal kind), made when first needed */
     int nrefs, cap;
 } fj_tune_checker;

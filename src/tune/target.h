@@ -16,15 +16,15 @@
 #include "flashjit.h"
 
 typedef struct fj_tuning_target {
-    fj_backend backend;      /* FJ_BACKEND_CUDA or FJ_BACKEND_CPU */
-    char device[96];         /* the tuning file's device field: "NVIDIA_H200", "cpu:..._2t" */
-    char device_name[256];   /* for people: "NVIDIA H200", or the same as device on the CPU */
-    char arch[16];           /* "sm_90", or "cpu" */
-    char template_name[24];  /* "flash_fwd", or "cpu_tiled" */
-    uint32_t sm;             /* CUDA: compute capability as 90; CPU: 0 */
-    size_t smem_limit;       /* CUDA: shared memory one block may opt in to, bytes; CPU: 0 */
-    size_t device_memory;    /* CUDA: bytes on the device; CPU: 0 */
-    int cpu_threads;         /* CPU: workers the tiled backend plans for; CUDA: 0 */
+    fj_backend backend;     /* FJ_BACKEND_CUDA or FJ_BACKEND_CPU */
+    char device[96];        /* the tuning file's device field: "NVIDIA_H200", "cpu:..._2t" */
+    char device_name[256];  /* for people: "NVIDIA H200", or the same as device on the CPU */
+    char arch[16];          /* "sm_90", or "cpu" */
+    char template_name[24]; /* "flash_fwd", or "cpu_tiled" */
+    uint32_t sm;            /* CUDA: compute capability as 90; CPU: 0 */
+    size_t smem_limit;      /* CUDA: shared memory one block may opt in to, bytes; CPU: 0 */
+    size_t device_memory;   /* CUDA: bytes on the device; CPU: 0 */
+    int cpu_threads;        /* CPU: workers the tiled backend plans for; CUDA: 0 */
 } fj_tuning_target;
 
 /* Fills *out for ctx's backend. FJ_ERR_UNSUPPORTED for the CPU reference
@@ -55,7 +55,7 @@ typedef struct fj_tune_kernel {
 } fj_tune_kernel;
 
 typedef struct fj_tune_build_summary {
-    int kernels;    /* distinct kernels built */
+    int kernels; /* distinct kernels built */
     int compiled, cached, failed, spilled, pruned_by_rules;
     double wall_seconds, nvrtc_seconds;
 } fj_tune_build_summary;

@@ -83,8 +83,10 @@ static fj_status allocate_set(fj_tune_inputs *in, int i, void *stage, uint64_t *
 {
     fj_context *ctx = in->ctx;
     fj_status s;
-    if ((s = fj_malloc(ctx, in->q_bytes, &in->q[i])) || (s = fj_malloc(ctx, in->kv_bytes, &in->k[i])) ||
-        (s = fj_malloc(ctx, in->kv_bytes, &in->v[i])) || (s = fj_malloc(ctx, in->o_bytes, &in->o[i])))
+    if ((s = fj_malloc(ctx, in->q_bytes, &in->q[i])) ||
+        (s = fj_malloc(ctx, in->kv_bytes, &in->k[i])) ||
+        (s = fj_malloc(ctx, in->kv_bytes, &in->v[i])) ||
+        (s = fj_malloc(ctx, in->o_bytes, &in->o[i])))
         return s;
     if ((s = fill_device(ctx, in->q[i], in->q_bytes, in->dtype, stage, state)) ||
         (s = fill_device(ctx, in->k[i], in->kv_bytes, in->dtype, stage, state)) ||

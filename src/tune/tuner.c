@@ -235,7 +235,8 @@ static fj_status default_plan(point *pt, fj_plan **out)
     if (s) {
         char reason[600];
         snprintf(reason, sizeof reason, "%s: %s", fj_status_name(s), fj_last_error());
-        if (pt->t->obs.default_failed) pt->t->obs.default_failed(pt->t->obs.user, r->problem, reason);
+        if (pt->t->obs.default_failed)
+            pt->t->obs.default_failed(pt->t->obs.user, r->problem, reason);
         fj_plan_destroy(plan);
         return FJ_OK; /* the candidates may still run */
     }

@@ -53,17 +53,17 @@ void fj_tuner_options_init(fj_tuner_options *o);
 /* What tuning one problem found. */
 typedef struct fj_tune_result {
     char problem[FJ_PROBLEM_KEY_MAX]; /* its key */
-    fj_tuning_entry entry;    /* the point's key fields; with have_best also config (best),
+    fj_tuning_entry entry;            /* the point's key fields; with have_best also config (best),
                                  ms (best_t.median) and today's date, origin MEASURED */
-    bool have_best;           /* something was timed: best is the point's tiles */
+    bool have_best;                   /* something was timed: best is the point's tiles */
     char best[FJ_TUNE_TILES_LEN];
     fj_tune_timing best_t;
-    bool have_default;        /* the default plan was made and is correct */
+    bool have_default;           /* the default plan was made and is correct */
     char def[FJ_TUNE_TILES_LEN]; /* its tiles */
     fj_tiles_source def_from;
-    bool def_timed;           /* it was timed (def_t) */
+    bool def_timed; /* it was timed (def_t) */
     fj_tune_timing def_t;
-    bool default_won;         /* it beat the best candidate head to head: best is def */
+    bool default_won;               /* it beat the best candidate head to head: best is def */
     char beaten[FJ_TUNE_TILES_LEN]; /* the candidate it beat */
     int timed, pruned, duplicates, wrong, out_of_time; /* candidates */
 } fj_tune_result;

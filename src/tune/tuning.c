@@ -22,8 +22,8 @@ struct fj_tuning {
     chunk **chunks;
     int nchunks;
     int count;
-    bool file_read;              /* a context's: its tuning file was there and read */
-    pthread_mutex_t measuring;   /* a context's: held by the measurement under way */
+    bool file_read;            /* a context's: its tuning file was there and read */
+    pthread_mutex_t measuring; /* a context's: held by the measurement under way */
 };
 
 fj_tuning *fj_tuning_create(void)
@@ -54,7 +54,10 @@ void fj_tuning_measure_unlock(fj_tuning *t) { pthread_mutex_unlock(&t->measuring
 static void lock(const fj_tuning *t) { pthread_mutex_lock(&((fj_tuning *)t)->lock); }
 static void unlock(const fj_tuning *t) { pthread_mutex_unlock(&((fj_tuning *)t)->lock); }
 
-static fj_tuning_entry *at(const fj_tuning *t, int i) { return &t->chunks[i / CHUNK]->e[i % CHUNK]; }
+static fj_tuning_entry *at(const fj_tuning *t, int i)
+{
+    return &t->chunks[i / CHUNK]->e[i % CHUNK];
+}
 
 int fj_tuning_count(const fj_tuning *t)
 {
@@ -205,18 +208,18 @@ static const char *check_point(const fj_tuning_entry *e)
     if (e->head_dim < 1 || e->head_dim > FJ_MAX_HEAD_DIM) return "head_dim out of range";
     if (!known_dtype(e->dtype)) return "dtype is not f32, f16 or bf16";
     if (!known_mask(e->mask)) return "mask is not nomask, causal, window or causal_window";
-    if (!valid_bucket(e->bucket))
-        return "bucket is not 1 (decode) or a power of two in 512..32768";
+    if (!valid_bucket(e->bucket)) return "bucket is not 1 (decode) or a power of two in 512..32768";
     return NULL;
 }
 
 const char *fj_tuning_point_parse(const char *text, fj_tuning_entry *e)
 {
-    static const char form[] =
-        "the point is not d<head_dim>.<dtype>.<mask>.sk<bucket> or d<head_dim>.<dtype>.<mask>.decode";
+    static const char form[] = "the point is not d<head_dim>.<dtype>.<mask>.sk<bucket> or "
+                               "d<head_dim>.<dtype>.<mask>.decode";
     char dtype[8], mask[16], bucket[16], tail;
     int hd;
-    if (sscanf(text, "d%d.%7[a-z0-9].%15[a-z_].%15[a-z0-9]%c", &hd, dtype, mask, bucket, &tail) != 4)
+    if (sscanf(text, "d%d.%7[a-z0-9].%15[a-z_].%15[a-z0-9]%c", &hd, dtype, mask, bucket, &tail) !=
+        4)
         return form;
     e->head_dim = hd;
     snprintf(e->dtype, sizeof e->dtype, "%s", dtype);
@@ -259,9 +262,9 @@ static const char *parse_entry(const char *line, int version, fj_tuning_entry *e
     e->origin = FJ_TILES_TUNING_FILE;
     char extra[2];
     if (version == 1) {
-        int n = sscanf(line, "%95s %15s %23s %d %7s %15s %d %31s %lf %15s %1s", e->device,
-                       e->arch, e->template_name, &e->head_dim, e->dtype, e->mask, &e->bucket,
-                       e->config, &e->ms, e->date, extra);
+        int n = sscanf(line, "%95s %15s %23s %d %7s %15s %d %31s %lf %15s %1s", e->device, e->arch,
+                       e->template_name, &e->head_dim, e->dtype, e->mask, &e->bucket, e->config,
+                       &e->ms, e->date, extra);
         if (n < 10)
             return "expected 10 fields: device arch template head_dim dtype mask bucket config "
                    "ms date";
@@ -299,7 +302,7 @@ int fj_tuning_text_version(const char *text)
 
 /* What parse() found wrong first, for the strict reader. */
 typedef struct parse_problem {
-    int line;        /* 0: none */
+    int line; /* 0: none */
     char what[160];
 } parse_problem;
 
@@ -390,9 +393,8 @@ fj_status fj_tuning_parse_strict(const char *text, const char *name, fj_tuning *
 void fj_tuning_format_entry(const fj_tuning_entry *e, int version, char *line, size_t n)
 {
     if (version == 1)
-        snprintf(line, n, "%s %s %s %d %s %s %d %s %.6g %s\n", e->device, e->arch,
-                 e->template_name, e->head_dim, e->dtype, e->mask, e->bucket, e->config, e->ms,
-                 e->date);
+        snprintf(line, n, "%s %s %s %d %s %s %d %s %.6g %s\n", e->device, e->arch, e->template_name,
+                 e->head_dim, e->dtype, e->mask, e->bucket, e->config, e->ms, e->date);
     else
         snprintf(line, n, "%s %s %s %s %s %.6g %s\n", e->device, e->arch, e->template_name,
                  e->point, e->config, e->ms, e->date);

@@ -28,18 +28,18 @@
 #define FJ_TUNING_FORMAT_VERSION 2 /* written; 1 and 2 are read */
 
 typedef struct fj_tuning_entry {
-    char device[96];   /* spaces as '_' */
-    char arch[16];     /* "sm_90", or "cpu" */
+    char device[96];        /* spaces as '_' */
+    char arch[16];          /* "sm_90", or "cpu" */
     char template_name[24]; /* "flash_fwd", "cpu_tiled" */
     /* The point, as fields and as text (fj_tuning_point_text): */
     int head_dim;
-    char dtype[8];     /* "bf16" */
-    char mask[16];     /* "nomask", "causal", "window", "causal_window" */
-    int bucket;        /* fj_tuning_bucket() */
-    char point[48];    /* "d128.bf16.causal.sk4096", "d64.f16.nomask.decode" */
-    char config[32];   /* template-specific: "m128n64w4s2", "q128k256" */
-    double ms;         /* measured time of the tuning problem */
-    char date[16];     /* YYYY-MM-DD */
+    char dtype[8];          /* "bf16" */
+    char mask[16];          /* "nomask", "causal", "window", "causal_window" */
+    int bucket;             /* fj_tuning_bucket() */
+    char point[48];         /* "d128.bf16.causal.sk4096", "d64.f16.nomask.decode" */
+    char config[32];        /* template-specific: "m128n64w4s2", "q128k256" */
+    double ms;              /* measured time of the tuning problem */
+    char date[16];          /* YYYY-MM-DD */
     fj_tiles_source origin; /* TUNING_FILE, SHIPPED_TABLE, IMPORTED or MEASURED */
 } fj_tuning_entry;
 

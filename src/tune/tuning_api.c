@@ -66,14 +66,16 @@ fj_status fj_tuning_export_file(const fj_context *ctx, const char *path)
     if (err && fd >= 0) unlink(tmp);
     free(tmp);
     free(text);
-    return err ? fj_fail(FJ_ERR_IO, "cannot write the tuning file %s: %s", path, strerror(err)) : FJ_OK;
+    return err ? fj_fail(FJ_ERR_IO, "cannot write the tuning file %s: %s", path, strerror(err))
+               : FJ_OK;
 }
 
 fj_status fj_tuning_import(fj_context *ctx, const char *text)
 {
     fj_clear_error();
     if (!ctx || !text)
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_tuning_import: %s is NULL", ctx ? "text" : "ctx");
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "fj_tuning_import: %s is NULL",
+                       ctx ? "text" : "ctx");
     fj_tuning *read;
     fj_status s = fj_tuning_parse_strict(text, "the imported text", &read);
     if (s) return s;

@@ -155,8 +155,8 @@ fj_status fj_tuning_load(fj_context *ctx, fj_strbuf *describe)
         if (err != ENOENT)
             FJ_INFO("tuning file %s skipped: %s", ctx->tuning_file, fj_tuning_read_error(err));
         fj_strbuf_printf(describe, "tuning file: %s (%s%s); shipped table: %d entries\n",
-                         ctx->tuning_file, err == ENOENT ? "" : "skipped: ",
-                         fj_tuning_read_error(err), shipped_n);
+                         ctx->tuning_file,
+                         err == ENOENT ? "" : "skipped: ", fj_tuning_read_error(err), shipped_n);
         return FJ_OK;
     }
     fj_strbuf notes;
@@ -224,7 +224,8 @@ fj_status fj_tuning_file_check(const char *path, fj_tuning **existing, fj_strbuf
         s = fj_fail(FJ_ERR_IO,
                     "%s is not a flashjit tuning file this version writes (%s); refusing to "
                     "append to it",
-                    path, v ? "another format version" : "its first line is not 'flashjit-tuning N'");
+                    path,
+                    v ? "another format version" : "its first line is not 'flashjit-tuning N'");
     } else if (existing) {
         s = fj_tuning_parse(text, path, existing, notes);
     }

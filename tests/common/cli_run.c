@@ -88,7 +88,4 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
     return remove(path);
 }
 
-int fjt_remove_tree(const char *dir)
-{
-    return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+int fjt_remove_tree(const char *dir) { return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS); }

@@ -163,7 +163,10 @@ static size_t span(const int64_t s[3], int b, int seq, int heads, int dim)
     return (size_t)((b - 1) * s[0] + (int64_t)(seq - 1) * s[1] + (int64_t)(heads - 1) * s[2] + dim);
 }
 
-static size_t off(const int64_t s[3], int b, int i, int h) { return (size_t)(b * s[0] + i * s[1] + h * s[2]); }
+static size_t off(const int64_t s[3], int b, int i, int h)
+{
+    return (size_t)(b * s[0] + i * s[1] + h * s[2]);
+}
 
 /* The rule of docs/semantics.md, written out literally. */
 static bool sees(const fj_attention_desc *d, int i, int j)
@@ -188,7 +191,9 @@ static void fill(void *buf, fj_dtype t, size_t n, fjt_rng *rng)
         a = u & 0x7fffffffu;
         switch (t) {
         case FJ_F32: ((float *)buf)[i] = f; break;
-        case FJ_BF16: ((uint16_t *)buf)[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); break;
+        case FJ_BF16:
+            ((uint16_t *)buf)[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+            break;
         case FJ_F16:
             if (a < 0x38800000u) { /* below 2^-14: a subnormal half */
                 fjt_store(buf, t, i, f);
@@ -430,12 +435,13 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
         for (int i = 0; i < d->seqlen_q; i++)
             for (int h = 0; h < d->heads_q; h++) {
                 size_t oo = off(p->os, b, i, h);
-                const double *r = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * d->head_dim;
+                const double *r =
+                    p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * d->head_dim;
                 const size_t ri = ((size_t)b * d->heads_q + h) * d->seqlen_q + i;
                 double ref_lse = p->ref_lse[ri];
                 bool computed = !isnan(ref_lse), empty = isinf(ref_lse) && ref_lse < 0;
                 if (p->sinks && ref_lse == (double)p->sinks[h]) { /* the oracle's empty row: */
-                    empty = true; /* lse = the sink, O exactly 0 */
+                    empty = true;                                 /* lse = the sink, O exactly 0 */
                     for (int c = 0; c < d->head_dim && empty; c++) empty = r[c] == 0.0;
                 }
                 double row_num = 0, row_den = 0;
@@ -568,13 +574,14 @@ void fjt_random_desc(fjt_rng *rng, const fjt_axes *ax, fj_attention_desc *d)
     /* keep the oracle's work bounded: shrink batch, then heads */
     while (batch > 1 && (double)batch * hq * sq * sk * dim > ax->max_work) batch--;
     while (hq > 1 && (double)batch * hq * sq * sk * dim > ax->max_work) {
-        if (hq > hkv) hq = hkv;      /* drop to MHA */
+        if (hq > hkv) hq = hkv; /* drop to MHA */
         else hq = hkv = 1;
     }
     fj_attention_desc_init(d, batch, hq, hkv, sq, sk, dim, t);
     d->causal = (fj_causal)fjt_range(rng, 0, 2);
     switch (fjt_range(rng, 0, 4)) {
-    case 0: case 1: break; /* unbounded */
+    case 0:
+    case 1: break; /* unbounded */
     case 2: d->window_left = fjt_range(rng, 0, 40); break;
     case 3: d->window_right = fjt_range(rng, 0, 40); break;
     case 4:
@@ -590,7 +597,7 @@ void fjt_random_desc(fjt_rng *rng, const fjt_axes *ax, fj_attention_desc *d)
     }
     switch (fjt_range(rng, 0, 2)) {
     case 0: break; /* dense */
-    case 1: { /* BHSD: [batch, heads, seq, dim] */
+    case 1: {      /* BHSD: [batch, heads, seq, dim] */
         int64_t *s[4] = {d->q_stride, d->k_stride, d->v_stride, d->o_stride};
         int seqs[4] = {sq, sk, sk, sq}, heads[4] = {hq, hkv, hkv, hq};
         for (int i = 0; i < 4; i++) {

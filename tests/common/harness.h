@@ -13,7 +13,9 @@
 
 /* ---- random numbers ----------------------------------------------------- */
 
-typedef struct fjt_rng { uint64_t s; } fjt_rng;
+typedef struct fjt_rng {
+    uint64_t s;
+} fjt_rng;
 
 /* The suite's seed: FLASHJIT_TEST_SEED if set, else fresh from the clock;
  * printed once ("seed: N; rerun with FLASHJIT_TEST_SEED=N") so any failure
@@ -21,8 +23,8 @@ typedef struct fjt_rng { uint64_t s; } fjt_rng;
 uint64_t fjt_seed(void);
 void fjt_rng_init(fjt_rng *r, uint64_t seed);
 uint64_t fjt_next(fjt_rng *r);
-double fjt_uniform(fjt_rng *r);              /* [0, 1) */
-int fjt_range(fjt_rng *r, int lo, int hi);   /* [lo, hi] */
+double fjt_uniform(fjt_rng *r);            /* [0, 1) */
+int fjt_range(fjt_rng *r, int lo, int hi); /* [lo, hi] */
 
 /* ---- host tensors ---------------------------------------------------------- */
 
@@ -30,9 +32,9 @@ typedef struct fjt_problem {
     fj_attention_desc d;
     int64_t qs[3], ks[3], vs[3], os[3]; /* resolved strides */
     size_t q_elems, k_elems, v_elems, o_elems, lse_elems;
-    void *q, *k, *v;                    /* host, dtype d.dtype, random in [-1, 1) */
-    double *ref_o;                      /* oracle output, dense [b, sq, hq, d] */
-    double *ref_lse;                    /* oracle lse, [b, hq, sq] */
+    void *q, *k, *v; /* host, dtype d.dtype, random in [-1, 1) */
+    double *ref_o;   /* oracle output, dense [b, sq, hq, d] */
+    double *ref_lse; /* oracle lse, [b, hq, sq] */
     double *ref_mag; /* [b, hq, sq]: sum_j p_j |V_j| (2-norms) of the row, the size of the
                         terms its output sums (fjt_error.mag_rel_max) */
     /* FJ_FEATURE_ALIBI / FJ_FEATURE_SINKS: host float32 [heads_q], drawn
@@ -71,15 +73,15 @@ void fjt_store(void *buf, fj_dtype t, size_t i, double x);
 /* ---- checking ------------------------------------------------------------- */
 
 typedef struct fjt_error {
-    double rel_fro;      /* ||o - ref|| / ||ref|| over all output elements */
-    double row_rel_max;  /* the same per (batch, row, head), the worst row that sees a key */
-    double max_abs;      /* largest |o - ref| */
-    double lse_max_abs;  /* largest |lse - ref_lse| where finite (0 when no lse) */
-    size_t nan_count;    /* NaN or inf in o; non-finite lse where ref is finite */
-    size_t lse_mismatch; /* lse -inf where the reference is not, or the reverse */
-    size_t gaps_written; /* output elements outside the tensor's rows that changed */
+    double rel_fro;        /* ||o - ref|| / ||ref|| over all output elements */
+    double row_rel_max;    /* the same per (batch, row, head), the worst row that sees a key */
+    double max_abs;        /* largest |o - ref| */
+    double lse_max_abs;    /* largest |lse - ref_lse| where finite (0 when no lse) */
+    size_t nan_count;      /* NaN or inf in o; non-finite lse where ref is finite */
+    size_t lse_mismatch;   /* lse -inf where the reference is not, or the reverse */
+    size_t gaps_written;   /* output elements outside the tensor's rows that changed */
     size_t empty_not_zero; /* rows that see no key whose output is not exactly zero */
-    double mag_rel_max;  /* the worst row's ||o - ref|| / sum_j p_j ||V_j||: the error against
+    double mag_rel_max;    /* the worst row's ||o - ref|| / sum_j p_j ||V_j||: the error against
                             the size of the terms summed, not of their sum (which cancels
                             towards 0 on some rows, and then rel_fro says nothing) */
 } fjt_error;

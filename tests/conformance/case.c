@@ -79,7 +79,8 @@ void fjt_case_str(const fjt_case *c, char *buf, size_t n)
     char problem[256];
     fj_problem p;
     if (fj_problem_init(&p, &c->d) == FJ_OK) fj_problem_format(&p, problem, sizeof problem);
-    else snprintf(problem, sizeof problem, "%s (invalid: %s)", fjt_desc_str(&c->d), fj_last_error());
+    else
+        snprintf(problem, sizeof problem, "%s (invalid: %s)", fjt_desc_str(&c->d), fj_last_error());
     int len = snprintf(buf, n, "%s/%s %s layout=%s", c->group, c->name, problem,
                        fjt_layout_name(c->layout));
     if (c->layout == FJT_CUSTOM && len > 0 && (size_t)len < n) {

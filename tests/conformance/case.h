@@ -38,19 +38,19 @@ void fjt_set_layout(fj_attention_desc *d, fjt_layout l);
 #define FJT_ON_CPU (FJT_ON(FJ_BACKEND_CPU) | FJT_ON(FJ_BACKEND_CPU_REFERENCE))
 
 typedef struct fjt_case {
-    char group[24];        /* the family it belongs to: "masks", "sampled", "decode", ... */
-    char name[48];         /* unique in the list; "group/name" is what --filter matches */
+    char group[24]; /* the family it belongs to: "masks", "sampled", "decode", ... */
+    char name[48];  /* unique in the list; "group/name" is what --filter matches */
     fj_attention_desc d;
     fjt_layout layout;
-    bool lse;              /* lse written and checked */
-    const char *knob;      /* "NAME=VALUE" set in the environment while a plan is created */
-    unsigned must_run;     /* FJT_ON bits: backends that must not answer UNSUPPORTED */
-    double rel_tol;        /* relative Frobenius error vs the oracle; 0: the dtype's */
-    double row_tol;        /* also each row's relative error (0: not checked) */
-    double lse_tol;        /* |lse - the oracle's| when above the backend's own (0: none) */
+    bool lse;               /* lse written and checked */
+    const char *knob;       /* "NAME=VALUE" set in the environment while a plan is created */
+    unsigned must_run;      /* FJT_ON bits: backends that must not answer UNSUPPORTED */
+    double rel_tol;         /* relative Frobenius error vs the oracle; 0: the dtype's */
+    double row_tol;         /* also each row's relative error (0: not checked) */
+    double lse_tol;         /* |lse - the oracle's| when above the backend's own (0: none) */
     const int *oracle_rows; /* the query rows the oracle computes (NULL: every row) */
     int n_oracle_rows;
-    bool heavy;            /* skipped by --quick (the sanitizer builds' default) */
+    bool heavy; /* skipped by --quick (the sanitizer builds' default) */
 } fjt_case;
 
 /* A case of d with the layout applied, lse on, the CPU backends required,
@@ -104,7 +104,8 @@ void fjt_case_list_free(fjt_case_list *l);
  * causal kind and window kind, a scale in [1, 4] when sharp, the oracle's cost
  * capped, dense/BHSD/padded strides): for the suites that force a backend's
  * parameters and need problems of their own. */
-fjt_case fjt_case_draw(fjt_rng *rng, const char *group, const char *name, int max_seqlen, bool sharp);
+fjt_case fjt_case_draw(fjt_rng *rng, const char *group, const char *name, int max_seqlen,
+                       bool sharp);
 
 /* Every case, the random ones drawn from seed. False when out of memory. */
 bool fjt_cases_build(fjt_case_list *l, uint64_t seed);

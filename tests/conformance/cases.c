@@ -62,7 +62,8 @@ static void ref_random(builder *b, uint64_t seed)
 {
     fjt_rng rng;
     fjt_rng_init(&rng, seed ^ 0x7265662d72616e64ull);
-    fjt_axes ax = {ref_seqlens, NELEMS(ref_seqlens), ref_dims, NELEMS(ref_dims), all_dtypes, 3, 3e7};
+    fjt_axes ax = {ref_seqlens, NELEMS(ref_seqlens), ref_dims, NELEMS(ref_dims), all_dtypes, 3,
+                   3e7};
     for (int i = 0; i < 150; i++) {
         fj_attention_desc d;
         fjt_random_desc(&rng, &ax, &d);
@@ -79,9 +80,9 @@ static void ref_axes(builder *b)
 {
     for (int x = 0; x < 12; x++)
         for (int y = 0; y < 12; y++) {
-            fj_attention_desc d = desc(1, 2, 1, ref_seqlens[x], ref_seqlens[y],
-                                       ref_dims[(x + y) % 8], all_dtypes[(x * 12 + y) % 3],
-                                       (fj_causal)((x + 2 * y) % 3), -1, -1);
+            fj_attention_desc d =
+                desc(1, 2, 1, ref_seqlens[x], ref_seqlens[y], ref_dims[(x + y) % 8],
+                     all_dtypes[(x * 12 + y) % 3], (fj_causal)((x + 2 * y) % 3), -1, -1);
             if (ref_seqlens[x] * (double)ref_seqlens[y] * d.head_dim > 4e7) d.head_dim = 8;
             char name[48];
             snprintf(name, sizeof name, "sq%d-sk%d", d.seqlen_q, d.seqlen_k);
@@ -134,8 +135,14 @@ static void set_heads(fj_attention_desc *d, enum heads_kind kind, fjt_rng *rng)
 {
     switch (kind) {
     case MHA: d->heads_q = d->heads_kv = fjt_range(rng, 1, 3); break;
-    case GQA8: d->heads_kv = fjt_range(rng, 1, 2); d->heads_q = 8 * d->heads_kv; break;
-    case MQA: d->heads_kv = 1; d->heads_q = fjt_range(rng, 2, 6); break;
+    case GQA8:
+        d->heads_kv = fjt_range(rng, 1, 2);
+        d->heads_q = 8 * d->heads_kv;
+        break;
+    case MQA:
+        d->heads_kv = 1;
+        d->heads_q = fjt_range(rng, 2, 6);
+        break;
     default: break;
     }
 }
@@ -200,11 +207,13 @@ static void tiled_grid(builder *b, uint64_t seed)
     }
 }
 
-fjt_case fjt_case_draw(fjt_rng *rng, const char *group, const char *name, int max_seqlen, bool sharp)
+fjt_case fjt_case_draw(fjt_rng *rng, const char *group, const char *name, int max_seqlen,
+                       bool sharp)
 {
     static const fjt_layout layouts[] = {FJT_DENSE, FJT_BHSD, FJT_PADDED3};
     fj_attention_desc d;
-    fj_attention_desc_init(&d, 1, 1, 1, fjt_range(rng, 1, max_seqlen), fjt_range(rng, 1, max_seqlen),
+    fj_attention_desc_init(&d, 1, 1, 1, fjt_range(rng, 1, max_seqlen),
+                           fjt_range(rng, 1, max_seqlen),
                            ref_dims[fjt_range(rng, 0, NELEMS(ref_dims) - 1)],
                            all_dtypes[fjt_range(rng, 0, 2)]);
     set_heads(&d, (enum heads_kind)fjt_range(rng, 0, HEAD_KINDS - 1), rng);
@@ -225,12 +234,13 @@ static void empty_rows(builder *b)
         fj_causal causal;
         int wl, wr;
     } cases[] = {
-        {"br-130-40", 130, 40, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1}, /* rows 0..89 see nothing */
-        {"left3-300-65", 300, 65, FJ_CAUSAL_NONE, 3, 0},        /* rows past key 68 see nothing */
+        {"br-130-40", 130, 40, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1},  /* rows 0..89 see nothing */
+        {"left3-300-65", 300, 65, FJ_CAUSAL_NONE, 3, 0},         /* rows past key 68 see nothing */
         {"tl-left0-129-17", 129, 17, FJ_CAUSAL_TOP_LEFT, 0, -1}, /* row i sees key i while i < 17 */
-        {"right2-100-10", 100, 10, FJ_CAUSAL_NONE, -1, 2},      /* rows 0..86 see nothing */
-        {"diag-64-200", 64, 200, FJ_CAUSAL_NONE, 0, 0},         /* row i sees key i + 136 only */
-        {"br-left5-239-1", 239, 1, FJ_CAUSAL_BOTTOM_RIGHT, 5, -1}, /* only the last rows see the key */
+        {"right2-100-10", 100, 10, FJ_CAUSAL_NONE, -1, 2},       /* rows 0..86 see nothing */
+        {"diag-64-200", 64, 200, FJ_CAUSAL_NONE, 0, 0},          /* row i sees key i + 136 only */
+        {"br-left5-239-1", 239, 1, FJ_CAUSAL_BOTTOM_RIGHT, 5,
+         -1}, /* only the last rows see the key */
     };
     for (int i = 0; i < NELEMS(cases); i++)
         for (int t = 0; t < 3; t++) {
@@ -249,7 +259,8 @@ static void empty_rows(builder *b)
 static void overlapping_inputs(builder *b)
 {
     for (int t = 0; t < 3; t++) {
-        fj_attention_desc d = desc(2, 4, 2, 65, 129, 40, all_dtypes[t], FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+        fj_attention_desc d =
+            desc(2, 4, 2, 65, 129, 40, all_dtypes[t], FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
         d.k_stride[0] = 40;
         d.k_stride[1] = 0;
         d.k_stride[2] = 7; /* heads overlap too */
@@ -274,7 +285,8 @@ static void long_rows(builder *b)
         fj_attention_desc d = desc(1, 1, 1, 16384, 16384, 64, FJ_F32,
                                    causal ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1);
         d.scale = 0.3f;
-        fjt_case c = fjt_case_make("long", causal ? "s16384-causal" : "s16384", &d, FJT_DENSE, true);
+        fjt_case c =
+            fjt_case_make("long", causal ? "s16384-causal" : "s16384", &d, FJT_DENSE, true);
         c.rel_tol = 1e-5;
         c.row_tol = 1e-5;
         c.oracle_rows = rows;
@@ -336,7 +348,7 @@ static void seqlens(builder *b)
                  FJT_DENSE, true);
     }
     /* tile edges on either side, Sq != Sk both ways, every causal kind */
-    static const int pairs[][2] = {{63, 65}, {65, 63}, {64, 128}, {128, 64}, {127, 129},
+    static const int pairs[][2] = {{63, 65},   {65, 63},  {64, 128}, {128, 64}, {127, 129},
                                    {129, 127}, {239, 17}, {17, 239}, {1000, 1}, {1, 1000}};
     static const fj_causal kinds[] = {FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT, FJ_CAUSAL_TOP_LEFT};
     for (int i = 0; i < NELEMS(pairs); i++)
@@ -391,7 +403,8 @@ static void heads_and_layouts(builder *b)
                      fjt_layout_name(layouts[l]));
             add_cuda(b, "heads-layouts", name, 2, heads[h][0], heads[h][1], 97, 161,
                      l % 2 ? 80 : 128, (h + l) % 2 ? FJ_F16 : FJ_BF16,
-                     l % 3 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1, layouts[l], h % 2 == 0);
+                     l % 3 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1, layouts[l],
+                     h % 2 == 0);
         }
     /* custom scales: small, and large enough to stress the exponent range;
        negative ones (the CUDA kernels negate Q in shared memory) on both
@@ -400,8 +413,8 @@ static void heads_and_layouts(builder *b)
         float scale;
         int head_dim;
         fj_causal causal;
-    } scales[] = {{0.03f, 64, FJ_CAUSAL_NONE},  {0.3f, 64, FJ_CAUSAL_NONE},
-                  {2.0f, 64, FJ_CAUSAL_NONE},   {-0.3f, 64, FJ_CAUSAL_NONE},
+    } scales[] = {{0.03f, 64, FJ_CAUSAL_NONE},          {0.3f, 64, FJ_CAUSAL_NONE},
+                  {2.0f, 64, FJ_CAUSAL_NONE},           {-0.3f, 64, FJ_CAUSAL_NONE},
                   {-2.0f, 128, FJ_CAUSAL_BOTTOM_RIGHT}, {-0.5f, 96, FJ_CAUSAL_TOP_LEFT}};
     for (int i = 0; i < NELEMS(scales); i++) {
         char name[48];
@@ -458,7 +471,10 @@ static int deck_take(deck *k, fjt_rng *r, bool (*fits)(int idx, double so_far), 
 /* batch*heads_q*seqlen_q*seqlen_k*head_dim the sampled cases aim to stay under */
 #define SAMPLED_WORK_CAP (256.0 * 1024 * 1024)
 
-static bool seq_fits(int idx, double so_far) { return so_far * cuda_seqlens[idx] * 8 <= SAMPLED_WORK_CAP; }
+static bool seq_fits(int idx, double so_far)
+{
+    return so_far * cuda_seqlens[idx] * 8 <= SAMPLED_WORK_CAP;
+}
 static bool dim_fits(int idx, double so_far) { return so_far * cuda_dims[idx] <= SAMPLED_WORK_CAP; }
 
 /* Each axis (head dim, seqlens, dtype, heads kind, causal kind, window,
@@ -498,9 +514,12 @@ static void sampled(builder *b, uint64_t seed)
         /* heads: MHA h:h, GQA (group 2..4), MQA h:1; fewer of them, then a
            smaller batch, while the oracle's work is above the cap */
         int hkv = hk == SAMPLED_MQA ? 1 : fjt_range(&rng, 1, 3);
-        int hq = hk == SAMPLED_MHA ? hkv : hk == SAMPLED_GQA ? hkv * fjt_range(&rng, 2, 4) : fjt_range(&rng, 2, 8);
+        int hq = hk == SAMPLED_MHA   ? hkv
+                 : hk == SAMPLED_GQA ? hkv * fjt_range(&rng, 2, 4)
+                                     : fjt_range(&rng, 2, 8);
         double per_head = (double)sq * sk * dim;
-        while (batch * hq * per_head > SAMPLED_WORK_CAP && (hkv > 1 || hq > (hk == SAMPLED_MHA ? 1 : 2))) {
+        while (batch * hq * per_head > SAMPLED_WORK_CAP &&
+               (hkv > 1 || hq > (hk == SAMPLED_MHA ? 1 : 2))) {
             if (hkv > 1) {
                 hq /= hkv;
                 hkv = 1;
@@ -530,19 +549,32 @@ static void sampled(builder *b, uint64_t seed)
  * the one-warp combine kernel on any GPU. */
 static void split_kv(builder *b)
 {
-    add_cuda(b, "split", "split-decode-mha", 1, 32, 32, 1, 4096, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true);
-    add_cuda(b, "split", "split-decode-gqa", 2, 32, 8, 1, 32768, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true);
-    add_cuda(b, "split", "split-decode-mqa-f16", 1, 8, 1, 1, 5000, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_BHSD, true);
-    add_cuda(b, "split", "split-sq3-causal", 2, 4, 1, 3, 3001, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_PADDED, true);
-    add_cuda(b, "split", "split-window", 1, 2, 2, 17, 5000, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, 0, FJT_DENSE, true);
-    add_cuda(b, "split", "split-window-tl", 1, 2, 2, 17, 5000, 256, FJ_F16, FJ_CAUSAL_TOP_LEFT, 300, 5, FJT_DENSE, true);
-    add_cuda(b, "split", "split-empty-rows", 1, 4, 4, 200, 6000, 80, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, -1, FJT_DENSE, true);
-    add_cuda(b, "split", "split-prefill", 1, 2, 2, 100, 9000, 160, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_KV_BROADCAST, false);
-    add_cuda(b, "split", "pack-gqa-sq3-bhsd", 2, 32, 8, 3, 7000, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_BHSD, true);
-    add_cuda(b, "split", "pack-gqa-causal-br", 1, 16, 2, 1, 9000, 96, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true);
-    add_cuda(b, "split", "nopack-gqa-top-left", 1, 8, 2, 1, 5000, 64, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, -1, FJT_DENSE, true);
-    add_cuda(b, "split", "pack-mqa-d256", 1, 8, 1, 1, 6000, 256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, false);
-    add_cuda(b, "split", "split-combine-one-warp", 32, 32, 8, 1, 2048, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true);
+    add_cuda(b, "split", "split-decode-mha", 1, 32, 32, 1, 4096, 128, FJ_BF16, FJ_CAUSAL_NONE, -1,
+             -1, FJT_DENSE, true);
+    add_cuda(b, "split", "split-decode-gqa", 2, 32, 8, 1, 32768, 128, FJ_BF16, FJ_CAUSAL_NONE, -1,
+             -1, FJT_DENSE, true);
+    add_cuda(b, "split", "split-decode-mqa-f16", 1, 8, 1, 1, 5000, 64, FJ_F16,
+             FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_BHSD, true);
+    add_cuda(b, "split", "split-sq3-causal", 2, 4, 1, 3, 3001, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT,
+             -1, -1, FJT_PADDED, true);
+    add_cuda(b, "split", "split-window", 1, 2, 2, 17, 5000, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT,
+             100, 0, FJT_DENSE, true);
+    add_cuda(b, "split", "split-window-tl", 1, 2, 2, 17, 5000, 256, FJ_F16, FJ_CAUSAL_TOP_LEFT, 300,
+             5, FJT_DENSE, true);
+    add_cuda(b, "split", "split-empty-rows", 1, 4, 4, 200, 6000, 80, FJ_BF16, FJ_CAUSAL_TOP_LEFT,
+             -1, -1, FJT_DENSE, true);
+    add_cuda(b, "split", "split-prefill", 1, 2, 2, 100, 9000, 160, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT,
+             -1, -1, FJT_KV_BROADCAST, false);
+    add_cuda(b, "split", "pack-gqa-sq3-bhsd", 2, 32, 8, 3, 7000, 128, FJ_BF16, FJ_CAUSAL_NONE, -1,
+             -1, FJT_BHSD, true);
+    add_cuda(b, "split", "pack-gqa-causal-br", 1, 16, 2, 1, 9000, 96, FJ_F16,
+             FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true);
+    add_cuda(b, "split", "nopack-gqa-top-left", 1, 8, 2, 1, 5000, 64, FJ_BF16, FJ_CAUSAL_TOP_LEFT,
+             -1, -1, FJT_DENSE, true);
+    add_cuda(b, "split", "pack-mqa-d256", 1, 8, 1, 1, 6000, 256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1,
+             FJT_DENSE, false);
+    add_cuda(b, "split", "split-combine-one-warp", 32, 32, 8, 1, 2048, 128, FJ_BF16, FJ_CAUSAL_NONE,
+             -1, -1, FJT_DENSE, true);
     if (b->ok) b->l->cases[b->l->n - 1].knob = "FLASHJIT_CUDA_SPLITS=2";
 }
 
@@ -574,8 +606,9 @@ static void decode(builder *b)
         {1, 4, 4, 16, 16411, 64, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_BHSD, false},
         {1, 8, 4, 16, 4096, 256, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 1000, -1, FJT_DENSE, true},
         {1, 8, 2, 16, 40, 64, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true},
-        {1, 8, 2, 4, 3, 64, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true}, /* row 0 sees nothing */
-        {1, 16, 16, 1, 1, 64, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true},      /* one key */
+        {1, 8, 2, 4, 3, 64, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE,
+         true}, /* row 0 sees nothing */
+        {1, 16, 16, 1, 1, 64, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true}, /* one key */
         {3, 6, 2, 9, 3333, 8, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, 3, FJT_PADDED3, true},
         {1, 64, 8, 1, 4096, 64, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, 511, -1, FJT_DENSE, true},
     };
@@ -622,7 +655,8 @@ static void odd_shapes(builder *b, uint64_t seed)
         int hkv = fjt_range(&rng, 1, 2), hq = hkv * fjt_range(&rng, 1, 3);
         fj_attention_desc d = desc(fjt_range(&rng, 1, 2), hq, hkv, sq, sk, dim, all_dtypes[i % 3],
                                    (fj_causal)fjt_range(&rng, 0, 2), -1, -1);
-        while (d.batch * (double)d.heads_q * sq * sk * dim > 3e7 && (d.batch > 1 || d.heads_q > 1)) {
+        while (d.batch * (double)d.heads_q * sq * sk * dim > 3e7 &&
+               (d.batch > 1 || d.heads_q > 1)) {
             if (d.batch > 1) d.batch = 1;
             else d.heads_q = d.heads_kv = 1;
         }
@@ -719,7 +753,7 @@ static void softcap(builder *b)
         {1, 8, 1, 16, 8192, 128, FJ_CAUSAL_BOTTOM_RIGHT, -1},
         {1, 4, 4, 16, 5000, 96, FJ_CAUSAL_NONE, -1},
         {1, 8, 2, 4, 3, 64, FJ_CAUSAL_BOTTOM_RIGHT, -1}, /* row 0 sees nothing */
-        {1, 16, 16, 1, 1, 64, FJ_CAUSAL_NONE, -1},      /* one key */
+        {1, 16, 16, 1, 1, 64, FJ_CAUSAL_NONE, -1},       /* one key */
     };
     for (int i = 0; i < NELEMS(dec); i++) {
         fj_dtype dt = all_dtypes[i % 3];
@@ -732,11 +766,21 @@ static void softcap(builder *b)
     }
 
     /* split-KV shapes of the split family (few query tiles, many keys) */
-    add_capped(b, "split-decode-gqa-bf16", desc(2, 32, 8, 1, 32768, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1), 50.0f, 1.0f, FJT_DENSE, true, true);
-    add_capped(b, "split-sq3-causal-f16", desc(2, 4, 1, 3, 3001, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1), 2.5f, -1.0f, FJT_PADDED, true, true);
-    add_capped(b, "split-window-bf16", desc(1, 2, 2, 17, 5000, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, 0), 5.0f, 2.0f, FJT_DENSE, true, true);
-    add_capped(b, "split-empty-rows-f16", desc(1, 4, 4, 200, 6000, 80, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1), 30.0f, 0.0f, FJT_DENSE, true, true);
-    add_capped(b, "split-prefill-bf16", desc(1, 2, 2, 100, 9000, 160, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1), 1.0f, 1.0f, FJT_KV_BROADCAST, false, true);
+    add_capped(b, "split-decode-gqa-bf16",
+               desc(2, 32, 8, 1, 32768, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1), 50.0f, 1.0f,
+               FJT_DENSE, true, true);
+    add_capped(b, "split-sq3-causal-f16",
+               desc(2, 4, 1, 3, 3001, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1), 2.5f, -1.0f,
+               FJT_PADDED, true, true);
+    add_capped(b, "split-window-bf16",
+               desc(1, 2, 2, 17, 5000, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, 0), 5.0f, 2.0f,
+               FJT_DENSE, true, true);
+    add_capped(b, "split-empty-rows-f16",
+               desc(1, 4, 4, 200, 6000, 80, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1), 30.0f, 0.0f,
+               FJT_DENSE, true, true);
+    add_capped(b, "split-prefill-bf16",
+               desc(1, 2, 2, 100, 9000, 160, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1), 1.0f, 1.0f,
+               FJT_KV_BROADCAST, false, true);
 
     /* every CUDA head-dim class, long enough for several key tiles */
     static const int dims[] = {8, 32, 72, 96, 160, 192, 200, 256};
@@ -745,8 +789,8 @@ static void softcap(builder *b)
         fj_attention_desc d = desc(1, 4, 2, 257, 384, dims[i], dt,
                                    i % 3 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1);
         snprintf(name, sizeof name, "dim%d-%s", dims[i], fj_dtype_name(dt));
-        add_capped(b, name, d, caps[i % NELEMS(caps)], scales[i % NELEMS(scales)], FJT_DENSE,
-                   true, true);
+        add_capped(b, name, d, caps[i % NELEMS(caps)], scales[i % NELEMS(scales)], FJT_DENSE, true,
+                   true);
     }
 
     /* head dims no GPU kernel takes, sizes around the CPU blocks, the cap
@@ -758,14 +802,14 @@ static void softcap(builder *b)
         fj_attention_desc d = desc(1, 3, 1, 1 + 37 * i, 17 + 71 * i, odd_dims[i], dt,
                                    (fj_causal)(i % 3), i == 4 ? 9 : -1, -1);
         snprintf(name, sizeof name, "odd-d%d-%s", odd_dims[i], fj_dtype_name(dt));
-        add_capped(b, name, d, odd_caps[i], scales[i % NELEMS(scales)], (fjt_layout)(i % 3),
-                   true, false);
+        add_capped(b, name, d, odd_caps[i], scales[i % NELEMS(scales)], (fjt_layout)(i % 3), true,
+                   false);
     }
 
     /* Gemma's caps on large scores: most of them saturate */
     for (int t = 0; t < 3; t++) {
-        fj_attention_desc d = desc(1, 8, 4, 96, 300, 128, all_dtypes[t], FJ_CAUSAL_BOTTOM_RIGHT,
-                                   -1, -1);
+        fj_attention_desc d =
+            desc(1, 8, 4, 96, 300, 128, all_dtypes[t], FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
         snprintf(name, sizeof name, "saturated-%s", fj_dtype_name(all_dtypes[t]));
         add_capped(b, name, d, t == 2 ? 30.0f : 50.0f, 8.0f, FJT_DENSE, true,
                    all_dtypes[t] != FJ_F32);

@@ -11,7 +11,8 @@ bool fjt_case_problem(const fjt_case *c, uint64_t suite_seed, fjt_problem *p)
 {
     fjt_rng rng;
     fjt_rng_init(&rng, fjt_case_seed(c, suite_seed));
-    if (c->oracle_rows) return fjt_problem_make_rows(p, &c->d, &rng, c->oracle_rows, c->n_oracle_rows);
+    if (c->oracle_rows)
+        return fjt_problem_make_rows(p, &c->d, &rng, c->oracle_rows, c->n_oracle_rows);
     return fjt_problem_make(p, &c->d, &rng);
 }
 
@@ -103,8 +104,7 @@ fj_status fjt_case_run(const fjt_case *c, const fjt_problem *p, fj_context *ctx,
         (s = fj_copy_to_host(ctx, out->o, dO, p->o_elems * es)) ||
         (out->lse && (s = fj_copy_to_host(ctx, out->lse, dl, lse_bytes))))
         fail_out(out, s);
-    else
-        out->err = fjt_compare(p, out->o, out->lse);
+    else out->err = fjt_compare(p, out->o, out->lse);
     fj_free(ctx, dq);
     fj_free(ctx, dk);
     fj_free(ctx, dv);
@@ -156,10 +156,10 @@ static double lse_distance(size_t n, const float *x, const float *y)
     return worst;
 }
 
-#define APPEND(buf, n, ...)                                                   \
-    do {                                                                      \
-        size_t used_ = strlen(buf);                                           \
-        if (used_ < (n)) snprintf((buf) + used_, (n) - used_, __VA_ARGS__);   \
+#define APPEND(buf, n, ...)                                               \
+    do {                                                                  \
+        size_t used_ = strlen(buf);                                       \
+        if (used_ < (n)) snprintf((buf) + used_, (n)-used_, __VA_ARGS__); \
     } while (0)
 
 bool fjt_case_judge(const fjt_case *c, const fjt_problem *p, const fjt_output *out,
@@ -204,9 +204,11 @@ bool fjt_case_judge(const fjt_case *c, const fjt_problem *p, const fjt_output *o
     }
 #undef BROKE
     if (broke[0]) {
-        APPEND(note, n, " | broke %s | max_abs %.3e nan %zu gaps %zu empty_rows_not_zero %zu "
-               "lse_inf_mismatch %zu", broke, e->max_abs, e->nan_count, e->gaps_written,
-               e->empty_not_zero, e->lse_mismatch);
+        APPEND(note, n,
+               " | broke %s | max_abs %.3e nan %zu gaps %zu empty_rows_not_zero %zu "
+               "lse_inf_mismatch %zu",
+               broke, e->max_abs, e->nan_count, e->gaps_written, e->empty_not_zero,
+               e->lse_mismatch);
     }
     APPEND(note, n, " | %s", out->kernel);
     return !broke[0];

@@ -22,13 +22,13 @@ fj_status fjt_case_plan(const fjt_case *c, fj_context *ctx, fj_plan **plan);
 
 /* One backend's run of a case. */
 typedef struct fjt_output {
-    fj_backend backend;  /* what the context resolved to */
-    fj_status status;    /* FJ_OK, or the failing call's (message in `message`) */
-    char message[512];   /* fj_last_error() of the failure; for UNSUPPORTED the backend's reason */
-    char kernel[160];    /* the plan's kernel (CUDA) or method (CPU) */
-    void *o;             /* host copy of the output (o_elems; poisoned before the run) */
-    float *lse;          /* host copy of lse, or NULL when the case has none */
-    fjt_error err;       /* against the oracle */
+    fj_backend backend; /* what the context resolved to */
+    fj_status status;   /* FJ_OK, or the failing call's (message in `message`) */
+    char message[512];  /* fj_last_error() of the failure; for UNSUPPORTED the backend's reason */
+    char kernel[160];   /* the plan's kernel (CUDA) or method (CPU) */
+    void *o;            /* host copy of the output (o_elems; poisoned before the run) */
+    float *lse;         /* host copy of lse, or NULL when the case has none */
+    fjt_error err;      /* against the oracle */
 } fjt_output;
 
 /* Runs c through a plan on ctx with poisoned outputs; the case's knob is set

@@ -49,7 +49,7 @@ static double now(void)
 }
 
 typedef struct options {
-    unsigned backends; /* FJT_ON bits; 0: every backend in the registry */
+    unsigned backends;  /* FJT_ON bits; 0: every backend in the registry */
     const char *filter; /* comma-separated substrings of "group/name"; NULL: all */
     bool list, perf, quick;
     int repeat, warmup, threads;
@@ -86,7 +86,8 @@ static bool parse_backends(const char *val, unsigned *bits)
     for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (!strcmp(tok, "reference")) tok = "cpu-reference";
         const fj_backend_entry *const *e = fj_backend_registry;
-        for (; *e && strcmp((*e)->name, tok); e++) {}
+        for (; *e && strcmp((*e)->name, tok); e++) {
+        }
         if (!*e) {
             fprintf(stderr, "fj_conformance: --backend: '%s' is not one of", tok);
             for (e = fj_backend_registry; *e; e++) fprintf(stderr, " %s", (*e)->name);
@@ -275,7 +276,8 @@ static void check_case(const fjt_case *c, uint64_t seed, backend_run *runs, int 
         double run_s = ref_s;
         t0 = now();
         if (runs[b].ctx == ref) out = &yard;
-        else if (out->status != FJ_ERR_UNSUPPORTED) fjt_case_run(c, &p, runs[b].ctx, out), run_s = now() - t0;
+        else if (out->status != FJ_ERR_UNSUPPORTED)
+            fjt_case_run(c, &p, runs[b].ctx, out), run_s = now() - t0;
         fjt_verdict v = fjt_case_verdict(c, &p, out, ref ? &yard : NULL, note, sizeof note);
         if (v != FJT_SKIP) {
             size_t len = strlen(note);
@@ -316,7 +318,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!chosen) {
-        fprintf(stderr, "fj_conformance: --filter '%s' matches none of the %d cases (--list shows them)\n",
+        fprintf(stderr,
+                "fj_conformance: --filter '%s' matches none of the %d cases (--list shows them)\n",
                 o.filter, all.n);
         fjt_case_list_free(&all);
         return 2;
@@ -379,8 +382,8 @@ int main(int argc, char **argv)
     }
     int failed = 0, ran = 0;
     for (int b = 0; b < n; b++) {
-        printf("# %s: %d %s, %d failed, %d skipped\n", fj_backend_name(runs[b].kind), runs[b].passed,
-               o.perf ? "timed" : "passed", runs[b].failed, runs[b].skipped);
+        printf("# %s: %d %s, %d failed, %d skipped\n", fj_backend_name(runs[b].kind),
+               runs[b].passed, o.perf ? "timed" : "passed", runs[b].failed, runs[b].skipped);
         failed += runs[b].failed;
         ran += runs[b].passed + runs[b].failed;
     }

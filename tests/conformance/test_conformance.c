@@ -48,7 +48,8 @@ static void test_list_stable_and_unique(void **state)
     for (int i = 0; i < a.n; i++) {
         assert_int_equal(fj_attention_desc_validate(&a.cases[i].d), FJ_OK);
         for (int j = i + 1; j < a.n; j++)
-            if (!strcmp(a.cases[i].group, a.cases[j].group) && !strcmp(a.cases[i].name, a.cases[j].name))
+            if (!strcmp(a.cases[i].group, a.cases[j].group) &&
+                !strcmp(a.cases[i].name, a.cases[j].name))
                 fail_msg("two cases named %s/%s", a.cases[i].group, a.cases[i].name);
     }
     /* the seed of a case depends on its name only, not its place */
@@ -80,13 +81,14 @@ static void test_families(void **state)
     int total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         int n = count_group(&l, sizes[i].group);
-        if (n != sizes[i].n) fail_msg("family %s has %d cases, not %d", sizes[i].group, n, sizes[i].n);
+        if (n != sizes[i].n)
+            fail_msg("family %s has %d cases, not %d", sizes[i].group, n, sizes[i].n);
         total += n;
     }
     assert_int_equal(total, l.n);
     /* the CUDA families must run on CUDA, as they did in test_cuda_grid */
     static const char *const cuda_groups[] = {"head-dims", "seqlens", "masks", "heads-layouts",
-                                              "scales", "sampled", "split", "softcap"};
+                                              "scales",    "sampled", "split", "softcap"};
     for (int i = 0; i < l.n; i++) {
         bool cuda = false;
         for (size_t g = 0; g < sizeof cuda_groups / sizeof cuda_groups[0]; g++)
@@ -136,8 +138,10 @@ static void test_coverage(void **state)
     }
     for (int k = 0; k < 3; k++) assert_true(causal[k] >= 50 && dtype[k] >= 50);
     for (int k = 0; k < FJT_LAYOUT_COUNT; k++)
-        if (layout[k] < 3) fail_msg("layout %s: %d cases", fjt_layout_name((fjt_layout)k), layout[k]);
-    assert_true(window_left >= 20 && window_right >= 20 && window_both >= 20 && causal_window >= 20);
+        if (layout[k] < 3)
+            fail_msg("layout %s: %d cases", fjt_layout_name((fjt_layout)k), layout[k]);
+    assert_true(window_left >= 20 && window_right >= 20 && window_both >= 20 &&
+                causal_window >= 20);
     assert_true(gqa >= 50 && mqa >= 50 && sq_gt_sk >= 100 && sq_lt_sk >= 100);
     assert_true(lse_on >= 100 && lse_off >= 30 && neg_scale >= 5 && decode >= 15 && size1 >= 50);
     assert_true(empty_rows >= 20 && dim_odd >= 20);
@@ -186,7 +190,10 @@ static size_t row_offset(const judged *j, bool empty)
     return 0;
 }
 
-static void spoil_nan(judged *j, fjt_output *o) { fjt_store(o->o, j->c.d.dtype, row_offset(j, false), NAN); }
+static void spoil_nan(judged *j, fjt_output *o)
+{
+    fjt_store(o->o, j->c.d.dtype, row_offset(j, false), NAN);
+}
 static void spoil_gap(judged *j, fjt_output *o)
 {
     /* padded layout: the element after the first row's head_dim values */
@@ -197,7 +204,10 @@ static void spoil_value(judged *j, fjt_output *o)
     for (int c = 0; c < j->c.d.head_dim; c++)
         fjt_store(o->o, j->c.d.dtype, row_offset(j, false) + (size_t)c, 0.9);
 }
-static void spoil_empty_row(judged *j, fjt_output *o) { fjt_store(o->o, j->c.d.dtype, row_offset(j, true), 0.25); }
+static void spoil_empty_row(judged *j, fjt_output *o)
+{
+    fjt_store(o->o, j->c.d.dtype, row_offset(j, true), 0.25);
+}
 static void spoil_lse_inf(judged *j, fjt_output *o)
 {
     for (size_t k = 0; k < j->p.lse_elems; k++)
@@ -237,8 +247,9 @@ static void test_judge_catches(void **state)
         void (*spoil)(judged *, fjt_output *);
         const char *broke;
     } spoils[] = {
-        {spoil_nan, "nan"},           {spoil_gap, "gaps"},         {spoil_value, "rel_fro"},
-        {spoil_empty_row, "empty-rows"}, {spoil_lse_inf, "lse-inf"}, {spoil_lse_value, "lse"},
+        {spoil_nan, "nan"},         {spoil_gap, "gaps"},
+        {spoil_value, "rel_fro"},   {spoil_empty_row, "empty-rows"},
+        {spoil_lse_inf, "lse-inf"}, {spoil_lse_value, "lse"},
     };
     for (size_t s = 0; s < sizeof spoils / sizeof spoils[0]; s++) {
         bool ok = judge_spoiled(&j, spoils[s].spoil, note, sizeof note);
@@ -334,8 +345,10 @@ typedef struct bench_row {
 static int parse_rows(const char *text, char *header, size_t header_n, bench_row *rows, int cap)
 {
     regex_t re;
-    assert_int_equal(regcomp(&re, "^(.{14}) ([^ ]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9]+) +([^ ]+)  (.*)$",
-                             REG_EXTENDED), 0);
+    assert_int_equal(
+        regcomp(&re, "^(.{14}) ([^ ]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9]+) +([^ ]+)  (.*)$",
+                REG_EXTENDED),
+        0);
     int n = 0;
     header[0] = '\0';
     for (const char *line = text; *line;) {
@@ -351,7 +364,8 @@ static int parse_rows(const char *text, char *header, size_t header_n, bench_row
         if (buf[0] == '#' || regexec(&re, buf, 9, m, 0)) continue;
         assert_true(n < cap);
         bench_row *r = &rows[n++];
-#define FIELD(dst, k) snprintf(dst, sizeof dst, "%.*s", (int)(m[k].rm_eo - m[k].rm_so), buf + m[k].rm_so)
+#define FIELD(dst, k) \
+    snprintf(dst, sizeof dst, "%.*s", (int)(m[k].rm_eo - m[k].rm_so), buf + m[k].rm_so)
         FIELD(r->backend, 1);
         FIELD(r->shape, 2);
         FIELD(r->lnch, 6);
@@ -376,12 +390,24 @@ static void test_perf_rows_match_bench(void **state)
     fjt_cli_result *bench = malloc(sizeof *bench), *perf = malloc(sizeof *perf);
     assert_non_null(bench);
     assert_non_null(perf);
-    const char *bench_argv[] = {flashjit_path, "bench", "--grid", "smoke", "--backends", "cpu,reference",
-                                "--dtypes", "f32,f16,bf16", "--repeat", "3", "--warmup", "0", NULL};
+    const char *bench_argv[] = {flashjit_path, "bench",        "--grid",
+                                "smoke",       "--backends",   "cpu,reference",
+                                "--dtypes",    "f32,f16,bf16", "--repeat",
+                                "3",           "--warmup",     "0",
+                                NULL};
     fjt_cli_run(dir, NULL, NULL, bench_argv, bench);
     fjt_cli_expect_status(bench, 0);
-    const char *perf_argv[] = {conformance_path, "--perf", "--backend", "cpu,reference", "--filter",
-                               "bench-smoke/", "--repeat", "3", "--warmup", "0", NULL};
+    const char *perf_argv[] = {conformance_path,
+                               "--perf",
+                               "--backend",
+                               "cpu,reference",
+                               "--filter",
+                               "bench-smoke/",
+                               "--repeat",
+                               "3",
+                               "--warmup",
+                               "0",
+                               NULL};
     fjt_cli_run(dir, NULL, NULL, perf_argv, perf);
     fjt_cli_expect_status(perf, 0);
     char hb[1024], hp[1024];
@@ -396,8 +422,10 @@ static void test_perf_rows_match_bench(void **state)
        the registry's: compare as sets of (backend, shape) */
     for (int i = 0; i < np; i++) {
         int k = 0;
-        while (k < nb && (strcmp(rb[k].backend, rp[i].backend) || strcmp(rb[k].shape, rp[i].shape))) k++;
-        if (k == nb) fail_msg("perf row %s | %s: bench has no such row", rp[i].backend, rp[i].shape);
+        while (k < nb && (strcmp(rb[k].backend, rp[i].backend) || strcmp(rb[k].shape, rp[i].shape)))
+            k++;
+        if (k == nb)
+            fail_msg("perf row %s | %s: bench has no such row", rp[i].backend, rp[i].shape);
         assert_string_equal(rp[i].lnch, rb[k].lnch);
         assert_string_equal(rp[i].err, rb[k].err);
         assert_string_equal(rp[i].kernel, rb[k].kernel);

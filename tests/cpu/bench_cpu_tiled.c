@@ -66,7 +66,7 @@
 /* Weak, as in src/cpu/blas_threads.c: present with OpenBLAS, NULL otherwise. */
 extern void openblas_set_num_threads(int n) __attribute__((weak));
 
-static int threads = 0; /* 0: one per online core, as the library's default */
+static int threads = 0;   /* 0: one per online core, as the library's default */
 static bool bhsd = false; /* -l bhsd: tensors [batch, heads, seq, head_dim] (PyTorch's) */
 static int repeats = 5;
 
@@ -221,8 +221,8 @@ static double sgemm_time(const sgemm_bench *g)
        count after, so set it before every measurement. */
     if (openblas_set_num_threads) openblas_set_num_threads(g->nthreads);
     double t0 = now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->n, g->n, g->n, 1.0f, g->a, g->n,
-                g->b, g->n, 0.0f, g->c, g->n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->n, g->n, g->n, 1.0f, g->a, g->n, g->b,
+                g->n, 0.0f, g->c, g->n);
     double t = now() - t0;
     /* OpenBLAS's own threads spin (sched_yield) for about 2^28 cycles after a
        multithreaded call before they sleep; let them, so they do not compete
@@ -363,8 +363,11 @@ static int run_table(const char *filter)
         for (int a = 0; a < 3; a++)
             for (int b = 0; b < 2; b++)
                 for (int c = 0; c < 2; c++)
-                    shapes[n++] = (shape){dtypes[t], 1, 8, 8, seqs[a], seqs[a], dims[b],
-                                          c ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1};
+                    shapes[n++] = (shape){dtypes[t], 1,
+                                          8,         8,
+                                          seqs[a],   seqs[a],
+                                          dims[b],   c ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE,
+                                          -1,        -1};
         shapes[n++] = (shape){dtypes[t], 1, 32, 8, 1, 8192, 128, FJ_CAUSAL_NONE, -1, -1};
     }
     static const shape extra[] = {
@@ -396,7 +399,9 @@ static int run_table(const char *filter)
     if (ng)
         printf("\nsgemm 2048^3 on %d threads over the whole run: median %.1f GFLOP/s\n", nthreads,
                median(all, ng));
-    if (!filter) bench_causal_ratio(tiled, (shape){FJ_F32, 1, 8, 8, 4096, 4096, 128, FJ_CAUSAL_NONE, -1, -1});
+    if (!filter)
+        bench_causal_ratio(tiled,
+                           (shape){FJ_F32, 1, 8, 8, 4096, 4096, 128, FJ_CAUSAL_NONE, -1, -1});
     free(all);
     sgemm_free(&g);
     fj_context_destroy(tiled);
@@ -420,7 +425,8 @@ static int run_decode(const char *filter)
     fj_context *ctx = make_context(FJ_BACKEND_CPU);
     const int nthreads = context_threads(ctx);
     printf("threads: %d; medians of %d rounds (decode path, tiled path, read of the same K and V "
-           "bytes, in turn); GB/s of K + V\n\n", nthreads, repeats);
+           "bytes, in turn); GB/s of K + V\n\n",
+           nthreads, repeats);
     printf("| %-34s | %-11s | %8s | %6s | %6s | %7s | %8s | %6s | %7s |\n", "shape", "kernels",
            "ms", "GB/s", "read", "of read", "tiled ms", "GB/s", "speedup");
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
@@ -429,8 +435,8 @@ static int run_decode(const char *filter)
     for (int t = 0; t < 3; t++)
         for (int h = 0; h < 2; h++)
             for (int sk = 0; sk < 2; sk++) {
-                shape sh = {dtypes[t], 1, heads_q[h], heads_kv[h], 1, seqs[sk], 128,
-                            FJ_CAUSAL_NONE, -1, -1};
+                shape sh = {dtypes[t], 1,   heads_q[h],     heads_kv[h], 1,
+                            seqs[sk],  128, FJ_CAUSAL_NONE, -1,          -1};
                 if (filter && !strstr(shape_str(&sh), filter)) continue;
                 fj_attention_desc d = shape_desc(&sh);
                 fj_plan *dec, *til;
@@ -461,7 +467,8 @@ static int run_decode(const char *filter)
                 double of_read[64];
                 for (int r = 0; r < repeats; r++) of_read[r] = rt[r] / dt[r];
                 double dm = median(dt, repeats), tm = median(tt, repeats), rm = median(rt, repeats);
-                printf("| %-34s | %-11s | %8.3f | %6.1f | %6.1f | %6.0f%% | %8.3f | %6.1f | %6.1fx |\n",
+                printf("| %-34s | %-11s | %8.3f | %6.1f | %6.1f | %6.0f%% | %8.3f | %6.1f | %6.1fx "
+                       "|\n",
                        shape_str(&sh), kernels_of(dec), dm * 1e3, 2 * kv / dm * 1e-9,
                        2 * kv / rm * 1e-9, 100 * median(of_read, repeats), tm * 1e3,
                        2 * kv / tm * 1e-9, tm / dm);
@@ -601,17 +608,17 @@ static int run_rates(void)
     for (int i = 0; i < 16 * 192 + 1024; i++) buf[i] = 1e-3f * (float)(i % 7);
     for (int i = 0; i < 5 * 512; i++) tiles[i] = 0x3f80;
     printf("512-bit FMA, registers only (12 chains): %.2f per ns\n", rate_fma());
-    printf("512-bit FMA, each fed by a load from L1 (12 chains): %.2f per ns\n", rate_fma_load(buf));
+    printf("512-bit FMA, each fed by a load from L1 (12 chains): %.2f per ns\n",
+           rate_fma_load(buf));
     if (__builtin_cpu_supports("avx512bf16"))
         printf("vdpbf16ps 512-bit (32 products each, 12 chains): %.2f per ns\n", rate_dpbf16());
-    else
-        printf("vdpbf16ps: no AVX-512 BF16 on this CPU\n");
+    else printf("vdpbf16ps: no AVX-512 BF16 on this CPU\n");
     if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
         syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0)
         printf("AMX tdpbf16ps 16x16x32 with its A and B tile loads (4 C tiles in turn): %.2f ns "
-               "each\n", rate_amx(tiles, tiles + 512));
-    else
-        printf("AMX: not usable here\n");
+               "each\n",
+               rate_amx(tiles, tiles + 512));
+    else printf("AMX: not usable here\n");
     free(buf);
     free(tiles);
     return 0;
@@ -619,16 +626,18 @@ static int run_rates(void)
 #endif
 
 /* Best of `repeats` batches of `calls` calls of one kernel: ns per key. */
-#define KERNEL_TIME(out, ...)                                                    \
-    do {                                                                         \
-        double best_ = 1e30;                                                     \
-        for (int r_ = 0; r_ < repeats; r_++) {                                   \
-            double t0_ = thread_seconds();                                       \
-            for (int c_ = 0; c_ < calls; c_++) { __VA_ARGS__; }                  \
-            double t_ = thread_seconds() - t0_;                                  \
-            if (t_ < best_) best_ = t_;                                          \
-        }                                                                        \
-        out = best_ / calls / nk * 1e9;                                          \
+#define KERNEL_TIME(out, ...)                    \
+    do {                                         \
+        double best_ = 1e30;                     \
+        for (int r_ = 0; r_ < repeats; r_++) {   \
+            double t0_ = thread_seconds();       \
+            for (int c_ = 0; c_ < calls; c_++) { \
+                __VA_ARGS__;                     \
+            }                                    \
+            double t_ = thread_seconds() - t0_;  \
+            if (t_ < best_) best_ = t_;          \
+        }                                        \
+        out = best_ / calls / nk * 1e9;          \
     } while (0)
 
 static int run_kernels(void)
@@ -645,7 +654,8 @@ static int run_kernels(void)
         return 1;
     }
     printf("one thread, thread CPU time, head dim %d, blocks of %d keys in cache, best of %d "
-           "batches of %d calls: ns per key\n\n", D, NK, repeats, CALLS);
+           "batches of %d calls: ns per key\n\n",
+           D, NK, repeats, CALLS);
     printf("| kernels | dtype | rows | scores | softmax | values | sum |\n");
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
     static const fj_dtype dtypes[] = {FJ_F32, FJ_BF16, FJ_F16};
@@ -658,7 +668,8 @@ static int run_kernels(void)
                                                                    : NULL;
             if (!kern) continue;
             fill(kv, dtypes[t], (size_t)2 * NK * D);
-            const char *k = kv, *v = (const char *)kv + (size_t)NK * D * (dtypes[t] == FJ_F32 ? 4 : 2);
+            const char *k = kv,
+                       *v = (const char *)kv + (size_t)NK * D * (dtypes[t] == FJ_F32 ? 4 : 2);
             for (int i = 0; i < MAXR * DPAD; i++) {
                 float x = next_uniform();
                 if (kern->q_bf16) ((uint16_t *)q)[i] = i % DPAD < D ? fj_f32_to_bf16(x) : 0;
@@ -669,10 +680,11 @@ static int run_kernels(void)
                 double ts, tm, tv;
                 KERNEL_TIME(ts, kern->scores(q, DPAD, nr, k, D, nk, D, 0.1f, s, NK, scratch));
                 /* (each step leaves probabilities in s, valid scores for the next) */
-                KERNEL_TIME(tm, for (int r = 0; r < nr; r++) {
-                    float m = -INFINITY, l = 0.0f;
-                    fj_tiled_softmax_step(s + r * NK, nk, &m, &l);
-                });
+                KERNEL_TIME(
+                    tm, for (int r = 0; r < nr; r++) {
+                        float m = -INFINITY, l = 0.0f;
+                        fj_tiled_softmax_step(s + r * NK, nk, &m, &l);
+                    });
                 memset(acc, 0, sizeof(float) * MAXR * DPAD);
                 KERNEL_TIME(tv, kern->accumulate(s, NK, nr, v, D, nk, D, acc, DPAD, scratch));
                 printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f |\n", kern->name,
@@ -692,8 +704,8 @@ static int run_prefill(const char *filter)
 {
     fj_context *ctx = make_context(FJ_BACKEND_CPU);
     const int nthreads = context_threads(ctx);
-    printf("threads: %d; medians of %d rounds (the plan's path, then the tiled path)\n\n",
-           nthreads, repeats);
+    printf("threads: %d; medians of %d rounds (the plan's path, then the tiled path)\n\n", nthreads,
+           repeats);
     printf("| %-40s | %-34s | %8s | %6s | %8s | %6s | %7s |\n", "shape", "method", "ms", "GF/s",
            "tiled ms", "GF/s", "speedup");
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
@@ -701,8 +713,9 @@ static int run_prefill(const char *filter)
     for (int a = 0; a < 3; a++)
         for (int bd = 0; bd < 2; bd++)
             for (int c = 0; c < 2; c++) {
-                shape sh = {FJ_BF16, 1, 8, 8, seqs[a], seqs[a], dims[bd],
-                            c ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1};
+                shape sh = {FJ_BF16, 1,       8,        8,
+                            seqs[a], seqs[a], dims[bd], c ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE,
+                            -1,      -1};
                 if (filter && !strstr(shape_str(&sh), filter)) continue;
                 fj_attention_desc d = shape_desc(&sh);
                 fj_plan *plan, *til;
@@ -794,8 +807,8 @@ static int run_sweep(char **argv, int argc)
     static double times[MAXCELLS][64];
     for (int r = 0; r < repeats; r++)
         for (int c = 0; c < CELLS; c++) times[c][r] = time_plan(plans[c], &t);
-    printf("%s: GFLOP/s (best of %d) by block_q (rows) x block_k (columns)\n%6s",
-           shape_str(&sh), repeats, "");
+    printf("%s: GFLOP/s (best of %d) by block_q (rows) x block_k (columns)\n%6s", shape_str(&sh),
+           repeats, "");
     for (int c = 0; c < NK; c++) printf(" %7d", bks[c]);
     printf("\n");
     for (int c = 0; c < CELLS; c++) {

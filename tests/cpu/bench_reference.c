@@ -34,11 +34,12 @@ static void gemm_task(void *arg, int64_t t, int worker)
     (void)t;
     gemm_job *j = arg;
     float *q = j->ws + (size_t)worker * j->ws_floats, *k = q + (size_t)j->rows * j->d;
-    float *v = k + (size_t)j->sk * j->d, *s = v + (size_t)j->sk * j->d, *o = s + (size_t)j->rows * j->sk;
+    float *v = k + (size_t)j->sk * j->d, *s = v + (size_t)j->sk * j->d,
+          *o = s + (size_t)j->rows * j->sk;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->rows, j->sk, j->d, 1.0f, q, j->d, k,
                 j->d, 0.0f, s, j->sk);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->rows, j->d, j->sk, 1.0f, s, j->sk,
-                v, j->d, 0.0f, o, j->d);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->rows, j->d, j->sk, 1.0f, s, j->sk, v,
+                j->d, 0.0f, o, j->d);
 }
 
 static int cmp(const void *a, const void *b)
@@ -64,12 +65,14 @@ int main(int argc, char **argv)
     int rows = 0, threads = 0;
     const char *desc = fj_plan_describe(plan);
     const char *b = strstr(desc, "block of "), *t = strstr(desc, "MiB per thread, ");
-    if (!b || !t || sscanf(b, "block of %d", &rows) != 1 || sscanf(t, "MiB per thread, %d", &threads) != 1)
+    if (!b || !t || sscanf(b, "block of %d", &rows) != 1 ||
+        sscanf(t, "MiB per thread, %d", &threads) != 1)
         return fprintf(stderr, "cannot read the block height from:\n%s", desc), 1;
 
     size_t n = (size_t)S * H * D;
     float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *out = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) q[i] = k[i] = v[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (size_t i = 0; i < n; i++)
+        q[i] = k[i] = v[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
 
     fj_pool *pool;
     fj_pool_create(threads, &pool);
@@ -93,14 +96,22 @@ int main(int argc, char **argv)
     qsort(tr, (size_t)R, sizeof(double), cmp);
     qsort(tg, (size_t)R, sizeof(double), cmp);
     double flops = fj_attention_flops(&d);
-    printf("reference  b1 h%d s%d d%d f32, %d threads, blocks of %d rows\n", H, S, D, threads, rows);
-    printf("  reference execute   %8.2f ms  %6.1f GFLOP/s\n", tr[R / 2] * 1e3, flops / tr[R / 2] / 1e9);
-    printf("  its two sgemms only %8.2f ms  %6.1f GFLOP/s\n", tg[R / 2] * 1e3, flops / tg[R / 2] / 1e9);
+    printf("reference  b1 h%d s%d d%d f32, %d threads, blocks of %d rows\n", H, S, D, threads,
+           rows);
+    printf("  reference execute   %8.2f ms  %6.1f GFLOP/s\n", tr[R / 2] * 1e3,
+           flops / tr[R / 2] / 1e9);
+    printf("  its two sgemms only %8.2f ms  %6.1f GFLOP/s\n", tg[R / 2] * 1e3,
+           flops / tg[R / 2] / 1e9);
     printf("  ratio               %8.2f    (bar: <= 1.5)\n", tr[R / 2] / tg[R / 2]);
     fj_plan_destroy(plan);
     fj_context_destroy(ctx);
     fj_pool_destroy(pool);
     free(job.ws);
-    free(q); free(k); free(v); free(out); free(tr); free(tg);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(tr);
+    free(tg);
     return 0;
 }

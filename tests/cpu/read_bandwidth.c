@@ -101,7 +101,11 @@ int fjt_read_seconds(const void *const *bufs, const size_t *bytes, int n, int th
 {
     enum { MAX_THREADS = 256 };
     if (threads < 1 || threads > MAX_THREADS || passes < 1) return -1;
-    team t = {.bufs = bufs, .bytes = bytes, .n = n, .threads = threads, .passes = passes,
+    team t = {.bufs = bufs,
+              .bytes = bytes,
+              .n = n,
+              .threads = threads,
+              .passes = passes,
               .seconds = seconds};
     if (pthread_barrier_init(&t.barrier, NULL, (unsigned)threads)) return -1;
     pthread_mutex_init(&t.lock, NULL);

@@ -48,7 +48,8 @@ static void plan_text(fj_context *ctx, const fj_attention_desc *d, char *out, si
 {
     fj_plan *plan;
     fj_status s = fj_plan_create(ctx, d, &plan);
-    if (s) fail_msg("%s: fj_plan_create: %s: %s", fjt_desc_str(d), fj_status_name(s), fj_last_error());
+    if (s)
+        fail_msg("%s: fj_plan_create: %s: %s", fjt_desc_str(d), fj_status_name(s), fj_last_error());
     snprintf(out, n, "%s", fj_plan_describe(plan));
     fj_plan_destroy(plan);
 }
@@ -98,7 +99,8 @@ static void check_method(fj_context *ctx, const fj_attention_desc *d, fjt_rng *r
     plan_text(ctx, d, text, sizeof text);
     if (!strstr(text, method)) fail_msg("%s: not '%s':\n%s", fjt_desc_str(d), method, text);
     snprintf(want, sizeof want, "kernels: %s ", kernels ? kernels : "");
-    if (kernels && !strstr(text, want)) fail_msg("%s: not the %s kernels:\n%s", fjt_desc_str(d), kernels, text);
+    if (kernels && !strstr(text, want))
+        fail_msg("%s: not the %s kernels:\n%s", fjt_desc_str(d), kernels, text);
 
     fjt_problem p;
     if (!fjt_problem_make(&p, d, rng)) fail_msg("out of memory making %s", fjt_desc_str(d));
@@ -158,8 +160,10 @@ static void set_layouts(fj_attention_desc *d, enum layout l)
 /* Head dims around the kernels' vector widths (16 floats, 32 bf16) and the
  * 128-column passes; key counts around the 16-key groups, the 128-key blocks
  * and the 512-key chunks. */
-static const int dims[] = {1, 7, 8, 15, 16, 17, 31, 32, 33, 48, 64, 80, 96, 127, 128, 129, 160, 200, 255, 256};
-static const int keys[] = {1, 2, 15, 16, 17, 100, 127, 128, 129, 255, 256, 257, 700, 1024, 1100, 2049, 3001};
+static const int dims[] = {1,  7,  8,  15,  16,  17,  31,  32,  33,  48,
+                           64, 80, 96, 127, 128, 129, 160, 200, 255, 256};
+static const int keys[] = {1,   2,   15,  16,  17,   100,  127,  128, 129,
+                           255, 256, 257, 700, 1024, 1100, 2049, 3001};
 static const int positions[] = {1, 1, 1, 2, 3, 4, 5, 8, 16};
 
 /* A random decode-shaped problem: rows per kv head (positions x group) at
@@ -305,8 +309,7 @@ static void test_softcap(void **state)
                 random_decode(&rng, &d);
                 d.softcap = caps[fjt_range(&rng, 0, NELEMS(caps) - 1)];
                 if (fjt_range(&rng, 0, 1)) d.scale = (float)(0.5 + 2.0 * fjt_uniform(&rng));
-                check_decode(ctx, &d, &rng,
-                             modes[m] == FJ_CPU_DECODE_GENERIC ? "generic" : NULL);
+                check_decode(ctx, &d, &rng, modes[m] == FJ_CPU_DECODE_GENERIC ? "generic" : NULL);
             }
             fj_context_destroy(ctx);
         }
@@ -334,8 +337,7 @@ static void test_alibi_sinks(void **state)
                 random_decode(&rng, &d);
                 d.features = (uint32_t)fjt_range(&rng, 1, 3);
                 if (fjt_range(&rng, 0, 2) == 0) d.softcap = 5.0f;
-                check_decode(ctx, &d, &rng,
-                             modes[m] == FJ_CPU_DECODE_GENERIC ? "generic" : NULL);
+                check_decode(ctx, &d, &rng, modes[m] == FJ_CPU_DECODE_GENERIC ? "generic" : NULL);
             }
             fj_context_destroy(ctx);
         }
@@ -361,7 +363,8 @@ static void test_amx_prefill(void **state)
             const int group = groups[fjt_range(&rng, 0, NELEMS(groups) - 1)];
             const int hkv = fjt_range(&rng, 1, 2);
             int sq = lens[fjt_range(&rng, 0, NELEMS(lens) - 1)];
-            if ((int64_t)sq * group <= FJ_CPU_DECODE_MAX_ROWS) sq = FJ_CPU_DECODE_MAX_ROWS / group + 1;
+            if ((int64_t)sq * group <= FJ_CPU_DECODE_MAX_ROWS)
+                sq = FJ_CPU_DECODE_MAX_ROWS / group + 1;
             const int sk = lens[fjt_range(&rng, 0, NELEMS(lens) - 1)] + fjt_range(&rng, 0, 200);
             fj_attention_desc d;
             fj_attention_desc_init(&d, fjt_range(&rng, 1, 2), hkv * group, hkv, sq, sk,
@@ -395,8 +398,8 @@ static void test_edges(void **state)
     static const struct {
         int hq, hkv, sq, sk, dim;
     } shapes[] = {
-        {1, 1, 1, 1, 1},     {4, 1, 1, 17, 33},   {8, 2, 2, 129, 128}, {16, 1, 1, 257, 256},
-        {3, 3, 5, 300, 80},  {2, 1, 8, 1100, 64}, {32, 8, 1, 2049, 128}, {6, 6, 16, 40, 17},
+        {1, 1, 1, 1, 1},    {4, 1, 1, 17, 33},   {8, 2, 2, 129, 128},   {16, 1, 1, 257, 256},
+        {3, 3, 5, 300, 80}, {2, 1, 8, 1100, 64}, {32, 8, 1, 2049, 128}, {6, 6, 16, 40, 17},
     };
     static const fj_cpu_decode_mode modes[] = {FJ_CPU_DECODE_AUTO, FJ_CPU_DECODE_GENERIC,
                                                FJ_CPU_DECODE_NO_AMX};
@@ -413,7 +416,8 @@ static void test_edges(void **state)
                     if (s % 3 == 1) d.window_left = shapes[s].sk / 3;
                     if (s % 4 == 2) d.window_right = 1;
                     set_layouts(&d, (enum layout)((s + t) % LAYOUTS));
-                    check_decode(ctx, &d, &rng, modes[mode] == FJ_CPU_DECODE_GENERIC ? "generic" : NULL);
+                    check_decode(ctx, &d, &rng,
+                                 modes[mode] == FJ_CPU_DECODE_GENERIC ? "generic" : NULL);
                 }
         fj_context_destroy(ctx);
     }
@@ -582,7 +586,8 @@ static void test_choice(void **state)
        tasks wanted, none on one worker */
     fj_attention_desc_init(&d, 1, 4, 1, 1, 8192, 64, FJ_BF16);
     plan_text(ctx, &d, text, sizeof text);
-    if (!strstr(text, "merged by lse")) fail_msg("one kv head, 8192 keys, 2 workers: no split:\n%s", text);
+    if (!strstr(text, "merged by lse"))
+        fail_msg("one kv head, 8192 keys, 2 workers: no split:\n%s", text);
     fj_context *one = make_context(1);
     plan_text(one, &d, text, sizeof text);
     if (!strstr(text, "in 1 chunk(s)")) fail_msg("one worker: split:\n%s", text);

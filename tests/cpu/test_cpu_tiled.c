@@ -98,7 +98,8 @@ static void test_rescaling_ramps(void **state)
     (void)state;
     const int S = 200, D = 16;
     assert_int_equal(fj_cpu_tiled_force_blocks(7, 5), FJ_OK);
-    fj_context *tiled = make_context(FJ_BACKEND_CPU, 2), *ref = make_context(FJ_BACKEND_CPU_REFERENCE, 2);
+    fj_context *tiled = make_context(FJ_BACKEND_CPU, 2),
+               *ref = make_context(FJ_BACKEND_CPU_REFERENCE, 2);
     float *q = malloc(sizeof(float) * S * D), *k = malloc(sizeof(float) * S * D),
           *v = malloc(sizeof(float) * S * D), *o1 = malloc(sizeof(float) * S * D),
           *o2 = malloc(sizeof(float) * S * D), *l1 = malloc(sizeof(float) * S),
@@ -260,8 +261,8 @@ static void test_row_kernel_steps(void **state)
                          (double)factor, want_factor, (double)m, dm);
             for (int j = 0; j < n; j++) {
                 if (ref[j] == 0.0 ? x[j] != 0.0f : !(fabs(x[j] - ref[j]) <= 1e-6 * ref[j]))
-                    fail_msg("trial %d step %d n %d [%d, %d): x[%d] = %.9g, want %.9g", trial,
-                             step, n, lo, hi, j, (double)x[j], ref[j]);
+                    fail_msg("trial %d step %d n %d [%d, %d): x[%d] = %.9g, want %.9g", trial, step,
+                             n, lo, hi, j, (double)x[j], ref[j]);
             }
             if (!(fabs(sum - dsum) <= 2e-6 * dsum))
                 fail_msg("trial %d step %d: sum %.9g, want %.9g", trial, step, (double)sum, dsum);
@@ -323,7 +324,8 @@ static void test_force_blocks_hook(void **state)
     assert_int_equal(fj_cpu_tiled_force_blocks(0, 0), FJ_OK);
     assert_int_equal(fj_plan_create(c->tiled, &d, &plan), FJ_OK);
     text = fj_plan_describe(plan);
-    if (!strstr(text, "heuristic") || strstr(text, "forced")) fail_msg("unexpected describe:\n%s", text);
+    if (!strstr(text, "heuristic") || strstr(text, "forced"))
+        fail_msg("unexpected describe:\n%s", text);
     /* blocks never exceed what the problem has: 100 rows, 90 keys */
     fj_cpu_tiled_blocks blocks;
     fj_problem p;
@@ -344,19 +346,29 @@ static void test_force_blocks_hook(void **state)
 static void test_geometry_at_int_max(void **state)
 {
     const checkers *c = *state;
-    static const struct { int batch, hq, hkv, sq; } shapes[] = {
-        {1, 1, 1, INT_MAX},       {2, 1, 1, INT_MAX - 1},   {1, 1, 1, INT_MAX - 511},
-        {1, 1, 1, INT_MAX - 512}, {3, 1, 1, INT_MAX - 4095}, {1, INT_MAX, 1, 1},
-        {1, INT_MAX - 1, 1, 2},   {2, INT_MAX - 511, 1, 1}, {1, 2147483646, 2, 1},
-        {1, 1 << 30, 1 << 29, 3}, {1, INT_MAX, INT_MAX, 1}, {2, INT_MAX - 62, INT_MAX - 62, 1},
+    static const struct {
+        int batch, hq, hkv, sq;
+    } shapes[] = {
+        {1, 1, 1, INT_MAX},
+        {2, 1, 1, INT_MAX - 1},
+        {1, 1, 1, INT_MAX - 511},
+        {1, 1, 1, INT_MAX - 512},
+        {3, 1, 1, INT_MAX - 4095},
+        {1, INT_MAX, 1, 1},
+        {1, INT_MAX - 1, 1, 2},
+        {2, INT_MAX - 511, 1, 1},
+        {1, 2147483646, 2, 1},
+        {1, 1 << 30, 1 << 29, 3},
+        {1, INT_MAX, INT_MAX, 1},
+        {2, INT_MAX - 62, INT_MAX - 62, 1},
         {1, 2147483640, 268435455, 1},
     };
     static const int blocks[] = {1, 2, 3, 7, 64, 100, 511, 512, 4096};
     int decode_plans = 0;
     for (int s = 0; s < NELEMS(shapes); s++) {
         fj_attention_desc d;
-        fj_attention_desc_init(&d, shapes[s].batch, shapes[s].hq, shapes[s].hkv, shapes[s].sq, 4,
-                               8, FJ_BF16);
+        fj_attention_desc_init(&d, shapes[s].batch, shapes[s].hq, shapes[s].hkv, shapes[s].sq, 4, 8,
+                               FJ_BF16);
         /* K and V broadcast over batch: only the output needs the memory */
         d.k_stride[0] = d.v_stride[0] = 0;
         d.k_stride[1] = d.v_stride[1] = (int64_t)shapes[s].hkv * 8;
@@ -368,19 +380,18 @@ static void test_geometry_at_int_max(void **state)
             fj_cpu_tiled_geometry_of(&p, blocks[b], &g);
             int64_t heads = (int64_t)g.head_chunks * g.heads_per_block;
             int64_t positions = g.position_blocks * g.positions_per_block;
-            bool ok = g.heads_per_block >= 1 && g.head_chunks >= 1 &&
-                      g.positions_per_block >= 1 && g.position_blocks >= 1 &&
-                      heads >= p.group && heads - g.heads_per_block < p.group &&
-                      positions >= p.seqlen_q && positions - g.positions_per_block < p.seqlen_q &&
-                      g.rows == g.positions_per_block * g.heads_per_block &&
-                      g.rows <= blocks[b] &&
+            bool ok = g.heads_per_block >= 1 && g.head_chunks >= 1 && g.positions_per_block >= 1 &&
+                      g.position_blocks >= 1 && heads >= p.group &&
+                      heads - g.heads_per_block < p.group && positions >= p.seqlen_q &&
+                      positions - g.positions_per_block < p.seqlen_q &&
+                      g.rows == g.positions_per_block * g.heads_per_block && g.rows <= blocks[b] &&
                       g.tasks == (int64_t)p.batch * p.heads_kv * g.head_chunks * g.position_blocks;
             if (!ok)
                 fail_msg("b%d hq%d hkv%d sq%d, block_q %d: heads %d x %d chunks, positions %d x "
                          "%lld blocks, rows %d, tasks %lld: not every row is covered once",
                          p.batch, p.heads_q, p.heads_kv, p.seqlen_q, blocks[b], g.heads_per_block,
-                         g.head_chunks, g.positions_per_block, (long long)g.position_blocks,
-                         g.rows, (long long)g.tasks);
+                         g.head_chunks, g.positions_per_block, (long long)g.position_blocks, g.rows,
+                         (long long)g.tasks);
         }
         /* the heuristic's choice, and a plan on it */
         fj_cpu_tiled_blocks chosen;
@@ -401,7 +412,8 @@ static void test_geometry_at_int_max(void **state)
             decode_plans++;
             if (units < 1 || units * per_task < (long long)p.batch * p.heads_kv)
                 fail_msg("b%d hkv%d: %lld unit(s) of %lld kv head(s) do not cover every kv "
-                         "head:\n%s", p.batch, p.heads_kv, units, per_task, text);
+                         "head:\n%s",
+                         p.batch, p.heads_kv, units, per_task, text);
         }
         fj_plan_destroy(plan);
     }
@@ -433,14 +445,10 @@ int main(void)
 {
     suite_seed = fjt_seed();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_row_kernel_exp2),
-        cmocka_unit_test(test_row_kernel_steps),
-        cmocka_unit_test(test_force_blocks_hook),
-        cmocka_unit_test(test_workspace_bounded),
-        cmocka_unit_test(test_geometry_at_int_max),
-        cmocka_unit_test(test_head_chunks),
-        cmocka_unit_test(test_thread_counts),
-        cmocka_unit_test(test_rescaling_ramps),
+        cmocka_unit_test(test_row_kernel_exp2),     cmocka_unit_test(test_row_kernel_steps),
+        cmocka_unit_test(test_force_blocks_hook),   cmocka_unit_test(test_workspace_bounded),
+        cmocka_unit_test(test_geometry_at_int_max), cmocka_unit_test(test_head_chunks),
+        cmocka_unit_test(test_thread_counts),       cmocka_unit_test(test_rescaling_ramps),
         cmocka_unit_test(test_forced_small_blocks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -21,9 +21,16 @@
 #define MAX_DEVICES 8
 #define MAX_FAILURES 16
 
-enum { E_INVALID_VALUE = 1, E_NOT_INITIALIZED = 3, E_INVALID_DEVICE = 101,
-       E_INVALID_IMAGE = 200, E_INVALID_CONTEXT = 201, E_INVALID_HANDLE = 400, E_NOT_FOUND = 500,
-       E_LAUNCH_OUT_OF_RESOURCES = 701 };
+enum {
+    E_INVALID_VALUE = 1,
+    E_NOT_INITIALIZED = 3,
+    E_INVALID_DEVICE = 101,
+    E_INVALID_IMAGE = 200,
+    E_INVALID_CONTEXT = 201,
+    E_INVALID_HANDLE = 400,
+    E_NOT_FOUND = 500,
+    E_LAUNCH_OUT_OF_RESOURCES = 701
+};
 enum { NVRTC_OK = 0, NVRTC_INVALID_INPUT = 3, NVRTC_INVALID_PROGRAM = 4, NVRTC_COMPILATION = 6 };
 
 typedef struct fake_function {
@@ -75,10 +82,10 @@ static int injected(const char *call)
     return r;
 }
 
-#define INJECT(call)                  \
-    do {                              \
-        int r_ = injected(call);      \
-        if (r_) return r_;            \
+#define INJECT(call)             \
+    do {                         \
+        int r_ = injected(call); \
+        if (r_) return r_;       \
     } while (0)
 
 static bool initialized(void)
@@ -100,17 +107,17 @@ static int need_context(void)
     return E_INVALID_CONTEXT;
 }
 
-#define NEED_CONTEXT()                \
-    do {                              \
-        int r_ = need_context();      \
-        if (r_) return r_;            \
+#define NEED_CONTEXT()           \
+    do {                         \
+        int r_ = need_context(); \
+        if (r_) return r_;       \
     } while (0)
 
-#define COUNT(field)                  \
-    do {                              \
-        pthread_mutex_lock(&lock);    \
-        st.counts.field++;            \
-        pthread_mutex_unlock(&lock);  \
+#define COUNT(field)                 \
+    do {                             \
+        pthread_mutex_lock(&lock);   \
+        st.counts.field++;           \
+        pthread_mutex_unlock(&lock); \
     } while (0)
 
 /* ---- driver: errors, init, devices ---------------------------------------- */
@@ -127,7 +134,8 @@ static const struct {
     {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
-    {209, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+    {209, "CUDA_ERROR_NO_BINARY_FOR_GPU",
+     "no kernel image is available for execution on the device"},
     {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
@@ -239,10 +247,7 @@ static CUresult f_cuDeviceTotalMem(size_t *bytes, CUdevice d)
     return 0;
 }
 
-CUcontext fake_primary_context(int ordinal)
-{
-    return (CUcontext)(void *)&primary_storage[ordinal];
-}
+CUcontext fake_primary_context(int ordinal) { return (CUcontext)(void *)&primary_storage[ordinal]; }
 
 static CUresult f_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
@@ -473,9 +478,9 @@ static CUresult f_cuTensorMapEncodeTiled(void *map, int type, uint32_t rank, voi
 {
     INJECT("cuTensorMapEncodeTiled");
     NEED_CONTEXT(); /* as the driver: CUDA_ERROR_INVALID_CONTEXT without one */
-    if (!map || (uintptr_t)map % 64 || (uintptr_t)address % 16 || rank < 1 || rank > 5 ||
-        !dim || !box || !element_strides || interleave != 0 || swizzle < 0 || swizzle > 3 ||
-        l2 < 0 || l2 > 3 || oob < 0 || oob > 1 ||
+    if (!map || (uintptr_t)map % 64 || (uintptr_t)address % 16 || rank < 1 || rank > 5 || !dim ||
+        !box || !element_strides || interleave != 0 || swizzle < 0 || swizzle > 3 || l2 < 0 ||
+        l2 > 3 || oob < 0 || oob > 1 ||
         (type != FJ_CU_TENSOR_MAP_DATA_TYPE_FLOAT16 && type != FJ_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16))
         return E_INVALID_VALUE;
     for (uint32_t i = 0; i < rank; i++) {
@@ -750,7 +755,8 @@ static void fill_driver(void)
     table.cuModuleGetFunction = f_cuModuleGetFunction;
     table.cuFuncSetAttribute = f_cuFuncSetAttribute;
     table.cuFuncGetAttribute = f_cuFuncGetAttribute;
-    table.cuOccupancyMaxActiveBlocksPerMultiprocessor = f_cuOccupancyMaxActiveBlocksPerMultiprocessor;
+    table.cuOccupancyMaxActiveBlocksPerMultiprocessor =
+        f_cuOccupancyMaxActiveBlocksPerMultiprocessor;
     table.cuLaunchKernel = f_cuLaunchKernel;
     table.cuLaunchKernelEx = f_cuLaunchKernelEx;
     table.cuTensorMapEncodeTiled = f_cuTensorMapEncodeTiled;

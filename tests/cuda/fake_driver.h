@@ -43,19 +43,19 @@ void fake_set_compile_delay_us(int us);
 typedef struct fake_launch {
     unsigned grid[3], block[3], smem;
     CUstream stream;
-    CUcontext ctx; /* the context current when it was launched */
+    CUcontext ctx;     /* the context current when it was launched */
     bool programmatic; /* cuLaunchKernelEx with programmatic stream serialization */
     fj_fwd_params params;
 } fake_launch;
 
 typedef struct fake_counts {
-    int compiles;         /* nvrtcCompileProgram that succeeded */
+    int compiles; /* nvrtcCompileProgram that succeeded */
     int module_loads, module_unloads;
     int launches;
     int allocs, frees;
     int retains, releases; /* primary contexts */
-    int no_context;       /* calls made with no context current (bugs) */
-    int max_dyn_smem_set; /* last CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    int no_context;        /* calls made with no context current (bugs) */
+    int max_dyn_smem_set;  /* last CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
     int ctx_syncs, stream_syncs;
 } fake_counts;
 

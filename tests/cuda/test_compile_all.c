@@ -33,17 +33,17 @@ static fj_status nvrtc_status;
 static char nvrtc_reason[1024];
 static const fj_cuda_api *nvrtc;
 
-#define REQUIRE_NVRTC()                                                               \
-    do {                                                                              \
-        if (nvrtc_status != FJ_OK) {                                                  \
-            print_message("SKIPPED: NVRTC is not loadable: %s: %s\n",                 \
-                          fj_status_name(nvrtc_status), nvrtc_reason);                \
-            skip();                                                                   \
-        }                                                                             \
+#define REQUIRE_NVRTC()                                                \
+    do {                                                               \
+        if (nvrtc_status != FJ_OK) {                                   \
+            print_message("SKIPPED: NVRTC is not loadable: %s: %s\n",  \
+                          fj_status_name(nvrtc_status), nvrtc_reason); \
+            skip();                                                    \
+        }                                                              \
     } while (0)
 
-#define assert_contains(text, part)                                                           \
-    do {                                                                                      \
+#define assert_contains(text, part)                                                             \
+    do {                                                                                        \
         if (!strstr((text), (part))) fail_msg("'%s'\n  does not contain '%s'", (text), (part)); \
     } while (0)
 
@@ -86,7 +86,8 @@ static void assert_logged(const char *prefix)
     for (const char *l = log_text; l && *l && !found; l = strchr(l, '\n') + 1)
         found = !strncmp(l, prefix, strlen(prefix));
     pthread_mutex_unlock(&log_lock);
-    if (!found) fail_msg("no log line starts with '%s'; the log:\n%s", prefix, log_text ? log_text : "");
+    if (!found)
+        fail_msg("no log line starts with '%s'; the log:\n%s", prefix, log_text ? log_text : "");
 }
 
 /* ---- temporary cache directory ----------------------------------------------- */
@@ -158,7 +159,7 @@ static void test_cubin_garbage(void **state)
     assert_int_equal(fj_cubin_resources_read(buf, sizeof buf, "k", &r), FJ_ERR_INVALID_ARGUMENT);
     assert_contains(fj_last_error(), "not an ELF for EM_CUDA");
     buf[18] = 190;
-    buf[40] = 0xf0, buf[41] = 0xff;     /* section headers far past the end */
+    buf[40] = 0xf0, buf[41] = 0xff; /* section headers far past the end */
     buf[58] = 64, buf[60] = 3;
     assert_int_equal(fj_cubin_resources_read(buf, sizeof buf, "k", &r), FJ_ERR_INVALID_ARGUMENT);
     assert_contains(fj_last_error(), "section header table out of bounds");
@@ -183,7 +184,9 @@ static void test_targets(void **state)
         has80 |= archs[i] == 80, has90 |= archs[i] == 90;
     }
     free(archs);
-    if (!has80 || !has90) fail_msg("this NVRTC (%d.%d) lists no sm_80 or sm_90", nvrtc->nvrtc_major, nvrtc->nvrtc_minor);
+    if (!has80 || !has90)
+        fail_msg("this NVRTC (%d.%d) lists no sm_80 or sm_90", nvrtc->nvrtc_major,
+                 nvrtc->nvrtc_minor);
 
     fj_nvrtc_target t;
     assert_int_equal(fj_nvrtc_target_for_arch(90, false, &t), FJ_OK);
@@ -586,8 +589,8 @@ static void test_fake_targets(void **state)
     static const struct {
         unsigned arch;
         const char *target;
-    } cases[] = {{90, "sm_90"}, {80, "sm_80"}, {87, "compute_86"}, {95, "compute_90"},
-                 {130, "compute_120"}, {75, "sm_75"}};
+    } cases[] = {{90, "sm_90"},      {80, "sm_80"},        {87, "compute_86"},
+                 {95, "compute_90"}, {130, "compute_120"}, {75, "sm_75"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         assert_int_equal(fj_nvrtc_target_for_arch(cases[i].arch, false, &t), FJ_OK);
         assert_string_equal(t.target, cases[i].target);
@@ -676,7 +679,8 @@ static void test_fake_compile_failures(void **state)
         double seconds;
         fj_status s = fj_nvrtc_compile(&t, "k.x", "int x;\n", &image, &size, &seconds);
         if (s != cases[i].s)
-            fail_msg("%s: %s, not %s", cases[i].call, fj_status_name(s), fj_status_name(cases[i].s));
+            fail_msg("%s: %s, not %s", cases[i].call, fj_status_name(s),
+                     fj_status_name(cases[i].s));
         assert_contains(fj_last_error(), cases[i].message);
         assert_null(image);
         assert_int_equal(size, 0);

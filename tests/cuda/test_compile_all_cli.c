@@ -58,13 +58,13 @@ static int teardown(void **state)
     return 0;
 }
 
-#define REQUIRE_NVRTC()                                                                     \
-    do {                                                                                    \
-        if (nvrtc_status != FJ_OK) {                                                        \
-            printf("# skipped: NVRTC cannot be loaded here (%s: %s)\n",                   \
-                   fj_status_name(nvrtc_status), nvrtc_reason);                           \
-            skip();                                                                         \
-        }                                                                                   \
+#define REQUIRE_NVRTC()                                                 \
+    do {                                                                \
+        if (nvrtc_status != FJ_OK) {                                    \
+            printf("# skipped: NVRTC cannot be loaded here (%s: %s)\n", \
+                   fj_status_name(nvrtc_status), nvrtc_reason);         \
+            skip();                                                     \
+        }                                                               \
     } while (0)
 
 /* The H200 table's d128 bf16 nomask entry: decode m16n128w4s1 (prefill has

@@ -33,12 +33,12 @@ static bool have_gpu;
 static char no_gpu[2048];
 static uint64_t seed;
 
-#define REQUIRE_GPU()                          \
-    do {                                       \
-        if (!gpu) {                            \
-            printf("SKIPPED: %s\n", no_gpu);   \
-            skip();                            \
-        }                                      \
+#define REQUIRE_GPU()                        \
+    do {                                     \
+        if (!gpu) {                          \
+            printf("SKIPPED: %s\n", no_gpu); \
+            skip();                          \
+        }                                    \
     } while (0)
 
 /* ---- plans, errors, determinism --------------------------------------------------- */
@@ -220,7 +220,8 @@ static void test_split_kv(void **state)
     fflush(stdout);
     fjt_case_list_free(&list);
     assert_true(n >= 13);
-    if (unsplit) fail_msg("%d of %d split-KV cases do not split; see the FAIL lines above", unsplit, n);
+    if (unsplit)
+        fail_msg("%d of %d split-KV cases do not split; see the FAIL lines above", unsplit, n);
 }
 
 /* ---- setup -------------------------------------------------------------------------- */

@@ -49,9 +49,9 @@ static fj_status make_ctx(fj_backend b, int device, fj_context **ctx)
     return fj_context_create(&o, ctx);
 }
 
-#define assert_contains(haystack, needle)                                              \
-    do {                                                                               \
-        const char *h_ = (haystack);                                                   \
+#define assert_contains(haystack, needle)                                                    \
+    do {                                                                                     \
+        const char *h_ = (haystack);                                                         \
         if (!strstr(h_, (needle))) fail_msg("\"%s\" does not contain \"%s\"", h_, (needle)); \
     } while (0)
 
@@ -419,7 +419,7 @@ static void test_split_kv_launches(void **state)
     assert_int_equal(l.params.heads_q, 8);
     assert_int_equal(l.params.group, 1);
     assert_int_equal(l.params.seqlen_q, 4);
-    assert_int_equal(l.params.kv_read_once, 1); /* one block per kv head and split */
+    assert_int_equal(l.params.kv_read_once, 1);  /* one block per kv head and split */
     assert_int_equal(l.params.q_stride[1], 128); /* one query head to the next */
     assert_int_equal(l.params.q_stride[2], 4 * 128);
     assert_int_equal(l.smem, 0);
@@ -463,9 +463,8 @@ static void test_split_kv_forced(void **state)
         const char *value;
         const fj_attention_desc *desc;
         int splits; /* 0: the plan fails */
-    } cases[] = {{"3", &d, 3},   {"1", &d, 1},   {"2", &big, 2}, {"128", &d, -1},
-                 {"128", &wide, 32}, {"0", &d, 0}, {"129", &d, 0}, {"2x", &d, 0},
-                 {" ", &d, 0}};
+    } cases[] = {{"3", &d, 3}, {"1", &d, 1},   {"2", &big, 2}, {"128", &d, -1}, {"128", &wide, 32},
+                 {"0", &d, 0}, {"129", &d, 0}, {"2x", &d, 0},  {" ", &d, 0}};
     fj_plan *plan;
     assert_int_equal(fj_plan_create(ctx, &big, &plan), FJ_OK);
     assert_null(strstr(fj_plan_describe(plan), "split-KV"));
@@ -667,7 +666,7 @@ static void test_module_cache_reuse(void **state)
     fj_attention_desc d1, d2, d3;
     fj_attention_desc_init(&d1, 1, 2, 2, 64, 64, 64, FJ_F16);
     fj_attention_desc_init(&d2, 3, 4, 1, 100, 17, 64, FJ_F16); /* other shape, same kernel */
-    fj_attention_desc_init(&d3, 1, 2, 2, 64, 64, 96, FJ_F16);   /* other kernel */
+    fj_attention_desc_init(&d3, 1, 2, 2, 64, 64, 96, FJ_F16);  /* other kernel */
     fj_plan *p1, *p2, *p3;
     assert_int_equal(fj_plan_create(ctx, &d1, &p1), FJ_OK);
     assert_int_equal(fj_plan_create(ctx, &d2, &p2), FJ_OK);
@@ -933,12 +932,15 @@ static void test_misaligned_pointers(void **state)
     buffers b;
     alloc_buffers(ctx, &d, &b);
     char *q = b.q, *v = b.v, *o = b.o;
-    assert_int_equal(fj_plan_execute(plan, q + 8, b.k, b.v, b.o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_plan_execute(plan, q + 8, b.k, b.v, b.o, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
     assert_contains(fj_last_error(), "q (");
     assert_contains(fj_last_error(), "16-byte aligned");
-    assert_int_equal(fj_plan_execute(plan, b.q, b.k, v + 2, b.o, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, v + 2, b.o, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
     assert_contains(fj_last_error(), "v (");
-    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, o + 4, NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, o + 4, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
     assert_contains(fj_last_error(), "o (");
     assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, (float *)(void *)(q + 2), NULL),
                      FJ_ERR_INVALID_ARGUMENT);
@@ -1091,14 +1093,14 @@ static void test_push_fails(void **state)
 
 static int child_failures;
 
-#define CHECK(cond, ...)                                 \
-    do {                                                 \
-        if (!(cond)) {                                   \
-            printf("CHILD CHECK FAILED (%s): ", #cond);  \
-            printf(__VA_ARGS__);                         \
-            printf("\n");                                \
-            child_failures++;                            \
-        }                                                \
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (!(cond)) {                                  \
+            printf("CHILD CHECK FAILED (%s): ", #cond); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+            child_failures++;                           \
+        }                                               \
     } while (0)
 
 static void child_missing_driver(void)
@@ -1135,11 +1137,9 @@ static void child_not_a_driver(void)
 {
     const fj_cuda_api *api;
     CHECK(fj_cuda_driver(&api) == FJ_ERR_NO_DEVICE, "fj_cuda_driver succeeded");
-    CHECK(strstr(fj_last_error(), "cuDriverGetVersion") != NULL, "message \"%s\"",
-          fj_last_error());
+    CHECK(strstr(fj_last_error(), "cuDriverGetVersion") != NULL, "message \"%s\"", fj_last_error());
     CHECK(strstr(fj_last_error(), "FLASHJIT_LIBCUDA") != NULL, "message \"%s\"", fj_last_error());
-    printf("# real loader, FLASHJIT_LIBCUDA=%s: %s\n", getenv("FLASHJIT_LIBCUDA"),
-           fj_last_error());
+    printf("# real loader, FLASHJIT_LIBCUDA=%s: %s\n", getenv("FLASHJIT_LIBCUDA"), fj_last_error());
 }
 
 static void child_missing_nvrtc(void)
@@ -1148,8 +1148,7 @@ static void child_missing_nvrtc(void)
     const fj_cuda_api *api;
     CHECK(fj_cuda_nvrtc(&api) == FJ_ERR_NO_DEVICE, "fj_cuda_nvrtc succeeded");
     CHECK(strstr(fj_last_error(), path) != NULL, "message \"%s\" lacks %s", fj_last_error(), path);
-    CHECK(strstr(fj_last_error(), "FLASHJIT_LIBNVRTC") != NULL, "message \"%s\"",
-          fj_last_error());
+    CHECK(strstr(fj_last_error(), "FLASHJIT_LIBNVRTC") != NULL, "message \"%s\"", fj_last_error());
     printf("# real loader, FLASHJIT_LIBNVRTC=%s: %s\n", path, fj_last_error());
 }
 
@@ -1202,7 +1201,8 @@ static const struct {
     {"not-a-driver", child_not_a_driver, {"FLASHJIT_LIBCUDA=libm.so.6", NULL}},
     {"missing-nvrtc", child_missing_nvrtc, {"FLASHJIT_LIBNVRTC=/nonexistent/libnvrtc.so.13", NULL}},
     {"not-nvrtc", child_not_nvrtc, {"FLASHJIT_LIBNVRTC=libm.so.6", NULL}},
-    {"nvrtc-without-driver", child_nvrtc_without_driver,
+    {"nvrtc-without-driver",
+     child_nvrtc_without_driver,
      {"FLASHJIT_LIBCUDA=/nonexistent/libcuda.so.1", NULL}},
 };
 
@@ -1229,7 +1229,8 @@ static void spawn_child(int which)
     assert_non_null(env);
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "FLASHJIT_LIBCUDA=", 17) && strncmp(environ[i], "FLASHJIT_LIBNVRTC=", 18))
+        if (strncmp(environ[i], "FLASHJIT_LIBCUDA=", 17) &&
+            strncmp(environ[i], "FLASHJIT_LIBNVRTC=", 18))
             env[m++] = environ[i];
     for (int j = 0; j < 2 && children[which].env[j]; j++) env[m++] = (char *)children[which].env[j];
     env[m] = NULL;

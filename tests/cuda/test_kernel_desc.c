@@ -79,8 +79,8 @@ static uint32_t tiles_template(const char *tiles)
                                 : FJ_TEMPLATE_FLASH_FWD;
 }
 
-#define assert_contains(text, part)                                                           \
-    do {                                                                                      \
+#define assert_contains(text, part)                                                             \
+    do {                                                                                        \
         if (!strstr((text), (part))) fail_msg("'%s'\n  does not contain '%s'", (text), (part)); \
     } while (0)
 
@@ -132,13 +132,13 @@ static void test_name_example(void **state)
 static void test_name_round_trip(void **state)
 {
     (void)state;
-    static const uint32_t tiles[][4] = {{16, 16, 1, 1},  {64, 64, 4, 2},  {128, 128, 8, 4},
+    static const uint32_t tiles[][4] = {{16, 16, 1, 1},   {64, 64, 4, 2}, {128, 128, 8, 4},
                                         {256, 256, 8, 3}, {32, 48, 2, 1}, {128, 64, 4, 2}};
     /* flash_wgmma spells warps as warpgroups, so only multiples of 4 have a
        name of their own; g64 is the largest count the parser takes. */
-    static const uint32_t wgmma_tiles[][4] = {{64, 64, 4, 2},    {128, 128, 8, 2},
-                                              {192, 64, 12, 4},  {128, 64, 8, 3},
-                                              {16, 16, 4, 1},    {256, 256, 256, 9}};
+    static const uint32_t wgmma_tiles[][4] = {{64, 64, 4, 2},   {128, 128, 8, 2},
+                                              {192, 64, 12, 4}, {128, 64, 8, 3},
+                                              {16, 16, 4, 1},   {256, 256, 256, 9}};
     _Static_assert(sizeof tiles == sizeof wgmma_tiles, "one wgmma tile row per flash_fwd row");
     static const uint32_t archs[] = {80, 86, 89, 90, 100, 120, 1000};
     int count = 0, wgmma = 0;
@@ -223,8 +223,7 @@ static void test_parse_rejections(void **state)
         {"flash_fwd.d+128.bf16.causal.m128n64w4s2.sm_90", "'d+128' is not d<head_dim>"},
         {"flash_fwd.128.bf16.causal.m128n64w4s2.sm_90", "'128' is not d<head_dim>"},
         {"flash_fwd.d128x.bf16.causal.m128n64w4s2.sm_90", "'d128x' is not d<head_dim>"},
-        {"flash_fwd.d128.f32.causal.m128n64w4s2.sm_90",
-         "'f32' is not a kernel dtype (f16, bf16)"},
+        {"flash_fwd.d128.f32.causal.m128n64w4s2.sm_90", "'f32' is not a kernel dtype (f16, bf16)"},
         {"flash_fwd.d128.BF16.causal.m128n64w4s2.sm_90", "'BF16' is not a kernel dtype"},
         {"flash_fwd.d128.bf16.causal_br.m128n64w4s2.sm_90",
          "'causal_br' is not a mask kind (nomask, causal, window, causal_window)"},
@@ -255,7 +254,9 @@ static void test_parse_rejections(void **state)
          "combine kernels count warps as w<warps>, not as in 'm64n64g1s1'"},
         {"flash_wgmma.d128.bf16.causal.m128n128g65s2.sm_90",
          "kernel name 'flash_wgmma.d128.bf16.causal.m128n128g65s2.sm_90': 'm128n128g65s2' is "
-         "not m<block_m>n<block_n>w<warps>s<stages> (flash_fwd), m<block_m>n<block_n>g<warpgroups>s<stages> (flash_wgmma) or m<block_m>n<block_n>c<consumer warpgroups>s<stages> (flash_tma)"},
+         "not m<block_m>n<block_n>w<warps>s<stages> (flash_fwd), "
+         "m<block_m>n<block_n>g<warpgroups>s<stages> (flash_wgmma) or "
+         "m<block_m>n<block_n>c<consumer warpgroups>s<stages> (flash_tma)"},
         {"flash_wgmma.d128.bf16.causal.m128n128g999999s2.sm_90", "'m128n128g999999s2' is not"},
         {"flash_wgmma.d128.bf16.causal.m128n128g1234567s2.sm_90", "'m128n128g1234567s2' is not"},
         {"flash_wgmma.d128.bf16.causal.m128n128g4294967296s2.sm_90", "'m128n128g4294967296s2'"},
@@ -272,8 +273,7 @@ static void test_parse_rejections(void **state)
         fj_kernel_desc k = base_desc(), before = k;
         fj_status s = fj_kernel_desc_parse(cases[i].name, &k);
         if (s != FJ_ERR_INVALID_ARGUMENT)
-            fail_msg("'%s' gave %s, not FJ_ERR_INVALID_ARGUMENT", cases[i].name,
-                     fj_status_name(s));
+            fail_msg("'%s' gave %s, not FJ_ERR_INVALID_ARGUMENT", cases[i].name, fj_status_name(s));
         assert_contains(fj_last_error(), cases[i].message);
         /* A failed parse leaves the output alone. */
         assert_memory_equal(&k, &before, sizeof k);
@@ -298,8 +298,9 @@ static void test_parse_rejections(void **state)
     assert_int_equal(fj_kernel_desc_parse("flash_wgmma.d64.f16.nomask.m64n64g64s2.sm_90", &k),
                      FJ_OK);
     assert_int_equal(k.warps, 256);
-    assert_int_equal(
-        fj_kernel_desc_parse("flash_wgmma.d192.f16.window.m192n64g3s3.split.sm_90", &k), FJ_OK);
+    assert_int_equal(fj_kernel_desc_parse("flash_wgmma.d192.f16.window.m192n64g3s3.split.sm_90",
+                                          &k),
+                     FJ_OK);
     assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_WGMMA);
     assert_int_equal(k.head_dim, 192);
     assert_int_equal(k.dtype, FJ_F16);
@@ -371,7 +372,8 @@ static void test_check_rejections(void **state)
     static const bad_desc cases[] = {
         {"version", m_version, "generator_version 0 is not this generator's (1)"},
         {"template", m_template,
-         "template_id 9 is not a template (1 flash_fwd, 2 combine, 3 flash_wgmma, 4 flash_tma, 5 merge)"},
+         "template_id 9 is not a template (1 flash_fwd, 2 combine, 3 flash_wgmma, 4 flash_tma, 5 "
+         "merge)"},
         {"template 0", m_template0, "template_id 0 is not a template"},
         {"head_dim 0", m_dim_small, "head_dim 0 is not a multiple of 8 in 8..256"},
         {"head_dim 100", m_dim_odd, "head_dim 100 is not a multiple of 8 in 8..256"},
@@ -412,7 +414,7 @@ static void test_check_rejections(void **state)
 static void test_check_key_warps(void **state)
 {
     (void)state;
-    static const char *const ok[] = {"m16n16w1s2", "m16n32w2s2", "m16n64w2s2", "m16n64w4s2",
+    static const char *const ok[] = {"m16n16w1s2",  "m16n32w2s2",  "m16n64w2s2", "m16n64w4s2",
                                      "m16n128w4s1", "m16n128w8s2", "m16n256w8s1"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         fj_kernel_desc k = base_desc();
@@ -769,12 +771,16 @@ static void test_for_problem_softcap(void **state)
        warpgroups; a window at d256) the check says so and a capped problem
        takes flash_wgmma's tiles */
     fj_kernel_desc k;
-    assert_int_equal(fj_kernel_desc_parse("flash_tma.d64.bf16.causal.softcap.m192n128c3s2.sm_90", &k), FJ_OK);
+    assert_int_equal(fj_kernel_desc_parse("flash_tma.d64.bf16.causal.softcap.m192n128c3s2.sm_90",
+                                          &k),
+                     FJ_OK);
     assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_ERR_UNSUPPORTED);
     assert_non_null(strstr(fj_last_error(), "more than 2 consumer warpgroups"));
     k.softcap = 0;
     assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
-    static const struct { int dim, wl; } falls_back[] = {{64, -1}, {256, 100}};
+    static const struct {
+        int dim, wl;
+    } falls_back[] = {{64, -1}, {256, 100}};
     for (size_t i = 0; i < 2; i++) {
         fj_attention_desc d;
         fj_attention_desc_init(&d, 1, 8, 8, 4096, 4096, falls_back[i].dim, FJ_BF16);
@@ -810,8 +816,9 @@ static void test_for_problem_mask(void **state)
     for (size_t a = 0; a < 2; a++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             fj_kernel_desc k;
-            assert_int_equal(
-                desc_for(64, FJ_BF16, cases[i].c, cases[i].wl, cases[i].wr, archs[a], &k), FJ_OK);
+            assert_int_equal(desc_for(64, FJ_BF16, cases[i].c, cases[i].wl, cases[i].wr, archs[a],
+                                      &k),
+                             FJ_OK);
             assert_int_equal(k.mask, cases[i].mask);
             /* every mask kind takes the arch's template: on sm_90 the table's */
             assert_int_equal(k.template_id, archs[a] == 90 ? tiles_template(sm90_prefill_tiles(64))
@@ -960,8 +967,9 @@ static void test_parse_tiles(void **state)
     fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
     assert_string_equal(tiles, "m128n64w4s2");
     /* Malformed tiles leave the descriptor alone, whatever its template. */
-    static const char *const bad[] = {"m128n128g65s2", "m128n128g2", "m128n128g2w8s2",
-                                      "m128n128gs2",   "m128n128G2s2", "g2m128n128s2",
+    static const char *const bad[] = {"m128n128g65s2",      "m128n128g2",
+                                      "m128n128g2w8s2",     "m128n128gs2",
+                                      "m128n128G2s2",       "g2m128n128s2",
                                       "m128n128g1234567s2", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fj_kernel_desc before = k;
@@ -1064,7 +1072,8 @@ static void test_codegen_layout(void **state)
     assert_memory_equal(a, b, na);
     /* The templates, whole and in order, each after its #line marker. */
     static const char *const files[] = {"fwd_params.h", "common.cuh", "attention_rows.cuh",
-                                        "softmax.cuh", "mask.cuh", "tile_io.cuh", "flash_fwd.cu"};
+                                        "softmax.cuh",  "mask.cuh",   "tile_io.cuh",
+                                        "flash_fwd.cu"};
     const char *at = a;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const fj_embedded_file *t = fj_template_find(files[i]);
@@ -1110,8 +1119,9 @@ static void test_codegen_wgmma(void **state)
     assert_int_equal(macro_value(src, "FJ_CAUSAL"), 1);
     assert_int_equal(macro_value(src, "FJ_SMEM_BYTES"), 164864);
     /* The shared files, then flash_wgmma.cu whole, and not flash_fwd.cu. */
-    static const char *const files[] = {"fwd_params.h", "common.cuh", "attention_rows.cuh",
-                                        "softmax.cuh", "mask.cuh", "tile_io.cuh", "flash_wgmma.cu"};
+    static const char *const files[] = {"fwd_params.h",  "common.cuh", "attention_rows.cuh",
+                                        "softmax.cuh",   "mask.cuh",   "tile_io.cuh",
+                                        "flash_wgmma.cu"};
     const char *at = src;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const fj_embedded_file *t = fj_template_find(files[i]);
@@ -1146,11 +1156,15 @@ static void test_codegen_wgmma(void **state)
         int splits;
         long long rows;
         unsigned warps;
-    } combine_warps[] = {
-        {128, 9, 2048, 1},   {128, 16, 265, 1},  {128, 16, 264, FJ_COMBINE_WARPS},
-        {128, 17, 2048, FJ_COMBINE_WARPS},       {128, 10, 256, FJ_COMBINE_WARPS},
-        {136, 8, 4096, 1},   {136, 9, 4096, FJ_COMBINE_WARPS},
-        {256, 128, 32, FJ_COMBINE_WARPS},        {8, 2, 1 << 20, 1}};
+    } combine_warps[] = {{128, 9, 2048, 1},
+                         {128, 16, 265, 1},
+                         {128, 16, 264, FJ_COMBINE_WARPS},
+                         {128, 17, 2048, FJ_COMBINE_WARPS},
+                         {128, 10, 256, FJ_COMBINE_WARPS},
+                         {136, 8, 4096, 1},
+                         {136, 9, 4096, FJ_COMBINE_WARPS},
+                         {256, 128, 32, FJ_COMBINE_WARPS},
+                         {8, 2, 1 << 20, 1}};
     for (size_t i = 0; i < sizeof combine_warps / sizeof combine_warps[0]; i++)
         assert_int_equal(fj_kernel_desc_combine_warps(combine_warps[i].head_dim,
                                                       combine_warps[i].splits,

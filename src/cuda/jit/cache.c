@@ -475,7 +475,8 @@ static entry_state check_open_file(int fd, const char *name, const fj_cache_key 
     if (size != c->file_size - header_len)
         return damaged(c, "the header says %llu payload bytes, the file holds %llu",
                        (unsigned long long)size, (unsigned long long)(c->file_size - header_len));
-    if (size >= SIZE_MAX) return damaged(c, "payload of %llu bytes is too large", (unsigned long long)size);
+    if (size >= SIZE_MAX)
+        return damaged(c, "payload of %llu bytes is too large", (unsigned long long)size);
     uint64_t want_sum = load_le64(header + HDR_PAYLOAD_SUM);
 
     if (!payload) {
@@ -545,15 +546,12 @@ fj_status fj_cache_load(const char *dir, const char *name, const fj_cache_key *k
     fj_status s = check_name(name);
     if (s != FJ_OK) return s;
     char *path = entry_path(dir, name, key);
-    if (!path) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cache: out of memory building a path in %s", dir);
+    if (!path)
+        return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cache: out of memory building a path in %s", dir);
     entry_check c;
     switch (check_entry(path, name, key, data, size, &c)) {
-    case ENTRY_VALID:
-        FJ_DEBUG("cache: read %s (%zu bytes)", path, *size);
-        break;
-    case ENTRY_ABSENT:
-        FJ_DEBUG("cache: no entry %s", path);
-        break;
+    case ENTRY_VALID: FJ_DEBUG("cache: read %s (%zu bytes)", path, *size); break;
+    case ENTRY_ABSENT: FJ_DEBUG("cache: no entry %s", path); break;
     case ENTRY_DAMAGED:
         FJ_DEBUG("cache: %s is damaged (%s): a miss; storing the recompiled kernel replaces it",
                  path, c.why);
@@ -654,8 +652,8 @@ fj_status fj_cache_store(const char *dir, const char *name, const fj_cache_key *
         goto done;
     }
     temp_exists = true;
-    int write_failed = write_full(fd, header, header_len) != 0 ||
-                       (size && write_full(fd, data, size) != 0);
+    int write_failed =
+        write_full(fd, header, header_len) != 0 || (size && write_full(fd, data, size) != 0);
     fj_fsize_guard_end(&guard); /* keeps errno */
     if (write_failed) {
         s = fj_fail(FJ_ERR_IO, "cache: cannot write %s: %s", temp, strerror(errno));
@@ -797,7 +795,8 @@ static bool describe_file(const char *path, const char *file, fj_cache_entry_inf
 
 fj_status fj_cache_scan(const char *dir, fj_cache_visit_fn fn, void *user)
 {
-    if (!dir || !fn) return fj_fail(FJ_ERR_INTERNAL, "cache: fj_cache_scan called with a NULL argument");
+    if (!dir || !fn)
+        return fj_fail(FJ_ERR_INTERNAL, "cache: fj_cache_scan called with a NULL argument");
     name_list files;
     fj_status s = list_cache_files(dir, &files);
     if (s != FJ_OK) return s;
@@ -818,7 +817,8 @@ fj_status fj_cache_scan(const char *dir, fj_cache_visit_fn fn, void *user)
 
 fj_status fj_cache_clear(const char *dir, int *removed)
 {
-    if (!dir || !removed) return fj_fail(FJ_ERR_INTERNAL, "cache: fj_cache_clear called with a NULL argument");
+    if (!dir || !removed)
+        return fj_fail(FJ_ERR_INTERNAL, "cache: fj_cache_clear called with a NULL argument");
     *removed = 0;
     name_list files;
     fj_status s = list_cache_files(dir, &files);

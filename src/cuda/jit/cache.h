@@ -66,14 +66,14 @@ fj_status fj_cache_store(const char *dir, const char *name, const fj_cache_key *
 /* ---- for `flashjit cache` (same functions the runtime relies on) -------- */
 
 typedef struct fj_cache_entry_info {
-    char file[512];   /* file name within the directory */
-    char name[256];   /* kernel name from the file name */
-    size_t file_size; /* bytes on disk */
-    int valid;        /* 1: header, size and checksum check out */
-    int temp;         /* 1: a temporary file (FJ_CACHE_TEMP_PREFIX), not an
+    char file[512];    /* file name within the directory */
+    char name[256];    /* kernel name from the file name */
+    size_t file_size;  /* bytes on disk */
+    int valid;         /* 1: header, size and checksum check out */
+    int temp;          /* 1: a temporary file (FJ_CACHE_TEMP_PREFIX), not an
                          entry: a store in progress or an interrupted one;
                          valid is 0 and it is never read */
-    char problem[128];/* why not valid ("" when valid) */
+    char problem[128]; /* why not valid ("" when valid) */
 } fj_cache_entry_info;
 
 typedef int (*fj_cache_visit_fn)(const fj_cache_entry_info *e, void *user); /* nonzero stops */

@@ -22,8 +22,8 @@ const char *fj_codegen_entry(const fj_kernel_desc *k)
 
 /* The device code the attention templates share, in the order it is pasted
  * (each header uses the ones before it). */
-static const char *const attention_headers[] = {"attention_rows.cuh", "softmax.cuh",
-                                                "mask.cuh", "tile_io.cuh"};
+static const char *const attention_headers[] = {"attention_rows.cuh", "softmax.cuh", "mask.cuh",
+                                                "tile_io.cuh"};
 #define N_ATTENTION_HEADERS (sizeof attention_headers / sizeof attention_headers[0])
 
 bool fj_codegen_arch_specific(const fj_kernel_desc *k)
@@ -103,8 +103,8 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
                      "#define FJ_STAGES %u\n"
                      "#define FJ_SPLIT_KV %u\n"
                      "#define FJ_SMEM_BYTES %zu\n",
-                     (unsigned)k->head_dim, k->dtype == FJ_F16, k->dtype == FJ_BF16, causal,
-                     window, (unsigned)k->block_m, (unsigned)k->block_n, (unsigned)k->warps,
+                     (unsigned)k->head_dim, k->dtype == FJ_F16, k->dtype == FJ_BF16, causal, window,
+                     (unsigned)k->block_m, (unsigned)k->block_n, (unsigned)k->warps,
                      (unsigned)k->stages, (unsigned)k->split_kv, fj_kernel_desc_smem_bytes(k));
     /* Only capped kernels define it (softmax.cuh defaults it to 0), so the
        plain kernels' macro block is as it was. */

@@ -123,8 +123,7 @@ fj_status fj_cubin_resources_read(const void *cubin, size_t size, const char *en
             break;
         }
     }
-    if (!sym)
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "the cubin has no kernel named '%s'", entry);
+    if (!sym) return fj_fail(FJ_ERR_INVALID_ARGUMENT, "the cubin has no kernel named '%s'", entry);
 
     section info;
     if (!find_section(&e, ".nv.info", &info) || info.type == SHT_NOBITS)
@@ -145,8 +144,7 @@ fj_status fj_cubin_resources_read(const void *cubin, size_t size, const char *en
         off += len;
     }
     if (!have_regs)
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "the cubin has no register count for '%s'",
-                       entry);
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "the cubin has no register count for '%s'", entry);
 
     char shared_name[256];
     section shared;

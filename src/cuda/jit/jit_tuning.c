@@ -35,17 +35,15 @@
  * tile's P V); then flash_tma (sm_90): two consumers with key tiles of 64 to
  * 176 and two or three stages, three consumers (d64). */
 static const char *const candidates[] = {
-    "m64n32w4s2",  "m64n32w4s3",  "m64n32w8s2",   "m64n32w8s3",   "m64n64w4s2",
-    "m64n64w4s3",  "m64n64w8s2",  "m64n64w8s3",   "m64n128w4s2",  "m64n128w4s3",
-    "m64n128w8s2", "m64n128w8s3", "m128n32w4s2",  "m128n32w4s3",  "m128n32w8s2",
-    "m128n32w8s3", "m128n64w4s2", "m128n64w4s3",  "m128n64w8s2",  "m128n64w8s3",
-    "m128n128w4s2", "m128n128w4s3", "m128n128w8s2", "m128n128w8s3",
-    "m16n32w1s2",  "m16n64w1s2",  "m16n32w1s3",   "m16n32w1s4",   "m16n64w1s3",
-    "m32n32w2s2",  "m32n64w2s2",  "m32n32w2s3",   "m16n64w2s1",   "m16n128w4s1",
-    "m128n64g2s2", "m128n64g2s3", "m128n128g2s2", "m128n128g2s3", "m192n64g3s3",
-    "m192n128g3s3", "m64n128g1s3",
-    "m128n128c2s2", "m128n176c2s2", "m128n128c2s3", "m128n112c2s2", "m128n96c2s2",
-    "m128n80c2s2",  "m128n64c2s2",  "m192n128c3s2", "m192n96c3s2",  NULL,
+    "m64n32w4s2",   "m64n32w4s3",   "m64n32w8s2",   "m64n32w8s3",   "m64n64w4s2",   "m64n64w4s3",
+    "m64n64w8s2",   "m64n64w8s3",   "m64n128w4s2",  "m64n128w4s3",  "m64n128w8s2",  "m64n128w8s3",
+    "m128n32w4s2",  "m128n32w4s3",  "m128n32w8s2",  "m128n32w8s3",  "m128n64w4s2",  "m128n64w4s3",
+    "m128n64w8s2",  "m128n64w8s3",  "m128n128w4s2", "m128n128w4s3", "m128n128w8s2", "m128n128w8s3",
+    "m16n32w1s2",   "m16n64w1s2",   "m16n32w1s3",   "m16n32w1s4",   "m16n64w1s3",   "m32n32w2s2",
+    "m32n64w2s2",   "m32n32w2s3",   "m16n64w2s1",   "m16n128w4s1",  "m128n64g2s2",  "m128n64g2s3",
+    "m128n128g2s2", "m128n128g2s3", "m192n64g3s3",  "m192n128g3s3", "m64n128g1s3",  "m128n128c2s2",
+    "m128n176c2s2", "m128n128c2s3", "m128n112c2s2", "m128n96c2s2",  "m128n80c2s2",  "m128n64c2s2",
+    "m192n128c3s2", "m192n96c3s2",  NULL,
 };
 
 static fj_status cuda_tiles_parse(const char *tiles, int *rows, int *keys)
@@ -112,8 +110,8 @@ static void build_one(build *b, const char *cache_dir)
         fj_cubin_resources res;
         /* PTX (a device newer than NVRTC) has no resources before the
            driver's JIT; plan creation's local-memory figure covers it. */
-        if (!img.is_ptx && fj_cubin_resources_read(img.data, img.size,
-                                                   fj_codegen_entry(&b->desc), &res) == FJ_OK)
+        if (!img.is_ptx &&
+            fj_cubin_resources_read(img.data, img.size, fj_codegen_entry(&b->desc), &res) == FJ_OK)
             b->frame_bytes = res.frame_bytes;
     } else {
         snprintf(b->error, sizeof b->error, "%s", fj_last_error());
@@ -164,8 +162,8 @@ static void queue(build *b, int *count, const fj_kernel_desc *desc)
 
 /* Prunes by the template's rules; queues the rest (and their split-KV
  * variants). */
-static int queue_kernels(fj_tune_kernel *k, int n, const fj_tuning_target *target,
-                         bool with_split, build *b, fj_tune_build_summary *out)
+static int queue_kernels(fj_tune_kernel *k, int n, const fj_tuning_target *target, bool with_split,
+                         build *b, fj_tune_build_summary *out)
 {
     int count = 0;
     for (int i = 0; i < n; i++) {

@@ -11,13 +11,13 @@
 #include "cuda/jit/kernel_desc.h"
 
 typedef struct fj_kernel_image {
-    void *data;              /* cubin, or NUL-terminated PTX when is_ptx */
+    void *data; /* cubin, or NUL-terminated PTX when is_ptx */
     size_t size;
-    bool is_ptx;             /* the device is newer than NVRTC knows: PTX for the driver to JIT */
-    bool from_cache;         /* loaded from the disk cache, no compile */
-    double compile_seconds;  /* NVRTC time (0 on a cache hit) */
-    char name[128];          /* canonical kernel name */
-    char target[16];         /* "sm_90", "sm_90a" (cubin) or "compute_90" (PTX) */
+    bool is_ptx;            /* the device is newer than NVRTC knows: PTX for the driver to JIT */
+    bool from_cache;        /* loaded from the disk cache, no compile */
+    double compile_seconds; /* NVRTC time (0 on a cache hit) */
+    char name[128];         /* canonical kernel name */
+    char target[16];        /* "sm_90", "sm_90a" (cubin) or "compute_90" (PTX) */
 } fj_kernel_image;
 
 /* The NVRTC target kernel k is built for: fj_nvrtc_target_for_arch(k->arch),

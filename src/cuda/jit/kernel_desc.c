@@ -16,7 +16,7 @@
 #define NAME_MAX_LEN 127
 
 /* The grammar, spelled once for error messages. */
-#define NAME_GRAMMAR \
+#define NAME_GRAMMAR                                                                               \
     "<template>.d<head_dim>.<dtype>.<mask>[.softcap].m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split]" \
     ".sm_<arch>"
 
@@ -43,8 +43,8 @@ static const char *dtype_name(uint32_t t)
 
 static fj_tile_shape shape_of(const fj_kernel_desc *k)
 {
-    fj_tile_shape t = {k->head_dim, k->block_m, k->block_n, k->warps,
-                       k->stages, k->split_kv, k->arch};
+    fj_tile_shape t = {k->head_dim, k->block_m,  k->block_n, k->warps,
+                       k->stages,   k->split_kv, k->arch};
     return t;
 }
 
@@ -64,8 +64,8 @@ static int tiles_text(const fj_kernel_desc *k, char *buf, size_t n)
     const fj_template_row *r = fj_template_row_of(k->template_id);
     char letter = r ? r->unit_letter : 'w';
     unsigned per = r ? r->warps_per_unit : 1, extra = r ? r->extra_warps : 0;
-    unsigned units = k->warps >= extra && (k->warps - extra) % per == 0 ? (k->warps - extra) / per
-                                                                          : k->warps;
+    unsigned units =
+        k->warps >= extra && (k->warps - extra) % per == 0 ? (k->warps - extra) / per : k->warps;
     return snprintf(buf, n, "m%un%u%c%us%u", (unsigned)k->block_m, (unsigned)k->block_n, letter,
                     units, (unsigned)k->stages);
 }
@@ -226,8 +226,9 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
 
     char names[256];
     if (!row)
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name '%s': '%s' is not a template name (%s)",
-                       name, parts[0], fj_template_names(names, sizeof names, false));
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "kernel name '%s': '%s' is not a template name (%s)", name, parts[0],
+                       fj_template_names(names, sizeof names, false));
     d.template_id = row->id;
     if (!parse_prefixed(parts[1], "d", &d.head_dim) || !head_dim_ok(d.head_dim))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
@@ -251,9 +252,8 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
     }
     char letter;
     if (!parse_tiles(parts[at], &d, &letter))
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "kernel name '%s': '%s' is not %s%s", name, parts[at],
-                       fj_template_tile_grammars(names, sizeof names),
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name '%s': '%s' is not %s%s", name,
+                       parts[at], fj_template_tile_grammars(names, sizeof names),
                        at == 4 && nparts > 6 ? " (or 'softcap' before them)" : "");
     if (!units_to_warps(row, letter, &d))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
@@ -301,8 +301,8 @@ size_t fj_kernel_desc_smem_bytes(const fj_kernel_desc *k)
 static bool softcap_fits(const fj_kernel_desc *k, const fj_template_row *r)
 {
     if (k->template_id != FJ_TEMPLATE_FLASH_TMA) return true;
-    unsigned consumers = k->warps > r->extra_warps ? (k->warps - r->extra_warps) / r->warps_per_unit
-                                                   : 0;
+    unsigned consumers =
+        k->warps > r->extra_warps ? (k->warps - r->extra_warps) / r->warps_per_unit : 0;
     bool window = k->mask == FJ_MASK_WINDOW || k->mask == FJ_MASK_CAUSAL_WINDOW;
     return consumers <= 2 && !(window && k->head_dim > 160);
 }
@@ -320,8 +320,8 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
         snprintf(why, sizeof why, "generator_version %u is not this generator's (%d)",
                  (unsigned)k->generator_version, FJ_GENERATOR_VERSION);
     else if (!r)
-        snprintf(why, sizeof why, "template_id %u is not a template (%s)",
-                 (unsigned)k->template_id, fj_template_names(names, sizeof names, true));
+        snprintf(why, sizeof why, "template_id %u is not a template (%s)", (unsigned)k->template_id,
+                 fj_template_names(names, sizeof names, true));
     else if (!r->dtype_only && !head_dim_ok(k->head_dim))
         snprintf(why, sizeof why, "head_dim %u is not a multiple of 8 in 8..%d",
                  (unsigned)k->head_dim, FJ_MAX_HEAD_DIM);
@@ -338,8 +338,10 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
     else if (k->softcap > 1)
         snprintf(why, sizeof why, "softcap %u is not 0 or 1", (unsigned)k->softcap);
     else if (k->softcap && !r->attention)
-        snprintf(why, sizeof why, "softcap is for the attention templates; %s does not compute "
-                 "scores", r->name);
+        snprintf(why, sizeof why,
+                 "softcap is for the attention templates; %s does not compute "
+                 "scores",
+                 r->name);
     else if (k->softcap && !softcap_fits(k, r))
         snprintf(why, sizeof why,
                  "softcap: flash_tma has no registers for the cap with more than 2 consumer "
@@ -351,8 +353,7 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
     else if (k->arch < r->min_arch || (r->max_arch && k->arch > r->max_arch))
         snprintf(why, sizeof why, "arch sm_%u: %s needs sm_%u (%s)", (unsigned)k->arch, r->name,
                  (unsigned)r->min_arch, r->arch_why);
-    else
-        r->rules(&t, why, sizeof why);
+    else r->rules(&t, why, sizeof why);
     if (!why[0]) {
         size_t limit = smem_limit ? smem_limit : fj_arch_smem_optin_max(k->arch);
         size_t need = r->smem_bytes(&t);
@@ -528,7 +529,8 @@ fj_status fj_kernel_desc_parse_tiles(const char *tiles, fj_kernel_desc *k)
     char grammars[256];
     if (!ok)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "tile configuration '%s' is not %s",
-                       tiles ? tiles : "(null)", fj_template_tile_grammars(grammars, sizeof grammars));
+                       tiles ? tiles : "(null)",
+                       fj_template_tile_grammars(grammars, sizeof grammars));
     t.template_id = r->id;
     *k = t;
     return FJ_OK;

@@ -127,7 +127,6 @@ unsigned fj_kernel_desc_combine_warps(unsigned head_dim, int splits, long long r
  * configuration and mask. */
 void fj_kernel_desc_combine_for(const fj_kernel_desc *k, unsigned warps, fj_kernel_desc *combine);
 
-
 /* Sets the prefill heuristic's template and tiles (block_m, block_n, warps,
  * stages) for the descriptor's head dim, arch and mask: the first template
  * row whose prefill_tiles takes it. */

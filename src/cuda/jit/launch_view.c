@@ -25,8 +25,10 @@ bool fj_launch_view(const fj_problem *p, fj_problem *out)
     /* Row r = g' * seqlen_q + i sits at head stride * g' + seq stride * i,
        which is seq stride * r when the heads are seqlen_q rows apart (and
        head stride * r when seqlen_q == 1). */
-    out->q_stride[FJ_AXIS_SEQ] = p->seqlen_q == 1 ? p->q_stride[FJ_AXIS_HEAD] : p->q_stride[FJ_AXIS_SEQ];
-    out->o_stride[FJ_AXIS_SEQ] = p->seqlen_q == 1 ? p->o_stride[FJ_AXIS_HEAD] : p->o_stride[FJ_AXIS_SEQ];
+    out->q_stride[FJ_AXIS_SEQ] =
+        p->seqlen_q == 1 ? p->q_stride[FJ_AXIS_HEAD] : p->q_stride[FJ_AXIS_SEQ];
+    out->o_stride[FJ_AXIS_SEQ] =
+        p->seqlen_q == 1 ? p->o_stride[FJ_AXIS_HEAD] : p->o_stride[FJ_AXIS_SEQ];
     out->q_stride[FJ_AXIS_HEAD] = g * p->q_stride[FJ_AXIS_HEAD];
     out->o_stride[FJ_AXIS_HEAD] = g * p->o_stride[FJ_AXIS_HEAD];
     return true;

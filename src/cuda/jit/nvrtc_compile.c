@@ -33,8 +33,7 @@ static const char *nvrtc_error(const fj_cuda_api *api, nvrtcResult r)
  * one below it; 0 when none is. Without nvrtcGetSupportedArchs (NVRTC older
  * than 11.2) the arch is taken as supported and NVRTC's own error says
  * otherwise. */
-static fj_status choose_arch(const fj_cuda_api *api, unsigned arch, unsigned *chosen,
-                             bool *exact)
+static fj_status choose_arch(const fj_cuda_api *api, unsigned arch, unsigned *chosen, bool *exact)
 {
     *chosen = arch;
     *exact = true;

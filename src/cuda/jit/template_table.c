@@ -191,14 +191,14 @@ static void tma_rules(const fj_tile_shape *t, char *why, size_t n)
                  "consumer warpgroups)",
                  (unsigned)t->warps);
     else if (t->block_m != 64 * consumers)
-        snprintf(why, n, "block_m %u is not 64 * consumer warpgroups (%u): a consumer owns 64 query rows",
+        snprintf(why, n,
+                 "block_m %u is not 64 * consumer warpgroups (%u): a consumer owns 64 query rows",
                  (unsigned)t->block_m, 64u * consumers);
     else if (t->block_n < 16 || t->block_n > 256 || t->block_n % 16)
         snprintf(why, n, "block_n %u is not a multiple of 16 in 16..256", (unsigned)t->block_n);
     else if (t->stages < 2 || t->stages > 4)
         snprintf(why, n, "stages %u is not in 2..4", (unsigned)t->stages);
-    else if (t->split_kv)
-        snprintf(why, n, "flash_tma has no split-KV variant");
+    else if (t->split_kv) snprintf(why, n, "flash_tma has no split-KV variant");
     else if (tma_accumulators(t) > budget[consumers])
         snprintf(why, n,
                  "head_dim / 2 + 3 * block_n / 4 (%u accumulator registers a thread) is above "
@@ -353,7 +353,10 @@ static const fj_template_row rows[] = {
 };
 #define ROW_COUNT (int)(sizeof rows / sizeof rows[0])
 
-const fj_template_row *fj_template_row_at(int i) { return i >= 0 && i < ROW_COUNT ? &rows[i] : NULL; }
+const fj_template_row *fj_template_row_at(int i)
+{
+    return i >= 0 && i < ROW_COUNT ? &rows[i] : NULL;
+}
 
 const fj_template_row *fj_template_row_of(uint32_t id)
 {
@@ -388,8 +391,8 @@ static int sorted_rows(const fj_template_row **out, bool attention_first)
     return n;
 }
 
-static void append(char *buf, size_t n, size_t *used, const char *fmt, const char *a,
-                   const char *b, unsigned id)
+static void append(char *buf, size_t n, size_t *used, const char *fmt, const char *a, const char *b,
+                   unsigned id)
 {
     if (*used >= n) return;
     int w = id ? snprintf(buf + *used, n - *used, fmt, id, a)

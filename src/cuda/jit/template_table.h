@@ -47,11 +47,11 @@ typedef struct fj_tile_shape {
 
 typedef struct fj_template_row {
     fj_template_id id;
-    const char *name;        /* in kernel names: "flash_fwd" */
-    const char *file;        /* kernel_templates/ file pasted last */
-    const char *header;      /* a kernel_templates/ header pasted before it, or NULL */
-    const char *entry;       /* its __global__ function */
-    bool attention;          /* computes attention (the combine kernel only merges) */
+    const char *name;   /* in kernel names: "flash_fwd" */
+    const char *file;   /* kernel_templates/ file pasted last */
+    const char *header; /* a kernel_templates/ header pasted before it, or NULL */
+    const char *entry;  /* its __global__ function */
+    bool attention;     /* computes attention (the combine kernel only merges) */
     /* Specialized on the dtype alone (f32 included; any head dim, no tiles,
        no mask): its descriptor has only template, dtype and arch set, its
        name is "<name>.<dtype>.sm_<arch>", and its source is its header and
@@ -59,15 +59,15 @@ typedef struct fj_template_row {
     bool dtype_only;
     /* The tile string "m<M>n<N><letter><units>s<S>": warps = units *
        warps_per_unit + extra_warps. */
-    char unit_letter;        /* 'w' warps, 'g' warpgroups, 'c' consumer warpgroups */
-    const char *unit_name;   /* "warps", for messages */
+    char unit_letter;      /* 'w' warps, 'g' warpgroups, 'c' consumer warpgroups */
+    const char *unit_name; /* "warps", for messages */
     unsigned warps_per_unit;
-    unsigned extra_warps;    /* warps that are no unit: the producer warpgroup */
+    unsigned extra_warps;        /* warps that are no unit: the producer warpgroup */
     uint32_t min_arch, max_arch; /* SM versions it compiles for (0: no upper bound) */
-    const char *arch_why;    /* why the range, for messages */
-    bool arch_specific;      /* compiled for "sm_90a" (wgmma, setmaxnreg) */
+    const char *arch_why;        /* why the range, for messages */
+    bool arch_specific;          /* compiled for "sm_90a" (wgmma, setmaxnreg) */
     fj_launch_kind launch;
-    bool split_kv;           /* has a split-KV variant (split_kv = 1 descriptors) */
+    bool split_kv;            /* has a split-KV variant (split_kv = 1 descriptors) */
     const char *smem_formula; /* the formula, for messages */
     size_t (*smem_bytes)(const fj_tile_shape *t);
     /* The first of the template's own rules t breaks, into why (left empty
