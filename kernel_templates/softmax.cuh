@@ -49,16 +49,27 @@ namespace fja {
  * |scale| / c, and the softmax then runs with scale c log2(e) in place of
  * |scale| log2(e): exp2(c log2(e) tanh(..) - m) = exp(c tanh(..) - m ln 2).
  * Applied before the mask (whose -inf must stay -inf). One ex2 and one rcp
- * (MUFU) per score, three FMA-pipe operations: the absolute error of tanh is
+ * (MUFU) per score, three FMA-pipe operations (and the series below 1/16,
+ * five more): the absolute error of tanh is
  * within about 2^-21 (ex2.approx 2^-22 relative, rcp.approx 1 ulp; the
  * rounding of 1 - 2r near 0 adds 2^-24), so the capped score is off by at
- * most c 2^-21, as P's relative error. tanh.approx.f32 would save the rcp
+ * most c 2^-21, as P's relative error, where |y| >= 1/16, i.e. by at most
+ * 2^-17 of itself; below, the series' relative error. tanh.approx.f32 would save the rcp
  * but its 2^-11 relative error makes c 2^-11 (2.4 % of P at c = 50): beyond
  * the f16 tolerance for c > 4. Saturates exactly: 2^s overflows to inf and
  * rcp(inf) = 0 gives 1; 2^s = 0 gives -1; NaN stays NaN. */
 __device__ __forceinline__ float softcap_tanh(float s, float cap_in)
 {
-    return fmaf(-2.f, fj_rcp(1.f + fj_exp2(s * cap_in)), 1.f);
+    const float z = s * cap_in; /* 2 log2(e) y */
+    float t = fmaf(-2.f, fj_rcp(1.f + fj_exp2(z)), 1.f);
+    /* |y| < 1/16: tanh's odd series (relative error under 1e-11), where
+       1 - 2 r cancels and a large cap would make its 2^-21 a large error
+       of a small score (the CPU's fj_softcapf does the same) */
+    if (fabsf(z) < 0.18033688f) {
+        const float y = z * 0.34657359f, y2 = y * y; /* ln(2) / 2 */
+        t = y * fmaf(y2, fmaf(y2, fmaf(y2, -17.f / 315.f, 2.f / 15.f), -1.f / 3.f), 1.f);
+    }
+    return t;
 }
 
 template <int MT, int NT>

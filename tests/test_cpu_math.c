@@ -178,6 +178,27 @@ static void test_softcap_tanh(void **state)
     assert_true(special[3] == 0.0f && special[4] == 0.0f);
     assert_true(special[5] == out && special[6] == -out && special[7] == out && special[8] == -out);
     assert_true(fj_softcapf(INFINITY, in, out) == out && isnan(fj_softcapf(NAN, in, out)));
+
+    /* A huge cap (out) on small scores: the error must be relative to the
+       score (1 - e cancels below |y| 1/16; the series takes over there), or
+       out times an absolute 4e-7 swamps it. */
+    const float big_in = 1.0f / 3.6e16f, big_out = 3.6e16f;
+    for (int i = 0; i < N; i++) x[i] = (float)ldexp(-1.0 + 2.0 * i / (N - 1), (i % 40) - 20);
+    memcpy(y, x, N * sizeof *y);
+    fj_vsoftcap(y, N, big_in, big_out);
+    for (int i = 0; i < N; i++) {
+        double want = big_out * tanh((double)big_in * x[i]);
+        double tol = 1e-6 * fabs(want) + 1e-37;
+        if (fabs(y[i] - want) > tol || fabs(fj_softcapf(x[i], big_in, big_out) - want) > tol)
+            fail_msg("softcap of %.9g with cap 3.6e16: %.9g (vector), %.9g (scalar), want %.9g",
+                     (double)x[i], (double)y[i], (double)fj_softcapf(x[i], big_in, big_out), want);
+    }
+    /* and the series' side of the switch point against tanh, relatively */
+    for (int i = 0; i < 1000; i++) {
+        float v = 0.0625f * (float)i / 1000.0f;
+        double want = tanh((double)v);
+        assert_true(fabs(fj_softcapf(v, 1.0f, 1.0f) - want) <= 2e-7 * want + 1e-45);
+    }
     free(x);
     free(y);
 }

@@ -488,9 +488,10 @@ static void print_result(output_format format, bool first, const fj_attention_de
         snprintf(num[4], 64, "%d", d->seqlen_k);
         snprintf(num[5], 64, "%d", d->head_dim);
         /* empty: absent */
-        snprintf(num[6], 64, isfinite(ms) ? "%.6f" : "", ms);
-        snprintf(num[7], 64, isfinite(tflops) ? "%.6g" : "", tflops);
-        snprintf(num[8], 64, isfinite(gbps) ? "%.6g" : "", gbps);
+        num[6][0] = num[7][0] = num[8][0] = '\0';
+        if (isfinite(ms)) snprintf(num[6], 64, "%.6f", ms);
+        if (isfinite(tflops)) snprintf(num[7], 64, "%.6g", tflops);
+        if (isfinite(gbps)) snprintf(num[8], 64, "%.6g", gbps);
         char launches[16] = "", err[32] = "";
         if (res) snprintf(launches, sizeof launches, "%d", res->launches);
         if (isfinite(rel_err)) snprintf(err, sizeof err, "%.3e", rel_err);

@@ -141,6 +141,13 @@ void fj_vsoftcap(float *x, int64_t n, float in, float out)
         vint ti;
         memcpy(&ti, &t, sizeof ti);
         ti |= yi & sign;
+        /* lanes below FJ_SOFTCAP_SERIES_BELOW take the series (fj_softcapf) */
+        vfloat y2 = y * y;
+        vfloat series =
+            y * (1.0f + y2 * (-1.0f / 3.0f + y2 * (2.0f / 15.0f + y2 * (-17.0f / 315.0f))));
+        vint si, small = mag < FJ_SOFTCAP_SERIES_BELOW;
+        memcpy(&si, &series, sizeof si);
+        ti = (si & small) | (ti & ~small);
         memcpy(&t, &ti, sizeof t);
         vstore(x + j, t * out);
     }

@@ -65,15 +65,30 @@ static inline float fj_expf(float x)
     return x != x ? x : y;
 }
 
+/* Below this |y|, tanh(y) by its odd series (four terms: relative error
+ * under 1e-11 there); above it, by exponentials. */
+#define FJ_SOFTCAP_SERIES_BELOW 0.0625f
+
+/* tanh(y) = y (1 - y^2/3 + 2 y^4/15 - 17 y^6/315 + ...), |y| < 1/16. */
+static inline float fj_tanh_series(float y)
+{
+    float y2 = y * y;
+    return y * (1.0f + y2 * (-1.0f / 3.0f + y2 * (2.0f / 15.0f + y2 * (-17.0f / 315.0f))));
+}
+
 /* The logit softcap's tanh (docs/semantics.md, "Softcap"): out * tanh(in * x)
- * as sign(y) (1 - e) / (1 + e), y = in * x, e = exp(-2 |y|) by fj_expf's
- * formula. Absolute error within about 4e-7 of tanh (the softmax needs an
- * absolute bound: a score's error is its probability's relative one); exactly
+ * with y = in * x: for |y| >= 1/16 as sign(y) (1 - e) / (1 + e), e =
+ * exp(-2 |y|) by fj_expf's formula (absolute error within about 4e-7, and
+ * |y| >= 1/16 makes that a relative one within about 7e-6), below by the
+ * series, whose error is relative: 1 - e would cancel there, and a large cap
+ * (out) would turn its rounding into a large error of a small score. Exactly
  * +-1 where e underflows (|y| > 43.6), +-out for infinite y, NaN for NaN. */
 static inline float fj_softcapf(float x, float in, float out)
 {
     float y = in * x;
-    float e = fj_expf(-2.0f * (y < 0.0f ? -y : y));
+    float a = y < 0.0f ? -y : y;
+    if (a < FJ_SOFTCAP_SERIES_BELOW) return out * fj_tanh_series(y);
+    float e = fj_expf(-2.0f * a);
     float t = (1.0f - e) / (1.0f + e);
     return out * (y < 0.0f ? -t : t);
 }
