@@ -397,11 +397,14 @@ static void run_unit(const decode_job *j, int64_t unit, int c, int worker)
     const int64_t hk0 = group_unit % dp->head_groups * dp->heads_per_task;
     const int heads =
         p->heads_kv - hk0 < dp->heads_per_task ? (int)(p->heads_kv - hk0) : dp->heads_per_task;
-    const float alpha = (float)(M_LOG2E * p->scale);
+    float alpha = (float)(M_LOG2E * p->scale);
     cap_factors cap = {0.0f, 0.0f};
     if (p->softcap > 0.0f) {
+        /* the kernels give q.k itself and the cap takes scale / c, which
+           validation keeps finite (as tiled.c) */
+        alpha = 1.0f;
         cap.out = (float)(M_LOG2E * p->softcap);
-        cap.in = (float)(1.0 / (M_LOG2E * p->softcap));
+        cap.in = (float)((double)p->scale / p->softcap);
     }
     pos_block blk;
     make_block(p, dp, pb, &blk);

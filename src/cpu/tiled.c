@@ -143,9 +143,9 @@ typedef struct row_block {
     int npos, nh;    /* row r is position pos0 + r / nh, query head head0 + r % nh */
     const float *qm; /* the block's queries, rows ldq apart */
     int ldq;
-    float alpha; /* log2(e) * scale: scores in base 2 */
-    /* softcap c: a base-2 score x becomes cap_out * tanh(cap_in * x), cap_out
-       = c log2(e), cap_in its inverse (c tanh(s / c) in base 2); 0: off */
+    float alpha; /* log2(e) * scale: scores in base 2 (1 under a softcap) */
+    /* softcap c: the raw q.k x (alpha 1) becomes cap_out * tanh(cap_in * x),
+       cap_out = c log2(e), cap_in = scale / c (c tanh(s / c) in base 2); 0: off */
     float cap_in, cap_out;
     int64_t pos0, head0; /* the block's first position and query head */
 } row_block;
@@ -246,8 +246,12 @@ static void tiled_task(void *arg, int64_t task, int worker)
 
     row_block rb = {.job = j, .w = worker_ws(tp, worker), .alpha = (float)(M_LOG2E * p->scale)};
     if (p->softcap > 0.0f) {
+        /* the sgemm gives q.k itself and the cap takes scale / c, which
+           validation keeps finite: log2(e) scale and 1 / (log2(e) c) apart
+           can each underflow or overflow (a denormal scale and cap) */
+        rb.alpha = 1.0f;
         rb.cap_out = (float)(M_LOG2E * p->softcap);
-        rb.cap_in = (float)(1.0 / (M_LOG2E * p->softcap));
+        rb.cap_in = (float)((double)p->scale / p->softcap);
     }
     rb.hk = rest % p->heads_kv;
     rb.b = rest / p->heads_kv;
