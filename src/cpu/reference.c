@@ -100,8 +100,7 @@ static void ref_task(void *arg, int64_t task, int worker)
                (validation keeps it finite; 1 / c alone can overflow) */
             if (p->softcap > 0.0f)
                 fj_vsoftcap(vis, n, (float)((double)p->scale / p->softcap), p->softcap);
-            else
-                fj_vscale(vis, n, p->scale);
+            else fj_vscale(vis, n, p->scale);
             if (p->alibi)
                 for (int64_t c = 0; c < n; c++) vis[c] += fj_alibi_bias(p, slope, i0 + r, klo + c);
             float m = fj_vmax(vis, n);
