@@ -256,10 +256,9 @@ typedef struct fj_attention_desc {
        other fields' offsets are unchanged. */
     float softcap;
     /* FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS (since 1.1; the 32 bits beside
-       softcap): inputs beyond q, k
-       and v that join the softmax, their per-head values given at execute
-       time (fj_execute_extras). 0: none. Any other bit:
-       FJ_ERR_INVALID_ARGUMENT naming features. */
+       softcap): inputs beyond q, k and v that join the softmax, their
+       per-head values given at execute time (fj_execute_extras). 0: none.
+       Any other bit: FJ_ERR_INVALID_ARGUMENT naming features. */
     uint32_t features;
     int64_t reserved[7]; /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_attention_desc;
@@ -308,7 +307,7 @@ FJ_API double fj_attention_flops(const fj_attention_desc *d);
  * Numbers are decimal, without sign or leading zeros. A problem with a
  * softcap ends in one more field, sc<softcap>: the shortest decimal that
  * reads back as the same float, with 'p' for the decimal point ("sc50",
- * "sc2p5"; in exponent form outside [1e-4, 1e9): "sc1e-05"). The scale and
+ * "sc2p5"; in exponent form outside [1e-4, 1e9): "sc1e-05").
  * Then, with FJ_FEATURE_ALIBI, the field "alibi", and with FJ_FEATURE_SINKS
  * the field "sinks", in that order, after the softcap's
  * ("b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi.sinks"). The scale and
@@ -316,9 +315,8 @@ FJ_API double fj_attention_flops(const fj_attention_desc *d);
  * softcap and the features, which choose the kernel (its tuning point leaves
  * the softcap and the features out: such problems share tiles with plain ones;
  * FJ_PLAN_MEASURE measures the problem without its features).
- * FJ_PROBLEM_KEY_MAX was 128 before 1.1's features; 128 bytes still hold
- * every key without them. FJ_PROBLEM_KEY_MAX bytes hold any
- * key with its NUL. */
+ * FJ_PROBLEM_KEY_MAX bytes hold any key with its NUL (128 before 1.1's
+ * features; 128 still hold every key without them). */
 #define FJ_PROBLEM_KEY_MAX 160
 
 /* Writes d's key into buf (n bytes). FJ_ERR_INVALID_ARGUMENT when d breaks a
