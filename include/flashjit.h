@@ -92,7 +92,9 @@ extern "C" {
  *        fj_attention_desc.softcap (its first reserved slot);
  *        fj_attention_desc.features (FJ_FEATURE_ALIBI, FJ_FEATURE_SINKS; the
  *        32 bits beside softcap), fj_execute_extras, fj_execute_extras_init,
- *        fj_plan_execute_ex, fj_attention_ex (node FLASHJIT_1.1). */
+ *        fj_plan_execute_ex, fj_attention_ex (node FLASHJIT_1.1);
+ *        FJ_FEATURE_VARLEN and fj_execute_extras.cu_seqlens_q, cu_seqlens_k,
+ *        seqused_k, total_q, total_k (four of its reserved slots). */
 #define FLASHJIT_VERSION_MAJOR 1
 #define FLASHJIT_VERSION_MINOR 1
 #define FLASHJIT_VERSION_PATCH 0
@@ -246,8 +248,10 @@ typedef struct fj_attention_desc {
     int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
     /* element strides of the batch, seq and head axes; the head_dim axis is
        contiguous; a tensor whose three strides are all zero is dense
-       [batch, seq, heads, head_dim]. Strides are >= 0; inputs may overlap
-       (stride 0 broadcasts); output rows must not overlap. */
+       [batch, seq, heads, head_dim] (with FJ_FEATURE_VARLEN packed [token,
+       heads, head_dim], the batch strides always 0). Strides are >= 0;
+       inputs may overlap (stride 0 broadcasts); output rows must not
+       overlap. */
     /* Logit softcap (Gemma 2/3): with softcap c > 0 every score s = scale * q.k
        becomes c * tanh(s / c) before the mask and the softmax (lse is over
        the capped scores; docs/semantics.md). 0: off. Negative, NaN or
@@ -255,10 +259,11 @@ typedef struct fj_attention_desc {
        first int64 slot of the reserved room, so the struct's size and the
        other fields' offsets are unchanged. */
     float softcap;
-    /* FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS (since 1.1; the 32 bits beside
-       softcap): inputs beyond q, k and v that join the softmax, their
-       per-head values given at execute time (fj_execute_extras). 0: none.
-       Any other bit: FJ_ERR_INVALID_ARGUMENT naming features. */
+    /* FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN (since 1.1;
+       the 32 bits beside softcap): inputs beyond q, k and v that join the
+       softmax, their per-head values given at execute time
+       (fj_execute_extras), and variable-length batches. 0: none. Any other
+       bit: FJ_ERR_INVALID_ARGUMENT naming features. */
     uint32_t features;
     int64_t reserved[7]; /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_attention_desc;
@@ -276,6 +281,19 @@ enum {
        row's softmax denominator without a value row, so a row may attend to
        "nothing"; fj_execute_extras.sinks. lse includes it. */
     FJ_FEATURE_SINKS = 1u << 1,
+    /* Variable-length batches (FlashAttention's varlen): q, k, v and o hold
+       `batch` sequences of different lengths packed one after another
+       along the token axis ([total_tokens, heads, head_dim]), placed by
+       fj_execute_extras.cu_seqlens_q and cu_seqlens_k (and seqused_k)
+       at each execute. seqlen_q and seqlen_k are the most query and key
+       rows a sequence may have: one plan runs any mix of lengths within
+       them. Each sequence is its own problem: causal and window alignment,
+       ALiBi's offset, use its own lengths. There is no batch axis: the
+       batch strides (q_stride[0] ...) must be 0 (all-zero strides are the
+       packed [token, heads, head_dim]); the seq strides step one token.
+       lse is float32 [heads_q, total_q]. CPU backends only for now (CUDA:
+       FJ_ERR_UNSUPPORTED). docs/semantics.md, "Variable-length batches". */
+    FJ_FEATURE_VARLEN = 1u << 2,
 };
 
 /* No mask, no window, default scale, no softcap, no features, dense strides, reserved zero. */
@@ -287,7 +305,8 @@ FJ_API void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q,
 FJ_API fj_status fj_attention_desc_validate(const fj_attention_desc *d);
 
 /* 4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk (FlashAttention's
- * convention, so figures compare with theirs). */
+ * convention, so figures compare with theirs). With FJ_FEATURE_VARLEN that
+ * of the longest lengths, a bound: count a batch's FLOPs per sequence. */
 FJ_API double fj_attention_flops(const fj_attention_desc *d);
 
 /* ------------------------------------------------------------------------ */
@@ -308,13 +327,17 @@ FJ_API double fj_attention_flops(const fj_attention_desc *d);
  * softcap ends in one more field, sc<softcap>: the shortest decimal that
  * reads back as the same float, with 'p' for the decimal point ("sc50",
  * "sc2p5"; in exponent form outside [1e-4, 1e9): "sc1e-05").
- * Then, with FJ_FEATURE_ALIBI, the field "alibi", and with FJ_FEATURE_SINKS
- * the field "sinks", in that order, after the softcap's
- * ("b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi.sinks"). The scale and
+ * Then, with FJ_FEATURE_ALIBI, the field "alibi", with FJ_FEATURE_SINKS
+ * the field "sinks", and with FJ_FEATURE_VARLEN the field "varlen" (b is
+ * then the number of sequences, sq and sk the longest lengths), in that
+ * order, after the softcap's
+ * ("b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi.sinks",
+ * "b8.hq32.hkv8.sq4096.sk4096.d128.bf16.causal_br.varlen"). The scale and
  * the strides are not part of it: a key names the shape, the mask, the
  * softcap and the features, which choose the kernel (its tuning point leaves
  * the softcap and the features out: such problems share tiles with plain ones;
- * FJ_PLAN_MEASURE measures the problem without its features).
+ * FJ_PLAN_MEASURE measures the problem without its features, a varlen one
+ * as one sequence of the longest lengths).
  * FJ_PROBLEM_KEY_MAX bytes hold any key with its NUL (128 before 1.1's
  * features; 128 still hold every key without them). */
 #define FJ_PROBLEM_KEY_MAX 160
@@ -389,7 +412,8 @@ FJ_API fj_status fj_plan_create_ex(fj_context *ctx, const fj_attention_desc *d,
  * memory on CUDA, host memory on CPU; fj_malloc gives either) laid out by the
  * desc's strides. lse: NULL, or float32 [batch, heads_q, seqlen_q] (natural
  * log of each row's softmax denominator; -inf for a row that sees no key,
- * or its sink with FJ_FEATURE_SINKS).
+ * or its sink with FJ_FEATURE_SINKS); with FJ_FEATURE_VARLEN [heads_q,
+ * total_q] (fj_execute_extras).
  * stream: a CUstream on CUDA (NULL: the default stream; the call is
  * asynchronous), ignored on CPU (the call returns when done). Allocates
  * nothing. Thread-safe; concurrent executes must not share an output, and
@@ -398,24 +422,50 @@ FJ_API fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k,
                                  void *o, float *lse, void *stream);
 
 /* The inputs of an execute beyond q, k, v, o and lse (since 1.1): the
- * per-head values of the desc's features. Each array is float32
- * [heads_q] (query head h's value at index h, GQA included) in memory of
- * the context's backend (device memory on CUDA, host memory on the CPU; fj_malloc gives
- * either), aligned to 4 bytes, read during the execute only (on CUDA: by
- * the kernels the call queues on its stream, so keep it alive and unchanged
- * until they finish); the caller owns it, the library never frees or
- * copies it. The values are data, as q and k: not inspected
+ * per-head values of the desc's features, and the sequences of a
+ * variable-length batch. Each array is in memory of the context's backend
+ * (device memory on CUDA, host memory on the CPU; fj_malloc gives either),
+ * aligned to 4 bytes, read during the execute only (on CUDA: by the kernels
+ * the call queues on its stream, so keep it alive and unchanged until they
+ * finish); the caller owns it, the library never frees or copies it.
+ * A plan whose desc has the feature needs its arrays (NULL:
+ * FJ_ERR_INVALID_ARGUMENT naming it); an array or count given for a feature
+ * the desc does not have is FJ_ERR_INVALID_ARGUMENT too (it would be
+ * ignored).
+ *
+ * ALiBi and sinks: float32 [heads_q] (query head h's value at index h, GQA
+ * included). The values are data, as q and k: not inspected
  * (docs/semantics.md, "Non-finite values", says what non-finite values give).
- * A plan whose desc has the feature needs its array (NULL:
- * FJ_ERR_INVALID_ARGUMENT naming it); an array given for a feature the desc
- * does not have is FJ_ERR_INVALID_ARGUMENT too (it would be ignored). */
+ *
+ * Variable length (FJ_FEATURE_VARLEN; docs/semantics.md, "Variable-length
+ * batches"): sequence b's queries and output rows are the tokens
+ * [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q and o, its keys and values
+ * the tokens [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v, of which it
+ * uses the first seqused_k[b] (all of them when seqused_k is NULL); its
+ * lse is lse[h * total_q + t] for its token t. Rules, each checked in full
+ * on the CPU backends before anything is written (FJ_ERR_INVALID_ARGUMENT
+ * naming the array, the index and the rule; nothing written): cu[0] = 0;
+ * cu[b] <= cu[b + 1]; a sequence's queries <= the desc's seqlen_q and the
+ * keys it uses <= seqlen_k; cu_seqlens_q[batch] <= total_q and
+ * cu_seqlens_k[batch] <= total_k (the buffers' sizes: q, o hold total_q
+ * tokens, k, v total_k, lse heads_q x total_q floats); 0 <= seqused_k[b] <=
+ * the sequence's keys. Empty sequences are legal: no query rows, nothing
+ * written; no keys, every row sees none (O = 0, lse = -inf or the sink).
+ * Tokens past cu_seqlens_q[batch] (of o and lse) are not written. */
 typedef struct fj_execute_extras {
     const float *alibi_slopes; /* FJ_FEATURE_ALIBI: slope_h, [heads_q] */
     const float *sinks;        /* FJ_FEATURE_SINKS: sink_h (natural log units), [heads_q] */
-    int64_t reserved[6];       /* zero: room for inputs added later (see "Structs and ABI room") */
+    /* FJ_FEATURE_VARLEN (these took four of the 1.1.0 struct's six reserved
+       int64 slots, each pointer one slot, the two counts one: on LP64 the
+       size and the other fields' offsets are unchanged) */
+    const int32_t *cu_seqlens_q; /* int32 [batch + 1]: where each sequence's queries start */
+    const int32_t *cu_seqlens_k; /* int32 [batch + 1]: where each sequence's keys start */
+    const int32_t *seqused_k;    /* NULL, or int32 [batch]: the keys each sequence uses */
+    int32_t total_q, total_k;    /* tokens q and o hold, and k and v (>= cu_seqlens_*[batch]) */
+    int64_t reserved[2]; /* zero: room for inputs added later (see "Structs and ABI room") */
 } fj_execute_extras;
 
-/* Fills *x: no arrays, reserved zero. */
+/* Fills *x: no arrays, counts zero, reserved zero. */
 FJ_API void fj_execute_extras_init(fj_execute_extras *x);
 
 /* fj_plan_execute with the extra inputs x (NULL: none, as fj_plan_execute,
@@ -447,7 +497,8 @@ typedef struct fj_plan_info {
     fj_backend backend; /* never AUTO */
     char kernel[128];   /* CUDA: the canonical kernel name (the split variant when
                                     split-KV); CPU: "cpu_tiled", "cpu_decode_<loops>"
-                                    or "cpu_reference" */
+                                    or "cpu_reference" ("cpu_tiled_varlen",
+                                    "cpu_reference_varlen" with FJ_FEATURE_VARLEN) */
     char tiles[32];     /* CUDA "m128n64w4s2", CPU tiled "q128k256"; "" when the
                                     backend has no tiles (reference, CPU decode) */
     fj_tiles_source tiles_source;

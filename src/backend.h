@@ -28,8 +28,9 @@ typedef struct fj_backend_ops {
     fj_status (*plan_create)(fj_context *ctx, const fj_problem *p, const char *config, void **state,
                              fj_strbuf *describe);
     /* Runs it. Pointers were checked non-NULL by the core, and in's arrays
-       against p's features (each non-NULL exactly when its feature is on).
-       Must not allocate. */
+       against p's features (each non-NULL exactly when its feature is on;
+       the varlen arrays' values are not checked: they lie in the backend's
+       memory, which the core may not read). Must not allocate. */
     fj_status (*execute)(const void *state, const fj_problem *p, const void *q, const void *k,
                          const void *v, void *o, float *lse, const fj_exec_inputs *in,
                          void *stream);
@@ -87,6 +88,9 @@ typedef struct fj_backend_entry {
        NULL when it has nothing to tune. */
     const fj_backend_tuning *tuning;
     const fj_backend_ops *ops;
+    /* The ops of its plans for FJ_FEATURE_VARLEN problems (their memory
+       functions as ops'); NULL when it has none (supports refuses them). */
+    const fj_backend_ops *varlen_ops;
 } fj_backend_entry;
 
 /* The registry in AUTO's order of preference (CUDA, then the CPU tiled

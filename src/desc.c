@@ -1,6 +1,7 @@
 /* Validation of the public problem description, and the resolved problem the
  * backends use. Every rule lives here, once, with the message that names it. */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -158,12 +159,13 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
                            "fj_attention_desc_init, then set its fields by name",
                            i, (long long)d->reserved[i]);
 
-    if (d->features & ~(uint32_t)(FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS))
+    if (d->features & ~(uint32_t)(FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "features (0x%x) has unknown bits: only FJ_FEATURE_ALIBI (0x%x) and "
-                       "FJ_FEATURE_SINKS (0x%x) are defined",
+                       "features (0x%x) has unknown bits: only FJ_FEATURE_ALIBI (0x%x), "
+                       "FJ_FEATURE_SINKS (0x%x) and FJ_FEATURE_VARLEN (0x%x) are defined",
                        (unsigned)d->features, (unsigned)FJ_FEATURE_ALIBI,
-                       (unsigned)FJ_FEATURE_SINKS);
+                       (unsigned)FJ_FEATURE_SINKS, (unsigned)FJ_FEATURE_VARLEN);
+    const bool varlen = (d->features & FJ_FEATURE_VARLEN) != 0;
 
     struct {
         const char *name;
@@ -176,6 +178,11 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
         if (sizes[i].v <= 0)
             return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s (%d) must be >= 1", sizes[i].name,
                            sizes[i].v);
+    if (varlen && d->batch == INT_MAX)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "batch (%d) must be below INT_MAX with FJ_FEATURE_VARLEN (cu_seqlens_q "
+                       "and cu_seqlens_k have batch + 1 int32 entries)",
+                       d->batch);
     if (d->head_dim > FJ_MAX_HEAD_DIM)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "head_dim (%d) must be <= %d", d->head_dim,
                        FJ_MAX_HEAD_DIM);
@@ -228,10 +235,12 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
                        FLT_MAX / (2.0 * M_LOG2E), scale);
 
     /* lse has batch*heads_q*seqlen_q floats; every other count is smaller
-       than some tensor extent checked below. */
+       than some tensor extent checked below. (Varlen: heads_q*total_q,
+       checked at each execute, fj_problem_varlen_extents.) */
     int64_t rows;
-    if (__builtin_mul_overflow((int64_t)d->batch * d->heads_q, (int64_t)d->seqlen_q, &rows) ||
-        __builtin_mul_overflow(rows, (int64_t)sizeof(float), &rows))
+    if (!varlen &&
+        (__builtin_mul_overflow((int64_t)d->batch * d->heads_q, (int64_t)d->seqlen_q, &rows) ||
+         __builtin_mul_overflow(rows, (int64_t)sizeof(float), &rows)))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "batch * heads_q * seqlen_q overflows");
 
     p->batch = d->batch;
@@ -249,6 +258,7 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     p->softcap = d->softcap > 0.0f ? d->softcap : 0.0f; /* -0: off, as 0 */
     p->alibi = (d->features & FJ_FEATURE_ALIBI) != 0;
     p->sinks = (d->features & FJ_FEATURE_SINKS) != 0;
+    p->varlen = varlen;
     p->diag_offset = d->causal == FJ_CAUSAL_TOP_LEFT ? 0 : (int64_t)d->seqlen_k - d->seqlen_q;
     p->masked = d->causal != FJ_CAUSAL_NONE || d->window_left >= 0 || d->window_right >= 0;
 
@@ -265,16 +275,67 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     };
     int es = (int)fj_dtype_size(d->dtype); /* dtype checked above */
     for (int i = 0; i < 4; i++) {
-        int64_t n[3] = {d->batch, t[i].seq, t[i].heads};
+        /* varlen: no batch axis; the extents of one sequence of the longest
+           length here, those of the whole buffers at each execute */
+        int64_t n[3] = {varlen ? 1 : d->batch, t[i].seq, t[i].heads};
         bool dense = all_zero(t[i].in);
+        if (varlen && !dense && t[i].in[FJ_AXIS_BATCH] != 0)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s[0] (batch axis) is %lld but must be 0 with FJ_FEATURE_VARLEN: the "
+                           "sequences are packed along the seq axis, where cu_seqlens place "
+                           "them (all-zero strides: packed [token, heads, head_dim])",
+                           t[i].name, (long long)t[i].in[FJ_AXIS_BATCH]);
         if (!dense) memcpy(t[i].out, t[i].in, 3 * sizeof(int64_t));
         else if (!dense_strides(t[i].out, t[i].seq, t[i].heads, d->head_dim))
             return fail_extent(t[i].name, t[i].out, n, d->head_dim, true);
+        if (varlen) t[i].out[FJ_AXIS_BATCH] = 0;
         fj_status s = check_strides(t[i].name, t[i].out, n, d->head_dim, es, dense);
         if (s) return s;
     }
-    int64_t on[3] = {d->batch, d->seqlen_q, d->heads_q};
+    /* varlen: the token axis holds every sequence's rows, so it is checked
+       as holding at least two whatever the longest sequence */
+    int64_t on[3] = {varlen ? 1 : d->batch, varlen && d->seqlen_q < 2 ? 2 : d->seqlen_q,
+                     d->heads_q};
     return check_output_rows(p->o_stride, on, d->head_dim);
+}
+
+fj_status fj_problem_varlen_extents(const fj_problem *p, int32_t total_q, int32_t total_k)
+{
+    struct {
+        const char *count, *tensors;
+        int32_t tokens;
+        int heads;
+        const int64_t *s;
+    } t[4] = {
+        {"total_q", "q", total_q, p->heads_q, p->q_stride},
+        {"total_k", "k", total_k, p->heads_kv, p->k_stride},
+        {"total_k", "v", total_k, p->heads_kv, p->v_stride},
+        {"total_q", "o", total_q, p->heads_q, p->o_stride},
+    };
+    const int es = (int)fj_dtype_size(p->dtype);
+    for (int i = 0; i < 4; i++) {
+        if (t[i].tokens == 0) continue;
+        int64_t n[3] = {1, t[i].tokens, t[i].heads}, e = extent(t[i].s, n, p->head_dim), bytes;
+        if (e < 0 || __builtin_mul_overflow(e, (int64_t)es, &bytes) ||
+            (uint64_t)bytes > (uint64_t)SIZE_MAX)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s (%d): %s of that many tokens (seq stride %lld) has an extent "
+                           "that overflows int64 in bytes",
+                           t[i].count, (int)t[i].tokens, t[i].tensors, (long long)t[i].s[1]);
+    }
+    /* the plan checked the output's rows for one sequence; the whole
+       batch's token axis may still run into the next head's rows (a
+       [heads, tokens, head_dim] layout too short for total_q tokens) */
+    int64_t on[3] = {1, total_q, p->heads_q};
+    fj_status s = total_q > 0 ? check_output_rows(p->o_stride, on, p->head_dim) : FJ_OK;
+    if (s) return fj_fail_prefix(s, "total_q (%d)", (int)total_q);
+    int64_t lse;
+    if (__builtin_mul_overflow((int64_t)p->heads_q * total_q, (int64_t)sizeof(float), &lse) ||
+        (uint64_t)lse > (uint64_t)SIZE_MAX)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "total_q (%d): lse's heads_q (%d) x total_q floats overflow", (int)total_q,
+                       p->heads_q);
+    return FJ_OK;
 }
 
 void fj_merge_desc_init(fj_merge_desc *d, int batch, int heads_q, int seqlen_q, int head_dim,

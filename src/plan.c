@@ -15,7 +15,8 @@ fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, const cha
     fj_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
     plan->ctx = ctx;
-    plan->ops = ctx->entry->ops;
+    /* variable-length batches: the backend's own ops for them */
+    plan->ops = p->varlen ? ctx->entry->varlen_ops : ctx->entry->ops;
     plan->problem = *p;
     fj_strbuf d;
     fj_strbuf_init(&d);
@@ -23,6 +24,11 @@ fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, const cha
     fj_problem_format(p, shape, sizeof shape);
     fj_strbuf_printf(&d, "problem: %s\n", shape);
     fj_status s = ctx->entry->supports(ctx, p);
+    if (s == FJ_OK && !plan->ops)
+        s = fj_fail(FJ_ERR_UNSUPPORTED,
+                    "%s: variable-length batches (FJ_FEATURE_VARLEN) are not supported by this "
+                    "backend",
+                    ctx->entry->name);
     if (s == FJ_OK) s = plan->ops->plan_create(ctx, p, config, &plan->state, &d);
     if (s == FJ_OK && !(plan->describe = fj_strbuf_take(&d)))
         s = fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory describing a plan");
@@ -61,10 +67,69 @@ void fj_execute_extras_init(fj_execute_extras *x)
     if (x) memset(x, 0, sizeof *x);
 }
 
+/* The varlen fields of x against p: the arrays and counts given exactly
+   when p is varlen (seqused_k optional), aligned, the counts >= 0 and the
+   buffers they size addressable. Their values are the backend's to check
+   (they lie in its memory). */
+static fj_status check_varlen(const fj_problem *p, const fj_exec_inputs *in)
+{
+    struct {
+        const char *name;
+        const int32_t *a;
+        bool required;
+        const char *size;
+        int extra; /* entries beyond batch */
+    } f[3] = {
+        {"cu_seqlens_q", in->cu_seqlens_q, true, "batch + 1", 1},
+        {"cu_seqlens_k", in->cu_seqlens_k, true, "batch + 1", 1},
+        {"seqused_k", in->seqused_k, false, "batch", 0},
+    };
+    for (int i = 0; i < 3; i++) {
+        if (!p->varlen && f[i].a)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s is given but the desc's features lack FJ_FEATURE_VARLEN (it "
+                           "would be ignored)",
+                           f[i].name);
+        if (p->varlen && f[i].required && !f[i].a)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s is NULL: the desc's features have FJ_FEATURE_VARLEN, so the "
+                           "execute needs int32 [%s = %lld] in fj_execute_extras.%s "
+                           "(fj_plan_execute_ex, fj_attention_ex)",
+                           f[i].name, f[i].size, (long long)p->batch + f[i].extra, f[i].name);
+        if (f[i].a && ((uintptr_t)f[i].a & 3))
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s (%p) is not aligned to 4 bytes", f[i].name,
+                           (const void *)f[i].a);
+    }
+    struct {
+        const char *name;
+        int32_t v;
+    } t[2] = {{"total_q", in->total_q}, {"total_k", in->total_k}};
+    for (int i = 0; i < 2; i++) {
+        if (!p->varlen && t[i].v)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s (%d) is given but the desc's features lack FJ_FEATURE_VARLEN (it "
+                           "would be ignored): leave it 0",
+                           t[i].name, (int)t[i].v);
+        if (t[i].v < 0)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s (%d) must be >= 0: the tokens the buffers hold", t[i].name,
+                           (int)t[i].v);
+    }
+    return p->varlen ? fj_problem_varlen_extents(p, in->total_q, in->total_k) : FJ_OK;
+}
+
 fj_status fj_check_extras(const fj_problem *p, const fj_execute_extras *x, fj_exec_inputs *in)
 {
-    in->alibi_slopes = x ? x->alibi_slopes : NULL;
-    in->sinks = x ? x->sinks : NULL;
+    memset(in, 0, sizeof *in);
+    if (x) {
+        in->alibi_slopes = x->alibi_slopes;
+        in->sinks = x->sinks;
+        in->cu_seqlens_q = x->cu_seqlens_q;
+        in->cu_seqlens_k = x->cu_seqlens_k;
+        in->seqused_k = x->seqused_k;
+        in->total_q = x->total_q;
+        in->total_k = x->total_k;
+    }
     for (int i = 0; x && i < (int)(sizeof x->reserved / sizeof x->reserved[0]); i++)
         if (x->reserved[i])
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
@@ -94,7 +159,7 @@ fj_status fj_check_extras(const fj_problem *p, const fj_execute_extras *x, fj_ex
             return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s (%p) is not aligned to 4 bytes", f[i].name,
                            (const void *)f[i].a);
     }
-    return FJ_OK;
+    return check_varlen(p, in);
 }
 
 fj_status fj_plan_execute_ex(const fj_plan *p, const void *q, const void *k, const void *v, void *o,

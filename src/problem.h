@@ -28,13 +28,22 @@ typedef struct fj_problem {
        (score += -slope_h |i + diag_offset - j|) and sinks (a logit in each
        row's denominator); fj_exec_inputs carries the arrays. */
     bool alibi, sinks;
+    /* FJ_FEATURE_VARLEN: batch sequences packed along the token axis (the
+       batch strides are 0), seqlen_q and seqlen_k the longest a sequence
+       may have; the execute's fj_exec_inputs place them. */
+    bool varlen;
 } fj_problem;
 
-/* The per-head arrays of an execute, checked by the core against the
-   problem (each non-NULL exactly when its feature is on). */
+/* The arrays of an execute beyond the tensors, checked by the core against
+   the problem (each non-NULL exactly when its feature is on; the varlen
+   arrays' values are the backend's to check, as they lie in its memory). */
 typedef struct fj_exec_inputs {
     const float *alibi_slopes; /* [heads_q] or NULL */
     const float *sinks;        /* [heads_q] or NULL */
+    /* varlen: [batch + 1], [batch + 1], [batch] or NULL; the tokens of the
+       buffers (0 when not varlen) */
+    const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k;
+    int32_t total_q, total_k;
 } fj_exec_inputs;
 
 /* ALiBi's bias of row i, key j for slope s: -s |i + diag_offset - j|. */
@@ -82,6 +91,11 @@ static inline void fj_visible_keys(const fj_problem *p, int64_t i, int64_t *lo, 
     *lo = l;
     *hi = h;
 }
+
+/* A varlen problem's tensors at total_q query and total_k key tokens: their
+ * extents in bytes and lse's heads_q x total_q floats must fit int64 (and
+ * size_t); else FJ_ERR_INVALID_ARGUMENT naming total_q or total_k. */
+fj_status fj_problem_varlen_extents(const fj_problem *p, int32_t total_q, int32_t total_k);
 
 /* Number of elements from the base pointer to one past the last element the
  * tensor touches (the extent to allocate for a strided tensor). */

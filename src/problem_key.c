@@ -9,7 +9,8 @@
  * optional, at least one. Then, only with a softcap, ".sc<value>": the
  * shortest decimal that reads back as the same float, with 'p' for the
  * decimal point ('.' separates fields), e.g. "sc50", "sc2p5", "sc1e-05"
- * (softcap_text says which form). */
+ * (softcap_text says which form); then, with the features, ".alibi",
+ * ".sinks" and ".varlen", in that order. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +22,7 @@
 
 #define KEY_FORM                                                                              \
     "b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>" \
-    "[.sc<softcap>][.alibi][.sinks]"
+    "[.sc<softcap>][.alibi][.sinks][.varlen]"
 
 /* The mask fields after the dtype, as one string ("nomask", "causal_br.wl256"). */
 static void mask_text(fj_causal causal, int window_left, int window_right, char *buf, size_t n)
@@ -60,7 +61,7 @@ static void softcap_text(float v, char *buf, size_t n)
 
 static int key_text(int batch, int hq, int hkv, int sq, int sk, int d, fj_dtype dtype,
                     fj_causal causal, int wl, int wr, float softcap, bool alibi, bool sinks,
-                    char *buf, size_t n)
+                    bool varlen, char *buf, size_t n)
 {
     char mask[64], cap[40] = "";
     mask_text(causal, wl, wr, mask, sizeof mask);
@@ -69,14 +70,16 @@ static int key_text(int batch, int hq, int hkv, int sq, int sk, int d, fj_dtype 
         softcap_text(softcap, v, sizeof v);
         snprintf(cap, sizeof cap, ".sc%s", v);
     }
-    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s", batch, hq, hkv, sq, sk, d,
-                    fj_dtype_name(dtype), mask, cap, alibi ? ".alibi" : "", sinks ? ".sinks" : "");
+    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s%s", batch, hq, hkv, sq, sk, d,
+                    fj_dtype_name(dtype), mask, cap, alibi ? ".alibi" : "", sinks ? ".sinks" : "",
+                    varlen ? ".varlen" : "");
 }
 
 void fj_problem_key_of(const fj_problem *p, char *buf, size_t n)
 {
     key_text(p->batch, p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim, p->dtype,
-             p->causal, p->window_left, p->window_right, p->softcap, p->alibi, p->sinks, buf, n);
+             p->causal, p->window_left, p->window_right, p->softcap, p->alibi, p->sinks, p->varlen,
+             buf, n);
 }
 
 void fj_problem_format(const fj_problem *p, char *buf, size_t n)
@@ -204,14 +207,15 @@ static bool parse_softcap(const char *f, float *out)
     "sc<softcap> (the softcap as the shortest decimal that reads back exactly, 'p' for the " \
     "point: sc50, sc2p5)"
 
-#define TAIL_FORM SOFTCAP_FORM ", then alibi, then sinks, each at most once, in that order"
+#define TAIL_FORM \
+    SOFTCAP_FORM ", then alibi, then sinks, then varlen, each at most once, in that order"
 
 /* The fields after the mask, each optional, in this order: sc<softcap>,
-   alibi, sinks. f holds the first (already read); after: what they follow
-   ("'nomask'", "the mask"), for messages. */
+   alibi, sinks, varlen. f holds the first (already read); after: what they
+   follow ("'nomask'", "the mask"), for messages. */
 static fj_status tail_fields(cursor *c, fj_attention_desc *d, char *f, size_t n, const char *after)
 {
-    int stage = 0; /* 1: softcap seen, 2: alibi seen, 3: sinks seen */
+    int stage = 0; /* 1: softcap seen, 2: alibi seen, 3: sinks seen, 4: varlen seen */
     do {
         if (stage < 1 && parse_softcap(f, &d->softcap)) {
             stage = 1;
@@ -221,11 +225,15 @@ static fj_status tail_fields(cursor *c, fj_attention_desc *d, char *f, size_t n,
         } else if (stage < 3 && !strcmp(f, "sinks")) {
             d->features |= FJ_FEATURE_SINKS;
             stage = 3;
+        } else if (stage < 4 && !strcmp(f, "varlen")) {
+            d->features |= FJ_FEATURE_VARLEN;
+            stage = 4;
         } else {
             const char *what = stage == 0   ? after
                                : stage == 1 ? "the softcap"
                                : stage == 2 ? "alibi"
-                                            : "sinks";
+                               : stage == 3 ? "sinks"
+                                            : "varlen";
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                            "problem key '%s': nothing may follow %s but " TAIL_FORM
                            " (field %d is '%s')",
@@ -238,7 +246,7 @@ static fj_status tail_fields(cursor *c, fj_attention_desc *d, char *f, size_t n,
 }
 
 /* "nomask", or [causal_br|causal_tl][.wl<N>][.wr<N>] with at least one; then
-   the optional tail: sc<softcap>, alibi, sinks. */
+   the optional tail: sc<softcap>, alibi, sinks, varlen. */
 static fj_status mask_fields(cursor *c, fj_attention_desc *d)
 {
     char f[32];
@@ -259,8 +267,8 @@ static fj_status mask_fields(cursor *c, fj_attention_desc *d)
     int stage = 0; /* 1: causal seen, 2: wl seen, 3: wr seen */
     do {
         int v;
-        if (stage >= 1 &&
-            (parse_softcap(f, &d->softcap) || !strcmp(f, "alibi") || !strcmp(f, "sinks"))) {
+        if (stage >= 1 && (parse_softcap(f, &d->softcap) || !strcmp(f, "alibi") ||
+                           !strcmp(f, "sinks") || !strcmp(f, "varlen"))) {
             d->softcap = 0.0f; /* tail_fields reads the field again */
             return tail_fields(c, d, f, sizeof f, "the mask");
         } else if (stage < 1 && (!strcmp(f, "causal_br") || !strcmp(f, "causal_tl"))) {

@@ -272,7 +272,12 @@ static void test_extras_bad_input(void **state)
     fj_execute_extras_init(&x);
     assert_null(x.alibi_slopes);
     assert_null(x.sinks);
-    for (int i = 0; i < 6; i++) assert_int_equal(x.reserved[i], 0);
+    assert_null(x.cu_seqlens_q);
+    assert_null(x.cu_seqlens_k);
+    assert_null(x.seqused_k);
+    assert_int_equal(x.total_q, 0);
+    assert_int_equal(x.total_k, 0);
+    for (int i = 0; i < 2; i++) assert_int_equal(x.reserved[i], 0);
     struct {
         const float *alibi, *sinks;
         int64_t reserved;
@@ -486,12 +491,22 @@ static void test_reserved_room(void **state)
         fj_attention_desc_init(&d, 1, 2, 1, 5, 7, 16, FJ_F32);
         assert_true(d.softcap == 0.0f);
         assert_int_equal(d.features, 0);
-        d.features = 1u << 2;
-        expect_invalid(&d, "features (0x4) has unknown bits");
+        d.features = 1u << 3;
+        expect_invalid(&d, "features (0x8) has unknown bits");
         d.features = 0x80000000u | FJ_FEATURE_ALIBI;
         expect_invalid(&d, "features (0x80000001) has unknown bits");
-        d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+        d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN;
         assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+    }
+    /* fj_execute_extras (1.1.0: two pointers and six int64 slots): the
+       varlen fields took four slots, its size unchanged (LP64) */
+    if (sizeof(void *) == sizeof(int64_t)) {
+        assert_int_equal(sizeof(fj_execute_extras), 8 * sizeof(int64_t));
+        assert_int_equal(offsetof(fj_execute_extras, cu_seqlens_q), 2 * sizeof(int64_t));
+        assert_int_equal(offsetof(fj_execute_extras, seqused_k), 4 * sizeof(int64_t));
+        assert_int_equal(offsetof(fj_execute_extras, total_q), 5 * sizeof(int64_t));
+        assert_int_equal(offsetof(fj_execute_extras, total_k), 5 * sizeof(int64_t) + 4);
+        assert_int_equal(offsetof(fj_execute_extras, reserved), 6 * sizeof(int64_t));
     }
     for (int i = 0; i < SLOTS; i++) {
         fj_attention_desc d;

@@ -187,6 +187,44 @@ static void test_gnu_option_syntax(void **state)
     }
 }
 
+/* `run --varlen`: a variable-length batch (empty sequences, Q:K items,
+ * GQA, a window) on both CPU backends, checked sequence by sequence against
+ * the reference's dense runs; its bad lists and flags it sets refused. */
+static void test_run_varlen(void **state)
+{
+    fixture *fx = *state;
+    static const char *const backends[] = {"cpu", "reference"};
+    for (int i = 0; i < 2; i++) {
+        run_cli(fx, NULL, NULL, "run", "--backend", backends[i], "--varlen",
+                "17,1,300,0,1:0,0:5,3:40", "--heads-q", "8", "--heads-kv", "2", "--head-dim", "64",
+                "--window", "16,-1", "--causal", "--dtype", "f16", "--check", "--lse", "--repeat",
+                "2", "--warmup", "0", NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        expect_in(fx->r.out, "b7.hq8.hkv2.sq300.sk300.d64.f16.causal_br.wl16.varlen ", "stdout");
+        expect_in(fx->r.out, "varlen: 7 sequences, 322 query and 363 key tokens", "stdout");
+        expect_in(fx->r.out, i ? "cpu_reference_varlen" : "cpu_tiled_varlen", "stdout");
+    }
+    static const struct {
+        const char *args[6];
+        const char *message;
+    } bad[] = {
+        {{"run", "--varlen", "17,x"},
+         "--varlen: '17,x': item 2 is not N (queries and keys) or Q:K"},
+        {{"run", "--varlen", "17,"}, "--varlen: '17,': item 2 is not N"},
+        {{"run", "--varlen", "4:-1"}, "--varlen: '4:-1': item 1 is not N"},
+        {{"run", "--varlen", "1:2:3"}, "--varlen: '1:2:3': item 1 is not N"},
+        {{"run", "--varlen", "5,6", "--seqlen-q", "8"},
+         "--seqlen-q and --varlen: --varlen sets batch, seqlen-q and seqlen-k"},
+        {{"run", "--batch", "2", "--varlen", "5,6"}, "--batch and --varlen"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run_cli(fx, NULL, NULL, bad[i].args[0], bad[i].args[1], bad[i].args[2], bad[i].args[3],
+                bad[i].args[4], bad[i].args[5], NULL);
+        fjt_cli_expect_status(&fx->r, 2);
+        expect_in(fx->r.err, bad[i].message, "stderr");
+    }
+}
+
 /* FLASHJIT_LOG: an unknown value stops the program with the accepted ones
  * named (it was silently off); the known ones work. */
 static void test_log_values(void **state)
@@ -270,6 +308,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_source_decode_from_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_source_bad_shape_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gnu_option_syntax, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_varlen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_info_reports_nvrtc, setup, teardown),
     };

@@ -157,9 +157,10 @@ static void test_softcap_field(void **state)
     char key[FJ_PROBLEM_KEY_MAX];
     if (fj_problem_key(&d, key, sizeof key)) fail_msg("longest key: %s", fj_last_error());
     assert_true(strlen(key) < 128); /* 1.0's FJ_PROBLEM_KEY_MAX holds keys without features */
-    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN;
     if (fj_problem_key(&d, key, sizeof key)) fail_msg("longest key: %s", fj_last_error());
     assert_true(strlen(key) < FJ_PROBLEM_KEY_MAX);
+    assert_non_null(strstr(key, ".alibi.sinks.varlen"));
 }
 
 /* ALiBi and sinks: ".alibi" then ".sinks" after the mask and the softcap,
@@ -181,6 +182,11 @@ static void test_features_field(void **state)
          FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS, 2.5f},
         {"b2.hq64.hkv8.sq4096.sk4096.d64.f16.causal_tl.alibi", FJ_FEATURE_ALIBI, 0.0f},
         {"b2.hq64.hkv8.sq4096.sk4096.d64.f32.wr3.sinks", FJ_FEATURE_SINKS, 0.0f},
+        {"b8.hq32.hkv8.sq4096.sk4096.d128.bf16.causal_br.varlen", FJ_FEATURE_VARLEN, 0.0f},
+        {"b3.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.sc50.alibi.sinks.varlen",
+         FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN, 50.0f},
+        {"b3.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.sinks.varlen",
+         FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN, 0.0f},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         fj_attention_desc d;
@@ -202,6 +208,9 @@ static void test_features_field(void **state)
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.alibi", "field 8 ('alibi')"},
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.ALIBI", "nothing may follow 'nomask' but"},
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.sink", "nothing may follow 'nomask' but"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.varlen.alibi", "nothing may follow varlen"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.varlen.varlen", "nothing may follow varlen"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.varlen", "field 8 ('varlen')"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fj_attention_desc d;
@@ -220,9 +229,9 @@ static void test_features_field(void **state)
     fj_tuning_entry plain, featured;
     assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
     fj_tuning_key_for(&p, "NVIDIA H200", "sm_90", "flash_fwd", &plain);
-    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN;
     assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
-    assert_true(p.alibi && p.sinks);
+    assert_true(p.alibi && p.sinks && p.varlen);
     fj_tuning_key_for(&p, "NVIDIA H200", "sm_90", "flash_fwd", &featured);
     assert_string_equal(plain.point, featured.point);
 }

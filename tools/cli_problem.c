@@ -20,6 +20,13 @@ void cli_problem_flags_init(cli_problem_flags *f)
     f->seed = 1;
 }
 
+void cli_problem_flags_free(cli_problem_flags *f)
+{
+    free(f->varlen.len_q);
+    free(f->varlen.len_k);
+    memset(&f->varlen, 0, sizeof f->varlen);
+}
+
 const char *cli_problem_flags_help(void)
 {
     return "problem (every flag has a default):\n"
@@ -31,6 +38,9 @@ const char *cli_problem_flags_help(void)
            "  --softcap C (0: off; > 0: scores become C * tanh(score / C))\n"
            "  --alibi (ALiBi, slopes 2^(-8 (h + 1) / heads_q))  --sinks (a sink per head,\n"
            "    0.5 (h mod 5) - 1)\n"
+           "  --varlen L,L,... (a variable-length batch, one item per sequence: N for N\n"
+           "    queries and N keys, Q:K for Q queries and K keys, 0 allowed; sets batch,\n"
+           "    seqlen-q and seqlen-k to the count and the longest; CPU backends)\n"
            "  --backend auto|reference|cpu|cuda (auto)\n"
            "  --repeat N (20)  --warmup N (3)  --check  --lse  --seed N (1)\n";
 }
@@ -166,6 +176,55 @@ static int set_feature(const char *cmd, const char *flag, const char *val, cli_p
     return 0;
 }
 
+/* --varlen 17,1,300 or 1:4096,1:2000: each sequence's queries (and keys) */
+static int set_varlen(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                      const problem_flag *row)
+{
+    (void)row;
+    enum { MOST = 1 << 20 };
+    int n = 1;
+    for (const char *c = val ? val : ""; *c; c++) n += *c == ',';
+    cli_problem_flags_free(f);
+    if (!val || !*val || n > MOST || !(f->varlen.len_q = malloc(sizeof(int) * (size_t)n)) ||
+        !(f->varlen.len_k = malloc(sizeof(int) * (size_t)n))) {
+        cli_problem_flags_free(f);
+        cli_usage_error(cmd, "%s: '%s' is not a list of at most %d lengths", flag, val ? val : "",
+                        MOST);
+        return -1;
+    }
+    int most_q = 1, most_k = 1;
+    const char *at = val;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        long q = strtol(at, &end, 10), k = q;
+        if (end != at && *end == ':') {
+            const char *kat = end + 1;
+            k = strtol(kat, &end, 10);
+            if (end == kat) k = -1;
+        }
+        if (end == at || q < 0 || k < 0 || q > 1 << 30 || k > 1 << 30 ||
+            (*end != ',' && *end != '\0') || (*end == ',') != (i + 1 < n)) {
+            cli_problem_flags_free(f);
+            cli_usage_error(cmd,
+                            "%s: '%s': item %d is not N (queries and keys) or Q:K, each a "
+                            "length in [0, 2^30], separated by commas",
+                            flag, val, i + 1);
+            return -1;
+        }
+        f->varlen.len_q[i] = (int)q;
+        f->varlen.len_k[i] = (int)k;
+        if (q > most_q) most_q = (int)q;
+        if (k > most_k) most_k = (int)k;
+        at = end + 1;
+    }
+    f->varlen.n = n;
+    f->d.batch = n;
+    f->d.seqlen_q = most_q;
+    f->d.seqlen_k = most_k;
+    f->d.features |= FJ_FEATURE_VARLEN;
+    return 0;
+}
+
 #define DESC(field) offsetof(fj_attention_desc, field)
 static const problem_flag problem_flags[] = {
     {"batch", required_argument, set_desc_int, DESC(batch), 1, 1 << 20},
@@ -182,6 +241,7 @@ static const problem_flag problem_flags[] = {
     {"softcap", required_argument, set_softcap, 0, 0, 0},
     {"alibi", no_argument, set_feature, 0, FJ_FEATURE_ALIBI, 0},
     {"sinks", no_argument, set_feature, 0, FJ_FEATURE_SINKS, 0},
+    {"varlen", required_argument, set_varlen, 0, 0, 0},
     {"repeat", required_argument, set_int, offsetof(cli_problem_flags, repeat), 1, 100000},
     {"warmup", required_argument, set_int, offsetof(cli_problem_flags, warmup), 0, 100000},
     {"seed", required_argument, set_seed, 0, 0, 2147483647},
@@ -293,14 +353,29 @@ static void host_free(host_tensors *h)
     free(h->lse);
 }
 
-/* cap: elements held per tensor (0: all of them, as a check needs). */
-static fj_status host_make(host_tensors *h, const fj_attention_desc *d, uint64_t seed, size_t cap)
+/* A varlen batch's tokens: queries and keys of every sequence. */
+static void varlen_tokens(const cli_varlen *vl, size_t *tq, size_t *tk)
+{
+    *tq = *tk = 0;
+    for (int b = 0; vl && b < vl->n; b++) {
+        *tq += (size_t)vl->len_q[b];
+        *tk += (size_t)vl->len_k[b];
+    }
+}
+
+/* cap: elements held per tensor (0: all of them, as a check needs). vl: the
+   sequences of a varlen batch (packed tensors; NULL or none: dense). */
+static fj_status host_make(host_tensors *h, const fj_attention_desc *d, const cli_varlen *vl,
+                           uint64_t seed, size_t cap)
 {
     memset(h, 0, sizeof *h);
     size_t es = elem_size(d->dtype);
-    h->nq = h->no = (size_t)d->batch * d->seqlen_q * d->heads_q * d->head_dim;
-    h->nk = (size_t)d->batch * d->seqlen_k * d->heads_kv * d->head_dim;
-    h->nlse = (size_t)d->batch * d->heads_q * d->seqlen_q;
+    size_t tq = (size_t)d->batch * d->seqlen_q, tk = (size_t)d->batch * d->seqlen_k;
+    if (vl && vl->n) varlen_tokens(vl, &tq, &tk);
+    /* (at least one element each: an empty batch still passes buffers) */
+    h->nq = h->no = tq ? tq * d->heads_q * d->head_dim : 1;
+    h->nk = tk ? tk * d->heads_kv * d->head_dim : 1;
+    h->nlse = tq ? (size_t)d->heads_q * tq : 1;
     h->heads_q = d->heads_q;
     h->features = d->features;
     if (!cap) cap = SIZE_MAX;
@@ -432,6 +507,107 @@ static fj_status run_once_on(fj_context *ctx, const fj_attention_desc *d, host_t
     return s;
 }
 
+/* The varlen batch vl run on ctx one sequence at a time, each as the dense
+ * problem of its own lengths (batch 1; the packed tensors' rows from its
+ * first token on are dense [1, seq, heads, head_dim]), into o_out: the
+ * check's yardstick, independent of the library's varlen path. A sequence
+ * without keys is no dense problem: its rows are 0, as the rule for rows
+ * that see no key says. */
+static fj_status run_sequences_on(fj_context *ctx, const fj_attention_desc *d, const cli_varlen *vl,
+                                  host_tensors *h, void *o_out)
+{
+    dev_tensors t;
+    const size_t es = elem_size(d->dtype);
+    fj_status s = dev_make(&t, ctx, h, d->dtype);
+    if (s) return s;
+    size_t q0 = 0, k0 = 0;
+    const size_t qrow = (size_t)d->heads_q * d->head_dim, krow = (size_t)d->heads_kv * d->head_dim;
+    for (int b = 0; b < vl->n && !s; b++) {
+        const int sq = vl->len_q[b], sk = vl->len_k[b];
+        if (sq && !sk) {
+            void *zeros = calloc((size_t)sq * qrow, es);
+            s = zeros ? fj_copy_to_device(ctx, (char *)t.o + q0 * qrow * es, zeros,
+                                          (size_t)sq * qrow * es)
+                      : FJ_ERR_OUT_OF_MEMORY;
+            free(zeros);
+        } else if (sq) {
+            fj_attention_desc one = *d;
+            one.features &= ~(uint32_t)FJ_FEATURE_VARLEN;
+            one.batch = 1;
+            one.seqlen_q = sq;
+            one.seqlen_k = sk;
+            s = fj_attention_ex(ctx, &one, (char *)t.q + q0 * qrow * es,
+                                (char *)t.k + k0 * krow * es, (char *)t.v + k0 * krow * es,
+                                (char *)t.o + q0 * qrow * es, NULL, &t.x, NULL);
+        }
+        q0 += (size_t)sq;
+        k0 += (size_t)sk;
+    }
+    if (!s && !(s = fj_synchronize(ctx, NULL))) s = fj_copy_to_host(ctx, o_out, t.o, h->no * es);
+    dev_free(&t);
+    return s;
+}
+
+/* A varlen batch's sequence offsets in ctx's memory, and the extras that
+ * name them (x's other fields kept). */
+typedef struct dev_varlen {
+    fj_context *ctx;
+    int32_t *cu_q, *cu_k;
+} dev_varlen;
+
+static void dev_varlen_free(dev_varlen *v)
+{
+    if (v->ctx) {
+        fj_free(v->ctx, v->cu_q);
+        fj_free(v->ctx, v->cu_k);
+    }
+    memset(v, 0, sizeof *v);
+}
+
+static fj_status dev_varlen_make(dev_varlen *v, fj_context *ctx, const cli_varlen *vl,
+                                 fj_execute_extras *x)
+{
+    memset(v, 0, sizeof *v);
+    v->ctx = ctx;
+    const size_t bytes = sizeof(int32_t) * ((size_t)vl->n + 1);
+    int32_t *hq = malloc(bytes), *hk = malloc(bytes);
+    fj_status s = FJ_ERR_OUT_OF_MEMORY;
+    if (hq && hk) {
+        hq[0] = hk[0] = 0;
+        int64_t tq = 0, tk = 0;
+        for (int b = 0; b < vl->n; b++) {
+            tq += vl->len_q[b];
+            tk += vl->len_k[b];
+            hq[b + 1] = (int32_t)(tq < INT32_MAX ? tq : INT32_MAX);
+            hk[b + 1] = (int32_t)(tk < INT32_MAX ? tk : INT32_MAX);
+        }
+        if (!(s = fj_malloc(ctx, bytes, (void **)&v->cu_q)) &&
+            !(s = fj_malloc(ctx, bytes, (void **)&v->cu_k)) &&
+            !(s = fj_copy_to_device(ctx, v->cu_q, hq, bytes)) &&
+            !(s = fj_copy_to_device(ctx, v->cu_k, hk, bytes))) {
+            x->cu_seqlens_q = v->cu_q;
+            x->cu_seqlens_k = v->cu_k;
+            x->total_q = hq[vl->n];
+            x->total_k = hk[vl->n];
+        }
+    }
+    free(hq);
+    free(hk);
+    if (s) dev_varlen_free(v);
+    return s;
+}
+
+double cli_varlen_flops(const fj_attention_desc *d, const int *len_q, const int *len_k, int n)
+{
+    double f = 0;
+    for (int b = 0; b < n; b++) {
+        double one = 4.0 * d->heads_q * (double)len_q[b] * len_k[b] * d->head_dim;
+        if (d->causal != FJ_CAUSAL_NONE && len_q[b] == len_k[b]) one *= 0.5;
+        f += one;
+    }
+    return f;
+}
+
 void cli_result_free(cli_result *r)
 {
     free(r->description);
@@ -441,6 +617,14 @@ void cli_result_free(cli_result *r)
 fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc *d, int warmup,
                       int repeat, bool with_lse, uint64_t seed, cli_result *r)
 {
+    return cli_measure_ex(ctx, ref, d, NULL, warmup, repeat, with_lse, seed, r);
+}
+
+fj_status cli_measure_ex(fj_context *ctx, fj_context *ref, const fj_attention_desc *d,
+                         const cli_varlen *vl, int warmup, int repeat, bool with_lse, uint64_t seed,
+                         cli_result *r)
+{
+    if (vl && !vl->n) vl = NULL;
     memset(r, 0, sizeof *r);
     r->rel_err = -1;
     r->ok = true;
@@ -466,6 +650,7 @@ fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc 
 
     host_tensors h;
     dev_tensors t = {0};
+    dev_varlen dv = {0};
     double *ms = calloc((size_t)repeat, sizeof *ms);
     if (!ms) {
         fj_plan_destroy(plan);
@@ -473,17 +658,19 @@ fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc 
     }
     /* Without a check, the host holds one block of each tensor, repeated on
        upload: decode shapes have K and V of many GB. */
-    if ((s = host_make(&h, d, seed, ref ? 0 : HOST_BLOCK_ELEMS))) goto out_plan;
+    if ((s = host_make(&h, d, vl, seed, ref ? 0 : HOST_BLOCK_ELEMS))) goto out_plan;
     if ((s = dev_make(&t, ctx, &h, d->dtype))) goto out_host;
-    if ((s = fj_plan_time_ex(plan, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, &t.x, warmup,
-                             repeat, ms)))
+    fj_execute_extras x = t.x; /* with a varlen batch's sequences */
+    if (vl && (s = dev_varlen_make(&dv, ctx, vl, &x))) goto out_dev;
+    if ((s = fj_plan_time_ex(plan, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, &x, warmup, repeat,
+                             ms)))
         goto out_dev;
     if (fj_context_backend(ctx) == FJ_BACKEND_CUDA) {
         /* host cost of the call: many asynchronous launches, one wait */
         int n = 50;
         double h0 = cli_now();
         for (int i = 0; i < n && !s; i++)
-            s = fj_plan_execute_ex(plan, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, &t.x, NULL);
+            s = fj_plan_execute_ex(plan, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, &x, NULL);
         r->host_us = (cli_now() - h0) * 1e6 / n;
         if (!s) s = fj_synchronize(ctx, NULL);
         if (s) goto out_dev;
@@ -493,8 +680,18 @@ fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc 
     r->ms_min = ms[0];
     r->ms_max = ms[repeat - 1];
     r->ms_median = repeat % 2 ? ms[repeat / 2] : 0.5 * (ms[repeat / 2 - 1] + ms[repeat / 2]);
-    r->tflops = fj_attention_flops(d) / (r->ms_median * 1e-3) / 1e12;
-    r->gbps = cli_min_bytes(d, with_lse) / (r->ms_median * 1e-3) / 1e9;
+    double flops = fj_attention_flops(d), bytes = cli_min_bytes(d, with_lse);
+    if (vl) { /* each sequence's own lengths, not the bounds */
+        size_t tq, tk;
+        varlen_tokens(vl, &tq, &tk);
+        const double es = (double)elem_size(d->dtype);
+        flops = cli_varlen_flops(d, vl->len_q, vl->len_k, vl->n);
+        bytes = 2.0 * (double)tq * d->heads_q * d->head_dim * es +
+                2.0 * (double)tk * d->heads_kv * d->head_dim * es +
+                (with_lse ? 4.0 * d->heads_q * (double)tq : 0);
+    }
+    r->tflops = flops / (r->ms_median * 1e-3) / 1e12;
+    r->gbps = bytes / (r->ms_median * 1e-3) / 1e9;
 
     if (ref) {
         size_t es = elem_size(d->dtype);
@@ -508,12 +705,16 @@ fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc 
         }
         /* The reference first: uploading poisons h.o, which then receives the
            timed output of the backend under test. */
-        if (!(s = run_once_on(ref, d, &h, o_ref, lse_ref, false)))
+        if (!(s = vl ? run_sequences_on(ref, d, vl, &h, o_ref)
+                     : run_once_on(ref, d, &h, o_ref, lse_ref, false)))
             s = fj_copy_to_host(ctx, h.o, t.o, h.no * es);
         if (!s) {
             double num = 0, den = 0;
             bool finite = true;
-            for (size_t i = 0; i < h.no; i++) {
+            size_t n = h.no, tq = 1, tk;
+            if (vl) varlen_tokens(vl, &tq, &tk);
+            if (!tq) n = 0; /* no query token: the one element passed holds nothing */
+            for (size_t i = 0; i < n; i++) {
                 double x = load(h.o, d->dtype, i), y = load(o_ref, d->dtype, i);
                 if (!isfinite(x)) finite = false;
                 num += (x - y) * (x - y);
@@ -528,6 +729,7 @@ fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc 
         free(lse_ref);
     }
 out_dev:
+    dev_varlen_free(&dv);
     dev_free(&t);
 out_host:
     host_free(&h);

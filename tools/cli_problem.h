@@ -10,17 +10,27 @@
 #include "cli.h"
 #include "flashjit.h"
 
+/* A variable-length batch's sequences (--varlen): n sequences, sequence b
+ * of len_q[b] query and len_k[b] key tokens, packed in that order. */
+typedef struct cli_varlen {
+    int n; /* 0: a dense problem */
+    int *len_q, *len_k;
+} cli_varlen;
+
 typedef struct cli_problem_flags {
     fj_attention_desc d;
     fj_backend backend;
     int repeat, warmup;
     bool check, lse;
     uint64_t seed;
+    cli_varlen varlen; /* --varlen: d is varlen (batch, seqlen_q, seqlen_k set from it) */
 } cli_problem_flags;
 
 /* Defaults: batch 1, heads 8/8, seqlen 1024/1024, head_dim 128, bf16, no mask,
- * backend auto, 20 repeats after 3 warm-up runs, no check. */
+ * backend auto, 20 repeats after 3 warm-up runs, no check, not varlen. */
 void cli_problem_flags_init(cli_problem_flags *f);
+/* Frees what the flags' parsing allocated (--varlen's lengths). */
+void cli_problem_flags_free(cli_problem_flags *f);
 
 /* The problem flags as a cli_option table (cli.h), their ids from
  * CLI_PROBLEM_OPTION_ID up: a command chains it after its own table. */
@@ -64,6 +74,19 @@ void cli_result_free(cli_result *r);
  * compares with the same problem run on ref. */
 fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc *d, int warmup,
                       int repeat, bool with_lse, uint64_t seed, cli_result *r);
+
+/* cli_measure of a variable-length batch (vl NULL or vl->n 0: dense; else d
+ * has FJ_FEATURE_VARLEN and batch vl->n): the packed tensors, cu_seqlens
+ * from vl; TFLOP/s and GB/s from each sequence's own lengths; the check runs
+ * each sequence on ref as the dense problem of its lengths (a sequence
+ * without keys: its rows are 0). */
+fj_status cli_measure_ex(fj_context *ctx, fj_context *ref, const fj_attention_desc *d,
+                         const cli_varlen *vl, int warmup, int repeat, bool with_lse, uint64_t seed,
+                         cli_result *r);
+
+/* fj_attention_flops of a varlen batch, counted per sequence (each halved
+ * when causal with as many queries as keys, as fj_attention_flops). */
+double cli_varlen_flops(const fj_attention_desc *d, const int *len_q, const int *len_k, int n);
 
 /* The problem key, "b1.hq8.hkv8.sq1024.sk1024.d128.bf16.causal_br" (n:
  * FJ_PROBLEM_KEY_MAX). */

@@ -1,4 +1,5 @@
 /* flashjit run: one problem from flags. */
+#include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
@@ -18,6 +19,7 @@ int cmd_run(int argc, char **argv)
     cli_problem_flags f;
     cli_problem_flags_init(&f);
     bool verbose = false, heads_kv_set = false, seqlen_k_set = false;
+    char shape_flag[64] = ""; /* --batch, --seqlen-q or --seqlen-k, which --varlen sets */
     enum { OPT_VERBOSE = 1 };
     static const cli_option own[] = {{"verbose", no_argument, OPT_VERBOSE}, {NULL, 0, 0}};
     const cli_option *const tables[] = {own, cli_problem_options(), NULL};
@@ -25,10 +27,10 @@ int cmd_run(int argc, char **argv)
     cli_options_begin(&p, "run", argc, argv, tables);
     const char *val;
     for (int c; (c = cli_next_option(&p, &val)) != -1;) {
-        if (c == CLI_OPTION_ERROR) return 2;
-        if (c == CLI_OPTION_HELP) {
-            help();
-            return 0;
+        if (c == CLI_OPTION_ERROR || c == CLI_OPTION_HELP) {
+            if (c == CLI_OPTION_HELP) help();
+            cli_problem_flags_free(&f);
+            return c == CLI_OPTION_HELP ? 0 : 2;
         }
         if (c == OPT_VERBOSE) {
             verbose = true;
@@ -36,29 +38,52 @@ int cmd_run(int argc, char **argv)
         }
         if (!strcmp(p.flag, "--heads-kv")) heads_kv_set = true;
         if (!strcmp(p.flag, "--seqlen-k")) seqlen_k_set = true;
-        if (cli_problem_option("run", c, p.flag, val, &f) < 0) return 2;
+        if (!strcmp(p.flag, "--batch") || !strcmp(p.flag, "--seqlen-q") ||
+            !strcmp(p.flag, "--seqlen-k"))
+            snprintf(shape_flag, sizeof shape_flag, "%s", p.flag);
+        if (cli_problem_option("run", c, p.flag, val, &f) < 0) {
+            cli_problem_flags_free(&f);
+            return 2;
+        }
     }
-    if (cli_no_arguments(&p)) return 2;
+    if (f.varlen.n && shape_flag[0]) {
+        cli_problem_flags_free(&f);
+        return cli_usage_error("run",
+                               "%s and --varlen: --varlen sets batch, seqlen-q and seqlen-k (the "
+                               "number of sequences and the longest lengths)",
+                               shape_flag);
+    }
+    if (cli_no_arguments(&p)) {
+        cli_problem_flags_free(&f);
+        return 2;
+    }
     if (!heads_kv_set) f.d.heads_kv = f.d.heads_q;
-    if (!seqlen_k_set) f.d.seqlen_k = f.d.seqlen_q;
+    if (!seqlen_k_set && !f.varlen.n) f.d.seqlen_k = f.d.seqlen_q;
 
     fj_status s = fj_attention_desc_validate(&f.d);
-    if (s) return cli_fail("run", s);
+    if (s) {
+        cli_problem_flags_free(&f);
+        return cli_fail("run", s);
+    }
     fj_context_options o;
     fj_context_options_init(&o);
     o.backend = f.backend;
     fj_context *ctx = NULL, *ref = NULL;
-    if ((s = fj_context_create(&o, &ctx))) return cli_fail("run", s);
+    if ((s = fj_context_create(&o, &ctx))) {
+        cli_problem_flags_free(&f);
+        return cli_fail("run", s);
+    }
     if (f.check) {
         o.backend = FJ_BACKEND_CPU_REFERENCE;
         if ((s = fj_context_create(&o, &ref))) {
             fj_context_destroy(ctx);
+            cli_problem_flags_free(&f);
             return cli_fail("run", s);
         }
     }
     if (verbose) printf("%s\n", fj_context_describe(ctx));
     cli_result r;
-    s = cli_measure(ctx, ref, &f.d, f.warmup, f.repeat, f.lse, f.seed, &r);
+    s = cli_measure_ex(ctx, ref, &f.d, &f.varlen, f.warmup, f.repeat, f.lse, f.seed, &r);
     int rc = 0;
     if (s) {
         rc = cli_fail("run", s);
@@ -77,6 +102,16 @@ int cmd_run(int argc, char **argv)
             fj_plan_destroy(plan);
         }
         if (r.host_us > 0) printf("host time per fj_plan_execute call: %.1f us\n", r.host_us);
+        if (f.varlen.n) {
+            long long tq = 0, tk = 0;
+            for (int b = 0; b < f.varlen.n; b++) {
+                tq += f.varlen.len_q[b];
+                tk += f.varlen.len_k[b];
+            }
+            printf("varlen: %d sequences, %lld query and %lld key tokens (TFLOP/s and GB/s "
+                   "from each sequence's lengths)\n",
+                   f.varlen.n, tq, tk);
+        }
         printf("%-14s %-46s %10s %10s %9s %9s %s\n", "backend", "problem", "ms", "TFLOP/s", "GB/s",
                "rel.err", "kernel");
         char err[32] = "-";
@@ -94,5 +129,6 @@ int cmd_run(int argc, char **argv)
     cli_result_free(&r);
     fj_context_destroy(ref);
     fj_context_destroy(ctx);
+    cli_problem_flags_free(&f);
     return rc;
 }

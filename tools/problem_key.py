@@ -9,8 +9,8 @@ so they name and list problems exactly as `flashjit bench` does:
 <mask>: "nomask", or causal_br|causal_tl, wl<N>, wr<N> in that order, each at
 most once; then, with a softcap, sc<value> (the shortest decimal that reads
 back as the same float32, 'p' for the point: sc50, sc2p5, sc1e-05); then
-"alibi" and "sinks" (FJ_FEATURE_ALIBI, FJ_FEATURE_SINKS), in that order, each
-at most once. The C library's fj_problem_key_parse is the definition; this reader
+"alibi", "sinks" and "varlen" (FJ_FEATURE_ALIBI, FJ_FEATURE_SINKS,
+FJ_FEATURE_VARLEN), in that order, each at most once. The C library's fj_problem_key_parse is the definition; this reader
 follows it, and `problem_key.py --check path/to/flashjit` (a meson test)
 compares the two on every grid: the keys this module lists for a grid must be
 those `flashjit bench --grid NAME --list` prints.
@@ -32,8 +32,8 @@ DTYPES = ("f32", "f16", "bf16")
 Problem = collections.namedtuple(
     "Problem",
     "batch heads_q heads_kv seqlen_q seqlen_k head_dim dtype causal window_left window_right softcap alibi "
-    "sinks")
-Problem.__new__.__defaults__ = ("none", -1, -1, 0.0, False, False)
+    "sinks varlen")
+Problem.__new__.__defaults__ = ("none", -1, -1, 0.0, False, False, False)
 
 
 def _f32(x):
@@ -77,10 +77,10 @@ def format_key(p):
         mask.append("wl%d" % p.window_left)
     if p.window_right >= 0:
         mask.append("wr%d" % p.window_right)
-    return "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s" % (
+    return "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s%s" % (
         p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, p.dtype,
         ".".join(mask) or "nomask", ".sc" + softcap_text(p.softcap) if p.softcap > 0 else "",
-        ".alibi" if p.alibi else "", ".sinks" if p.sinks else "")
+        ".alibi" if p.alibi else "", ".sinks" if p.sinks else "", ".varlen" if p.varlen else "")
 
 
 def _number(field, prefix, what):
@@ -104,6 +104,9 @@ def parse_key(key):
             raise ValueError("field '%s' is not a dtype" % fields[6])
         causal, wl, wr, cap = "none", -1, -1, 0.0
         mask = fields[7:]
+        varlen = len(mask) > 1 and mask[-1] == "varlen"
+        if varlen:
+            mask.pop()
         sinks = len(mask) > 1 and mask[-1] == "sinks"
         if sinks:
             mask.pop()
@@ -127,7 +130,7 @@ def parse_key(key):
                     raise ValueError("field '%s' is not the next mask field" % f)
     except ValueError as e:
         raise ValueError("problem key '%s': %s" % (key, e)) from None
-    p = Problem(*n, fields[6], causal, wl, wr, cap, alibi, sinks)
+    p = Problem(*n, fields[6], causal, wl, wr, cap, alibi, sinks, varlen)
     if min(n) < 1 or p.head_dim > MAX_HEAD_DIM or p.heads_q % p.heads_kv:
         raise ValueError("problem key '%s' breaks a rule of the desc (sizes >= 1, head_dim <= %d, "
                          "heads_q a multiple of heads_kv)" % (key, MAX_HEAD_DIM))

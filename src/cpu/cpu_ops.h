@@ -8,4 +8,9 @@
 extern const fj_backend_ops fj_cpu_tiled_ops;     /* src/cpu/tiled.c */
 extern const fj_backend_ops fj_cpu_reference_ops; /* src/cpu/reference.c */
 
+/* Their plans for variable-length batches (src/cpu/varlen.c): each sequence
+   through a plan of the ops above. */
+extern const fj_backend_ops fj_cpu_tiled_varlen_ops;
+extern const fj_backend_ops fj_cpu_reference_varlen_ops;
+
 #endif

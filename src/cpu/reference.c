@@ -4,7 +4,12 @@
  * capped, with a softcap; ALiBi's bias added), softmax (with a sink in the
  * denominator, with sinks) is taken row by row in float32 (max-subtracted, so stable), and O = P V is a
  * second sgemm. The block height keeps the score workspace under
- * SCORE_BYTES_PER_THREAD at any sequence length. */
+ * SCORE_BYTES_PER_THREAD at any sequence length.
+ *
+ * A plan also runs any problem that differs from its own only in shorter
+ * sequences (seqlen_q, seqlen_k and diag_offset; batch at most its own):
+ * the blocks are counted at each execute and the workspace holds the
+ * plan's lengths. Variable-length batches (varlen.c) run each sequence so. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,7 +32,6 @@
 typedef struct ref_plan {
     fj_pool *pool;
     int block_rows;
-    int64_t blocks_per_head;
     size_t ws_floats; /* per worker */
     float *workspace; /* pool threads x ws_floats */
 } ref_plan;
@@ -39,6 +43,7 @@ typedef struct ref_job {
     void *o;
     float *lse;
     const fj_exec_inputs *in;
+    int64_t blocks_per_head; /* ceil(p->seqlen_q / block_rows) */
 } ref_job;
 
 static void ref_task(void *arg, int64_t task, int worker)
@@ -47,10 +52,10 @@ static void ref_task(void *arg, int64_t task, int worker)
     const ref_plan *rp = j->plan;
     const fj_problem *p = j->p;
     const int D = p->head_dim;
-    const int64_t per_batch = (int64_t)p->heads_q * rp->blocks_per_head;
+    const int64_t per_batch = (int64_t)p->heads_q * j->blocks_per_head;
     const int64_t b = task / per_batch;
-    const int64_t h = (task % per_batch) / rp->blocks_per_head;
-    const int64_t blk = task % rp->blocks_per_head;
+    const int64_t h = (task % per_batch) / j->blocks_per_head;
+    const int64_t blk = task % j->blocks_per_head;
     const int64_t hk = h / p->group;
     const int64_t i0 = blk * rp->block_rows;
     const int64_t rows = p->seqlen_q - i0 < rp->block_rows ? p->seqlen_q - i0 : rp->block_rows;
@@ -151,7 +156,6 @@ static fj_status ref_plan_create(fj_context *ctx, const fj_problem *p, const cha
     if (rows > p->seqlen_q) rows = p->seqlen_q;
     if (rows < 1) rows = 1;
     rp->block_rows = (int)rows;
-    rp->blocks_per_head = (p->seqlen_q + rows - 1) / rows;
     rp->pool = ctx->pool;
     int threads = fj_pool_threads(ctx->pool);
     rp->ws_floats = (size_t)rows * p->head_dim * 2 + (size_t)p->seqlen_k * p->head_dim * 2 +
@@ -183,8 +187,11 @@ static fj_status ref_execute(const void *state, const fj_problem *p, const void 
 {
     (void)stream;
     const ref_plan *rp = state;
-    ref_job job = {rp, p, q, k, v, o, lse, in};
-    int64_t tasks = (int64_t)p->batch * p->heads_q * rp->blocks_per_head;
+    /* the blocks of this problem's rows (a varlen sequence's may be fewer
+       than the plan's) */
+    ref_job job = {.plan = rp, .p = p, .q = q, .k = k, .v = v, .o = o, .lse = lse, .in = in};
+    job.blocks_per_head = ((int64_t)p->seqlen_q + rp->block_rows - 1) / rp->block_rows;
+    int64_t tasks = (int64_t)p->batch * p->heads_q * job.blocks_per_head;
     fj_cpu_pool_run(rp->pool, tasks, ref_task, &job);
     return FJ_OK;
 }

@@ -10,8 +10,8 @@
 fj_status fj_plan_time(const fj_plan *p, const void *q, const void *k, const void *v, void *o,
                        float *lse, int warmup, int repeat, double *ms);
 
-/* The same with the execute's extra inputs (ALiBi slopes, sinks; NULL:
- * none), checked as fj_plan_execute_ex checks them. */
+/* The same with the execute's extra inputs (ALiBi slopes, sinks, varlen
+ * sequences; NULL: none), checked as fj_plan_execute_ex checks them. */
 fj_status fj_plan_time_ex(const fj_plan *p, const void *q, const void *k, const void *v, void *o,
                           float *lse, const fj_execute_extras *x, int warmup, int repeat,
                           double *ms);

@@ -27,8 +27,12 @@ static void log_wrong(void *user, const fj_tune_kernel *k)
 static fj_status measure(fj_context *ctx, const fj_attention_desc *desc, const fj_plan_options *o)
 {
     /* ALiBi and sinks are data of each execute, and their problems share
-       the plain problem's point and tiles: measure the plain problem. */
+       the plain problem's point and tiles: measure the plain problem. A
+       varlen batch runs each sequence through a plan for one sequence of
+       the longest lengths (src/cpu/varlen.c): measure that one (its batch
+       strides are 0, which with batch 1 is the same tensor). */
     fj_attention_desc plain = *desc;
+    if (plain.features & FJ_FEATURE_VARLEN) plain.batch = 1;
     plain.features = 0;
     const fj_attention_desc *d = &plain;
     fj_tune_observer obs = {.checked = log_wrong};

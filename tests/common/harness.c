@@ -289,7 +289,7 @@ static void *oracle_thread(void *arg)
     oracle_work *w = arg;
     fjt_problem *p = w->p;
     const fj_attention_desc *d = &p->d;
-    double *s = malloc(sizeof(double) * (size_t)d->seqlen_k);
+    double *s = malloc(sizeof(double) * ((size_t)d->seqlen_k + 1)); /* + 1: no keys (varlen) */
     double *qrow = malloc(sizeof(double) * (size_t)d->head_dim);
     /* a thread without its buffers takes no unit; the others do its share */
     while (s && qrow) {
@@ -389,7 +389,13 @@ fail:
     return false;
 }
 
-bool fjt_problem_oracle(fjt_problem *p) { return p->ref_o && p->ref_lse && oracle(p, NULL, 0); }
+static bool oracle_varlen(fjt_problem *p);
+
+bool fjt_problem_oracle(fjt_problem *p)
+{
+    if (!p->ref_o || !p->ref_lse) return false;
+    return p->vl.nseq ? oracle_varlen(p) : oracle(p, NULL, 0);
+}
 
 bool fjt_problem_make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng)
 {
@@ -409,6 +415,201 @@ bool fjt_problem_make_inputs(fjt_problem *p, const fj_attention_desc *d, fjt_rng
     return make(p, d, rng, false, NULL, 0);
 }
 
+/* ---- variable-length batches -------------------------------------------- */
+
+/* Elements of a packed tensor of `tokens` tokens (at least 1, so that an
+   empty batch still has a buffer to pass). */
+static size_t packed_span(const int64_t s[3], int tokens, int heads, int dim)
+{
+    if (tokens < 1) return 1;
+    return (size_t)((int64_t)(tokens - 1) * s[1] + (int64_t)(heads - 1) * s[2] + dim);
+}
+
+/* Tokens [t0, t1) of a packed tensor set to NaN (every head's row). */
+static void nan_tokens(void *buf, fj_dtype t, const int64_t s[3], int heads, int dim, int t0,
+                       int t1)
+{
+    for (int i = t0; i < t1; i++)
+        for (int h = 0; h < heads; h++)
+            fjt_poison((char *)buf + (size_t)(i * s[1] + h * s[2]) * elem_size(t), t, (size_t)dim);
+}
+
+bool fjt_problem_make_varlen(fjt_problem *p, const fj_attention_desc *d, const fjt_varlen *vl,
+                             fjt_rng *rng, bool with_oracle)
+{
+    memset(p, 0, sizeof *p);
+    pthread_once(&half_table_once, half_table_init);
+    if (!(d->features & FJ_FEATURE_VARLEN) || vl->nseq < 1 || vl->nseq > FJT_VARLEN_MAX_SEQS ||
+        d->batch != vl->nseq || vl->pad_q < 0 || vl->pad_k < 0)
+        return false;
+    int tq = vl->pad_q, tk = vl->pad_k;
+    for (int b = 0; b < vl->nseq; b++) {
+        int used = fjt_varlen_keys(vl, b);
+        if (vl->len_q[b] < 0 || vl->len_k[b] < 0 || used < 0 || used > vl->len_k[b] ||
+            vl->len_q[b] > d->seqlen_q || used > d->seqlen_k)
+            return false;
+        tq += vl->len_q[b];
+        tk += vl->len_k[b];
+    }
+    p->d = *d;
+    p->vl = *vl;
+    p->total_q = tq;
+    p->total_k = tk;
+    const int D = d->head_dim, hq = d->heads_q, hkv = d->heads_kv;
+    const int64_t *in[4] = {d->q_stride, d->k_stride, d->v_stride, d->o_stride};
+    int64_t *out[4] = {p->qs, p->ks, p->vs, p->os};
+    const int heads[4] = {hq, hkv, hkv, hq};
+    for (int i = 0; i < 4; i++) {
+        resolve(out[i], in[i], 1, heads[i], D);
+        out[i][0] = 0; /* no batch axis */
+    }
+    p->q_elems = packed_span(p->qs, tq, hq, D);
+    p->k_elems = packed_span(p->ks, tk, hkv, D);
+    p->v_elems = packed_span(p->vs, tk, hkv, D);
+    p->o_elems = packed_span(p->os, tq, hq, D);
+    p->lse_elems = (size_t)hq * tq;
+    const size_t es = elem_size(d->dtype), ref_elems = (size_t)tq * hq * D;
+    p->q = malloc(p->q_elems * es);
+    p->k = malloc(p->k_elems * es);
+    p->v = malloc(p->v_elems * es);
+    p->cu_q = malloc(sizeof(int32_t) * ((size_t)vl->nseq + 1));
+    p->cu_k = malloc(sizeof(int32_t) * ((size_t)vl->nseq + 1));
+    if (vl->has_used) p->used_k = malloc(sizeof(int32_t) * (size_t)vl->nseq);
+    if (with_oracle) {
+        p->ref_o = malloc(sizeof(double) * (ref_elems + 1));
+        p->ref_lse = malloc(sizeof(double) * (p->lse_elems + 1));
+        p->ref_mag = malloc(sizeof(double) * (p->lse_elems + 1));
+    }
+    if (!p->q || !p->k || !p->v || !p->cu_q || !p->cu_k || (vl->has_used && !p->used_k) ||
+        (with_oracle && (!p->ref_o || !p->ref_lse || !p->ref_mag)))
+        goto fail;
+    p->cu_q[0] = p->cu_k[0] = 0;
+    for (int b = 0; b < vl->nseq; b++) {
+        p->cu_q[b + 1] = p->cu_q[b] + vl->len_q[b];
+        p->cu_k[b + 1] = p->cu_k[b] + vl->len_k[b];
+        if (p->used_k) p->used_k[b] = vl->used_k[b];
+    }
+    fill(p->q, d->dtype, p->q_elems, rng);
+    fill(p->k, d->dtype, p->k_elems, rng);
+    fill(p->v, d->dtype, p->v_elems, rng);
+    /* what no sequence may read: keys held but not used, and the pads */
+    for (int b = 0; b < vl->nseq; b++) {
+        const int k0 = p->cu_k[b] + fjt_varlen_keys(vl, b), k1 = p->cu_k[b + 1];
+        nan_tokens(p->k, d->dtype, p->ks, hkv, D, k0, k1);
+        nan_tokens(p->v, d->dtype, p->vs, hkv, D, k0, k1);
+    }
+    nan_tokens(p->q, d->dtype, p->qs, hq, D, p->cu_q[vl->nseq], tq);
+    nan_tokens(p->k, d->dtype, p->ks, hkv, D, p->cu_k[vl->nseq], tk);
+    nan_tokens(p->v, d->dtype, p->vs, hkv, D, p->cu_k[vl->nseq], tk);
+    if (d->features & FJ_FEATURE_ALIBI) {
+        if (!(p->alibi = malloc(sizeof(float) * (size_t)hq))) goto fail;
+        for (int h = 0; h < hq; h++) p->alibi[h] = (float)(0.5 * fjt_uniform(rng));
+    }
+    if (d->features & FJ_FEATURE_SINKS) {
+        if (!(p->sinks = malloc(sizeof(float) * (size_t)hq))) goto fail;
+        for (int h = 0; h < hq; h++) p->sinks[h] = (float)(5.0 * fjt_uniform(rng) - 2.0);
+    }
+    if (with_oracle && !fjt_problem_oracle(p)) goto fail;
+    return true;
+fail:
+    fjt_problem_free(p);
+    return false;
+}
+
+/* The oracle of a varlen problem: each sequence as the dense problem of its
+   own lengths (batch 1, its queries and used keys, the packed strides), its
+   tensors' first rows those of its first tokens, its lse put in place. */
+static bool oracle_varlen(fjt_problem *p)
+{
+    const fj_attention_desc *d = &p->d;
+    const int hq = d->heads_q, D = d->head_dim;
+    const size_t es = elem_size(d->dtype);
+    for (size_t i = 0; i < (size_t)p->total_q * hq * D; i++) p->ref_o[i] = NAN;
+    for (size_t i = 0; i < p->lse_elems; i++) p->ref_lse[i] = p->ref_mag[i] = NAN;
+    double *lse = malloc(sizeof(double) * ((size_t)hq * d->seqlen_q + 1));
+    double *mag = malloc(sizeof(double) * ((size_t)hq * d->seqlen_q + 1));
+    bool ok = lse && mag;
+    for (int b = 0; ok && b < p->vl.nseq; b++) {
+        const int sq = p->vl.len_q[b], sk = fjt_varlen_keys(&p->vl, b);
+        if (sq == 0) continue;
+        fjt_problem one;
+        memset(&one, 0, sizeof one);
+        one.d = *d;
+        one.d.features &= ~(uint32_t)FJ_FEATURE_VARLEN;
+        one.d.batch = 1;
+        one.d.seqlen_q = sq;
+        one.d.seqlen_k = sk;
+        memcpy(one.qs, p->qs, sizeof one.qs);
+        memcpy(one.ks, p->ks, sizeof one.ks);
+        memcpy(one.vs, p->vs, sizeof one.vs);
+        memcpy(one.os, p->os, sizeof one.os);
+        one.q = (char *)p->q + (size_t)(p->cu_q[b] * p->qs[1]) * es;
+        one.k = (char *)p->k + (size_t)(p->cu_k[b] * p->ks[1]) * es;
+        one.v = (char *)p->v + (size_t)(p->cu_k[b] * p->vs[1]) * es;
+        one.ref_o = p->ref_o + (size_t)p->cu_q[b] * hq * D;
+        one.ref_lse = lse;
+        one.ref_mag = mag;
+        one.alibi = p->alibi;
+        one.sinks = p->sinks;
+        if (!(ok = oracle(&one, NULL, 0))) break;
+        for (int h = 0; h < hq; h++)
+            for (int i = 0; i < sq; i++) {
+                const size_t at = (size_t)h * p->total_q + p->cu_q[b] + i;
+                p->ref_lse[at] = lse[(size_t)h * sq + i];
+                p->ref_mag[at] = mag[(size_t)h * sq + i];
+            }
+    }
+    free(lse);
+    free(mag);
+    return ok;
+}
+
+void fjt_varlen_str(const fjt_varlen *v, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int b = 0; b < v->nseq && len < n; b++) {
+        len +=
+            (size_t)snprintf(buf + len, n - len, "%s%d/%d", b ? "," : "", v->len_q[b], v->len_k[b]);
+        if (v->has_used && len < n)
+            len += (size_t)snprintf(buf + len, n - len, "(%d)", v->used_k[b]);
+    }
+    if ((v->pad_q || v->pad_k) && len < n)
+        snprintf(buf + len, n - len, "+pad%d/%d", v->pad_q, v->pad_k);
+}
+
+void fjt_varlen_free(fj_context *ctx, void *mem[3])
+{
+    for (int i = 0; i < 3; i++) {
+        fj_free(ctx, mem[i]);
+        mem[i] = NULL;
+    }
+}
+
+fj_status fjt_varlen_extras(fj_context *ctx, const fjt_problem *p, fj_execute_extras *x,
+                            void *mem[3])
+{
+    mem[0] = mem[1] = mem[2] = NULL;
+    if (!p->vl.nseq) return FJ_OK;
+    const size_t cu = sizeof(int32_t) * ((size_t)p->vl.nseq + 1);
+    const size_t used = sizeof(int32_t) * (size_t)p->vl.nseq;
+    fj_status s;
+    if ((s = fj_malloc(ctx, cu, &mem[0])) || (s = fj_malloc(ctx, cu, &mem[1])) ||
+        (s = fj_copy_to_device(ctx, mem[0], p->cu_q, cu)) ||
+        (s = fj_copy_to_device(ctx, mem[1], p->cu_k, cu)) ||
+        (p->used_k && ((s = fj_malloc(ctx, used, &mem[2])) ||
+                       (s = fj_copy_to_device(ctx, mem[2], p->used_k, used))))) {
+        fjt_varlen_free(ctx, mem);
+        return s;
+    }
+    x->cu_seqlens_q = mem[0];
+    x->cu_seqlens_k = mem[1];
+    x->seqused_k = mem[2];
+    x->total_q = p->total_q;
+    x->total_k = p->total_k;
+    return FJ_OK;
+}
+
 void fjt_problem_free(fjt_problem *p)
 {
     free(p->q);
@@ -419,6 +620,9 @@ void fjt_problem_free(fjt_problem *p)
     free(p->ref_mag);
     free(p->alibi);
     free(p->sinks);
+    free(p->cu_q);
+    free(p->cu_k);
+    free(p->used_k);
     memset(p, 0, sizeof *p);
 }
 
@@ -431,13 +635,16 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
     double num = 0, den = 0;
     size_t es = elem_size(d->dtype);
     unsigned char *row_elem = calloc(p->o_elems, 1);
-    for (int b = 0; b < d->batch; b++)
-        for (int i = 0; i < d->seqlen_q; i++)
+    /* A varlen batch is checked as one sequence of total_q tokens (o, ref_o
+       and lse are laid out so), of which those of the sequences are rows. */
+    const int nb = p->vl.nseq ? 1 : d->batch, sq = p->vl.nseq ? p->total_q : d->seqlen_q;
+    const int rows = p->vl.nseq ? p->cu_q[p->vl.nseq] : d->seqlen_q;
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < rows; i++)
             for (int h = 0; h < d->heads_q; h++) {
                 size_t oo = off(p->os, b, i, h);
-                const double *r =
-                    p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * d->head_dim;
-                const size_t ri = ((size_t)b * d->heads_q + h) * d->seqlen_q + i;
+                const double *r = p->ref_o + (((size_t)b * sq + i) * d->heads_q + h) * d->head_dim;
+                const size_t ri = ((size_t)b * d->heads_q + h) * sq + i;
                 double ref_lse = p->ref_lse[ri];
                 bool computed = !isnan(ref_lse), empty = isinf(ref_lse) && ref_lse < 0;
                 if (p->sinks && ref_lse == (double)p->sinks[h]) { /* the oracle's empty row: */
@@ -482,7 +689,11 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
     if (lse) {
         for (size_t k = 0; k < p->lse_elems; k++) {
             double r = p->ref_lse[k], x = lse[k];
-            if (isnan(r)) { /* a row the oracle left out: finite or -inf, never NaN */
+            if (p->vl.nseq && (int)(k % (size_t)p->total_q) >= rows) {
+                /* a token past the last sequence: untouched */
+                static const unsigned char poison[4] = {0xff, 0xff, 0xff, 0xff};
+                if (memcmp(&lse[k], poison, sizeof poison)) e.gaps_written++;
+            } else if (isnan(r)) { /* a row the oracle left out: finite or -inf, never NaN */
                 if (isnan(x) || (isinf(x) && x > 0)) e.lse_mismatch++;
             } else if (isinf(r) && r < 0) {
                 if (!(isinf(x) && x < 0)) e.lse_mismatch++;
@@ -501,6 +712,7 @@ fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool wi
     const fj_attention_desc *d = &p->d;
     size_t es = elem_size(d->dtype);
     void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL, *da = NULL, *ds = NULL;
+    void *vmem[3] = {NULL, NULL, NULL};
     const size_t hb = sizeof(float) * (size_t)d->heads_q;
     void *ho = malloc(p->o_elems * es);
     float *hl = with_lse ? malloc(p->lse_elems * sizeof(float)) : NULL;
@@ -525,6 +737,7 @@ fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool wi
     fj_execute_extras_init(&x);
     x.alibi_slopes = da;
     x.sinks = ds;
+    if ((s = fjt_varlen_extras(ctx, p, &x, vmem))) goto out;
     if ((s = fj_attention_ex(ctx, d, dq, dk, dv, dO, dl, &x, NULL))) goto out;
     if ((s = fj_synchronize(ctx, NULL))) goto out;
     if ((s = fj_copy_to_host(ctx, ho, dO, p->o_elems * es)) ||
@@ -539,6 +752,7 @@ out:
     fj_free(ctx, dl);
     fj_free(ctx, da);
     fj_free(ctx, ds);
+    fjt_varlen_free(ctx, vmem);
     free(ho);
     free(hl);
     return s;

@@ -28,6 +28,25 @@ int fjt_range(fjt_rng *r, int lo, int hi); /* [lo, hi] */
 
 /* ---- host tensors ---------------------------------------------------------- */
 
+/* The sequences of a variable-length batch (FJ_FEATURE_VARLEN), packed one
+ * after another: sequence b holds len_q[b] query tokens and len_k[b] key
+ * tokens, of which it uses the first used_k[b] (seqused_k) when has_used,
+ * else all; pad_q and pad_k tokens follow the last sequence (total_q and
+ * total_k count them; the library must leave o's and lse's untouched). */
+#define FJT_VARLEN_MAX_SEQS 16
+typedef struct fjt_varlen {
+    int nseq; /* 0: a dense problem */
+    int len_q[FJT_VARLEN_MAX_SEQS], len_k[FJT_VARLEN_MAX_SEQS], used_k[FJT_VARLEN_MAX_SEQS];
+    bool has_used;
+    int pad_q, pad_k;
+} fjt_varlen;
+
+/* The keys sequence b uses. */
+static inline int fjt_varlen_keys(const fjt_varlen *v, int b)
+{
+    return v->has_used ? v->used_k[b] : v->len_k[b];
+}
+
 typedef struct fjt_problem {
     fj_attention_desc d;
     int64_t qs[3], ks[3], vs[3], os[3]; /* resolved strides */
@@ -41,6 +60,17 @@ typedef struct fjt_problem {
        after q, k and v (slopes in [0, 0.5), sinks in [-2, 3)); a test may
        set them before fjt_problem_oracle. NULL when the feature is off. */
     float *alibi, *sinks;
+    /* FJ_FEATURE_VARLEN (fjt_problem_make_varlen): the sequences, and the
+       execute's arrays and counts for them (host copies; used_k NULL
+       without seqused_k). q, k, v, the output and the oracle's ref_o are
+       then packed [total tokens, heads, head_dim] (the desc's seq and head
+       strides), ref_lse and ref_mag [heads_q, total_q] (NaN past the last
+       sequence); the rest of the struct keeps its meaning. Keys a
+       sequence holds but does not use, and the pad tokens, are NaN: a
+       backend that reads them shows it. */
+    fjt_varlen vl;
+    int32_t *cu_q, *cu_k, *used_k;
+    int total_q, total_k;
 } fjt_problem;
 
 /* Runs the oracle again on every row (after a test changed the inputs,
@@ -57,6 +87,15 @@ bool fjt_problem_make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng);
  * when a row is out of range. */
 bool fjt_problem_make_rows(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng,
                            const int *rows, int n_rows);
+/* A variable-length batch: d has FJ_FEATURE_VARLEN, batch = vl->nseq
+ * (1..FJT_VARLEN_MAX_SEQS), seqlen_q and seqlen_k at least every
+ * sequence's queries and used keys, batch strides 0. The oracle runs on
+ * each sequence as the dense problem of its own lengths (with_oracle false:
+ * the inputs alone). False on allocation failure or lengths that break
+ * those rules. */
+bool fjt_problem_make_varlen(fjt_problem *p, const fj_attention_desc *d, const fjt_varlen *vl,
+                             fjt_rng *rng, bool with_oracle);
+
 /* The inputs alone, no oracle (ref_o and ref_lse NULL): for timing. */
 bool fjt_problem_make_inputs(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng);
 void fjt_problem_free(fjt_problem *p);
@@ -79,7 +118,8 @@ typedef struct fjt_error {
     double lse_max_abs;    /* largest |lse - ref_lse| where finite (0 when no lse) */
     size_t nan_count;      /* NaN or inf in o; non-finite lse where ref is finite */
     size_t lse_mismatch;   /* lse -inf where the reference is not, or the reverse */
-    size_t gaps_written;   /* output elements outside the tensor's rows that changed */
+    size_t gaps_written;   /* output elements outside the tensor's rows that changed (varlen:
+                              and lse entries of tokens past the last sequence) */
     size_t empty_not_zero; /* rows that see no key whose output is not exactly zero */
     double mag_rel_max;    /* the worst row's ||o - ref|| / sum_j p_j ||V_j||: the error against
                             the size of the terms summed, not of their sum (which cancels
@@ -96,8 +136,19 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse);
 double fjt_tolerance(fj_dtype t);
 
 /* Runs the problem on ctx (host memory via fj_malloc/fj_copy) with output
- * and lse poisoned; fills *err. Returns the status of execute. */
+ * and lse poisoned; fills *err. Returns the status of execute. A varlen
+ * problem's arrays go into fj_execute_extras (fjt_varlen_extras). */
 fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool with_lse);
+
+/* The varlen fields of x for p (cu_seqlens, seqused_k: copies of p's in
+ * ctx's memory, which *mem holds, three pointers for fjt_varlen_free;
+ * total_q, total_k). Nothing for a dense problem. */
+fj_status fjt_varlen_extras(fj_context *ctx, const fjt_problem *p, fj_execute_extras *x,
+                            void *mem[3]);
+void fjt_varlen_free(fj_context *ctx, void *mem[3]);
+
+/* "17/17,0/5(3)": each sequence's queries/keys(used), for messages. */
+void fjt_varlen_str(const fjt_varlen *v, char *buf, size_t n);
 
 /* One line describing the desc, for failure messages. */
 const char *fjt_desc_str(const fj_attention_desc *d);

@@ -92,7 +92,12 @@ void fjt_case_str(const fjt_case *c, char *buf, size_t n)
     }
     if (len > 0 && (size_t)len < n)
         len += snprintf(buf + len, n - (size_t)len, " lse=%s", c->lse ? "on" : "off");
-    if (c->knob && len > 0 && (size_t)len < n) snprintf(buf + len, n - (size_t)len, " %s", c->knob);
+    if (c->knob && len > 0 && (size_t)len < n)
+        len += snprintf(buf + len, n - (size_t)len, " %s", c->knob);
+    if (c->varlen.nseq && len > 0 && (size_t)len + 8 < n) {
+        len += snprintf(buf + len, n - (size_t)len, " varlen=");
+        fjt_varlen_str(&c->varlen, buf + len, n - (size_t)len);
+    }
 }
 
 fjt_bounds fjt_case_bounds(const fjt_case *c, fj_backend b)
@@ -124,6 +129,12 @@ fjt_bounds fjt_case_bounds(const fjt_case *c, fj_backend b)
 double fjt_case_work(const fjt_case *c)
 {
     const fj_attention_desc *d = &c->d;
+    if (c->varlen.nseq) {
+        double w = 0;
+        for (int b = 0; b < c->varlen.nseq; b++)
+            w += (double)c->varlen.len_q[b] * fjt_varlen_keys(&c->varlen, b);
+        return w * d->heads_q * d->head_dim;
+    }
     double rows = c->oracle_rows ? c->n_oracle_rows : d->seqlen_q;
     return (double)d->batch * d->heads_q * rows * d->seqlen_k * d->head_dim;
 }

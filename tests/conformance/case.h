@@ -51,6 +51,10 @@ typedef struct fjt_case {
     const int *oracle_rows; /* the query rows the oracle computes (NULL: every row) */
     int n_oracle_rows;
     bool heavy; /* skipped by --quick (the sanitizer builds' default) */
+    /* varlen.nseq > 0: d has FJ_FEATURE_VARLEN (batch = nseq, the maxima
+       seqlen_q and seqlen_k) and these are its sequences (the oracle runs
+       on each; oracle_rows unused) */
+    fjt_varlen varlen;
 } fjt_case;
 
 /* A case of d with the layout applied, lse on, the CPU backends required,
@@ -59,7 +63,9 @@ fjt_case fjt_case_make(const char *group, const char *name, const fj_attention_d
                        fjt_layout layout, bool lse);
 
 /* "group/name b2 hq8 hkv1 sq65 sk17 d64 bf16 causal=bottom-right window=-1,-1
- * scale=0.125 layout=bhsd lse=on": the one place a case's text is made. */
+ * scale=0.125 layout=bhsd lse=on" (and " varlen=17/17,0/5(3)" for a varlen
+ * case: each sequence's queries/keys(used)): the one place a case's text is
+ * made. */
 void fjt_case_str(const fjt_case *c, char *buf, size_t n);
 
 /* What a backend's output of c may differ by. */

@@ -3,8 +3,9 @@
  * test_cpu_tiled, test_cuda_grid; each family keeps their shapes, masks and
  * tolerances, and the CUDA families still require CUDA to run them), plus
  * decode shapes, broadcast inputs, odd head dims and scales, and bench's smoke
- * grid. Random families draw their shapes from the suite's seed, so a seed
- * names a list. */
+ * grid, and the serving features (softcap, ALiBi and sinks, variable-length
+ * batches). Random families draw their shapes from the suite's seed, so a
+ * seed names a list. */
 #include <stdio.h>
 #include <string.h>
 
@@ -943,6 +944,124 @@ static void alibi_sinks(builder *b)
     }
 }
 
+/* ---- variable-length batches (issue 22) --------------------------------------- */
+
+/* A varlen case: the sequences' query and key lengths (used: seqused_k, or
+   NULL), pad tokens after them, the maxima the longest plus slack; dense
+   packed strides, or with pad > 0 padded ones ([token, heads, dim] with 3
+   elements after each row and 5 after each token: FJT_CUSTOM). The CPU
+   backends must run them; CUDA refuses them (UNSUPPORTED: a SKIP). */
+static void add_varlen(builder *b, const char *name, fj_attention_desc d, int n, const int *q,
+                       const int *k, const int *used, int pad, int slack, bool lse)
+{
+    fjt_varlen v;
+    memset(&v, 0, sizeof v);
+    v.nseq = n;
+    v.has_used = used != NULL;
+    v.pad_q = pad;
+    v.pad_k = pad ? pad + 2 : 0;
+    int mq = 1, mk = 1;
+    for (int i = 0; i < n; i++) {
+        v.len_q[i] = q[i];
+        v.len_k[i] = k[i];
+        v.used_k[i] = used ? used[i] : k[i];
+        if (q[i] > mq) mq = q[i];
+        if (v.used_k[i] > mk) mk = v.used_k[i];
+    }
+    d.batch = n;
+    d.seqlen_q = mq + slack;
+    d.seqlen_k = mk + slack;
+    d.features |= FJ_FEATURE_VARLEN;
+    fjt_case c = fjt_case_make("varlen", name, &d, pad ? FJT_CUSTOM : FJT_DENSE, lse);
+    if (pad) {
+        int64_t *st[4] = {c.d.q_stride, c.d.k_stride, c.d.v_stride, c.d.o_stride};
+        const int heads[4] = {d.heads_q, d.heads_kv, d.heads_kv, d.heads_q};
+        for (int t = 0; t < 4; t++) {
+            st[t][0] = 0;
+            st[t][2] = d.head_dim + 3;
+            st[t][1] = (int64_t)heads[t] * (d.head_dim + 3) + 5;
+        }
+    }
+    c.varlen = v;
+    add(b, &c);
+}
+
+/* Empty sequences (no queries, no keys), length 1, primes, Sq != Sk both
+   ways, every causal kind and window kind, seqused_k, pad tokens, GQA and
+   MQA, every dtype, ALiBi and sinks, decode rows over uneven keys; then
+   random batches from the suite's seed. */
+static void varlen(builder *b, uint64_t seed)
+{
+    static const int q1[] = {17, 1, 300, 0, 64}, q2[] = {17, 2, 61, 13}, k2[] = {31, 2, 7, 13};
+    static const int q3[] = {129, 5, 64}, k3[] = {65, 300, 64}, q4[] = {40, 1, 90},
+                     k4[] = {90, 33, 1};
+    static const int q5[] = {3, 19, 1, 8}, k5[] = {40, 19, 7, 8}, u5[] = {11, 0, 7, 2};
+    static const int q6[] = {0, 1, 7, 0, 1}, k6[] = {5, 0, 0, 0, 1};
+    static const int q7[] = {50, 7, 23, 9}, k7[] = {80, 7, 3, 0};
+    static const int q8[] = {1, 1, 1, 1, 1, 1, 1, 1}, k8[] = {4096, 1, 2000, 0, 3001, 17, 64, 129};
+    static const int q9[] = {700, 257, 3}, q10[] = {2, 3, 5, 7, 11, 13},
+                     k10[] = {13, 11, 7, 5, 3, 2};
+    const uint32_t both = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+    fj_attention_desc d;
+    d = desc(1, 4, 4, 1, 1, 64, FJ_F32, FJ_CAUSAL_NONE, -1, -1);
+    add_varlen(b, "mixed-nomask-f32", d, 5, q1, q1, NULL, 0, 0, true);
+    d = desc(1, 8, 2, 1, 1, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    add_varlen(b, "primes-causal-br-bf16", d, 4, q2, k2, NULL, 0, 7, true);
+    d = desc(1, 3, 3, 1, 1, 64, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1);
+    add_varlen(b, "primes-causal-tl-f16", d, 4, q2, k2, NULL, 2, 0, true);
+    d = desc(1, 4, 1, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 16, -1);
+    add_varlen(b, "window-mqa-bf16", d, 3, q3, k3, NULL, 0, 0, true);
+    d = desc(1, 2, 2, 1, 1, 8, FJ_F32, FJ_CAUSAL_NONE, 3, 2);
+    add_varlen(b, "band-f32", d, 3, q4, k4, NULL, 1, 0, true);
+    d = desc(1, 4, 4, 1, 1, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    add_varlen(b, "seqused-f16", d, 4, q5, k5, u5, 0, 0, true);
+    d = desc(1, 4, 2, 1, 1, 64, FJ_F32, FJ_CAUSAL_NONE, -1, -1);
+    add_varlen(b, "empty-sequences-f32", d, 5, q6, k6, NULL, 3, 0, true);
+    d = desc(1, 4, 1, 1, 1, 64, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    d.features = both;
+    add_varlen(b, "alibi-sinks-f32", d, 4, q7, k7, NULL, 0, 0, true);
+    d = desc(1, 8, 2, 1, 1, 96, FJ_BF16, FJ_CAUSAL_TOP_LEFT, 20, -1);
+    d.features = FJ_FEATURE_SINKS;
+    d.softcap = 30.0f;
+    add_varlen(b, "sinks-softcap-window-bf16", d, 4, q7, k7, NULL, 2, 0, true);
+    d = desc(1, 32, 8, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    add_varlen(b, "decode-gqa-bf16", d, 8, q8, k8, NULL, 0, 0, true);
+    d = desc(1, 8, 2, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    add_varlen(b, "prefill-causal-bf16", d, 3, q9, q9, NULL, 0, 0, false);
+    d = desc(1, 3, 1, 1, 1, 13, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    add_varlen(b, "primes-odd-dim-f16", d, 6, q10, k10, NULL, 1, 3, true);
+
+    fjt_rng rng;
+    fjt_rng_init(&rng, seed ^ 0x7661726c656e2dull);
+    static const int menu[] = {0, 1, 2, 3, 5, 7, 13, 17, 31, 61, 63, 64, 65, 127, 128, 129, 257};
+    static const int dims[] = {8, 40, 64, 80, 128, 200};
+    static const int heads[][2] = {{1, 1}, {4, 4}, {8, 1}, {8, 2}, {6, 3}};
+    for (int i = 0; i < 10; i++) {
+        int n = fjt_range(&rng, 1, 8), q[8], k[8], u[8];
+        bool with_used = fjt_range(&rng, 0, 3) == 0;
+        for (int j = 0; j < n; j++) {
+            q[j] = menu[fjt_range(&rng, 0, NELEMS(menu) - 1)];
+            u[j] = menu[fjt_range(&rng, 0, NELEMS(menu) - 1)];
+            k[j] = with_used ? u[j] + fjt_range(&rng, 0, 9) : u[j];
+        }
+        /* one draw per statement: argument evaluation order is unspecified */
+        const int g = fjt_range(&rng, 0, NELEMS(heads) - 1);
+        const int dim = dims[fjt_range(&rng, 0, NELEMS(dims) - 1)];
+        const fj_causal causal = (fj_causal)fjt_range(&rng, 0, 2);
+        int wl = -1, wr = -1;
+        if (fjt_range(&rng, 0, 2) == 0) wl = fjt_range(&rng, 0, 40);
+        if (fjt_range(&rng, 0, 3) == 0) wr = fjt_range(&rng, 0, 40);
+        d = desc(1, heads[g][0], heads[g][1], 1, 1, dim, all_dtypes[i % 3], causal, wl, wr);
+        if (fjt_range(&rng, 0, 3) == 0) d.features |= FJ_FEATURE_ALIBI;
+        if (fjt_range(&rng, 0, 3) == 0) d.features |= FJ_FEATURE_SINKS;
+        const int pad = fjt_range(&rng, 0, 1) * 4, slack = fjt_range(&rng, 0, 20);
+        const bool lse = fjt_range(&rng, 0, 3) != 0;
+        char name[48];
+        snprintf(name, sizeof name, "random-%d", i);
+        add_varlen(b, name, d, n, q, k, with_used ? u : NULL, pad, slack, lse);
+    }
+}
+
 /* `flashjit bench --grid smoke`'s problems, in bench's order (dtype, then
  * shape): --perf prints the rows bench prints for them. */
 static void bench_smoke(builder *b)
@@ -988,6 +1107,7 @@ bool fjt_cases_build(fjt_case_list *l, uint64_t seed)
     odd_shapes(&b, seed);
     softcap(&b);
     alibi_sinks(&b);
+    varlen(&b, seed);
     bench_smoke(&b);
     return b.ok;
 }

@@ -11,6 +11,7 @@ bool fjt_case_problem(const fjt_case *c, uint64_t suite_seed, fjt_problem *p)
 {
     fjt_rng rng;
     fjt_rng_init(&rng, fjt_case_seed(c, suite_seed));
+    if (c->varlen.nseq) return fjt_problem_make_varlen(p, &c->d, &c->varlen, &rng, true);
     if (c->oracle_rows)
         return fjt_problem_make_rows(p, &c->d, &rng, c->oracle_rows, c->n_oracle_rows);
     return fjt_problem_make(p, &c->d, &rng);
@@ -64,7 +65,8 @@ fj_status fjt_case_run(const fjt_case *c, const fjt_problem *p, fj_context *ctx,
     out->backend = fj_context_backend(ctx);
     snprintf(out->kernel, sizeof out->kernel, "(no plan)");
     const fj_attention_desc *d = &p->d;
-    size_t es = elem_size(d->dtype), lse_bytes = p->lse_elems * sizeof(float);
+    /* (a varlen batch of no query token has no lse: one float is passed) */
+    size_t es = elem_size(d->dtype), lse_bytes = (p->lse_elems ? p->lse_elems : 1) * sizeof(float);
     out->o = malloc(p->o_elems * es);
     out->lse = c->lse ? malloc(lse_bytes) : NULL;
     if (!out->o || (c->lse && !out->lse)) {
@@ -81,11 +83,12 @@ fj_status fjt_case_run(const fjt_case *c, const fjt_problem *p, fj_context *ctx,
                  info.tiles);
 
     void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL, *da = NULL, *ds = NULL;
+    void *vmem[3] = {NULL, NULL, NULL};                   /* varlen: cu_seqlens_q, _k, seqused_k */
     const size_t hb = sizeof(float) * (size_t)d->heads_q; /* ALiBi slopes, sinks */
     fj_execute_extras x;
     fj_execute_extras_init(&x);
     fjt_poison(out->o, d->dtype, p->o_elems);
-    if (out->lse) fjt_poison_f32(out->lse, p->lse_elems);
+    if (out->lse) fjt_poison_f32(out->lse, lse_bytes / sizeof(float));
     if ((s = fj_malloc(ctx, p->q_elems * es, &dq)) || (s = fj_malloc(ctx, p->k_elems * es, &dk)) ||
         (s = fj_malloc(ctx, p->v_elems * es, &dv)) || (s = fj_malloc(ctx, p->o_elems * es, &dO)) ||
         (out->lse && (s = fj_malloc(ctx, lse_bytes, &dl))) ||
@@ -98,7 +101,7 @@ fj_status fjt_case_run(const fjt_case *c, const fjt_problem *p, fj_context *ctx,
          ((s = fj_malloc(ctx, hb, &da)) || (s = fj_copy_to_device(ctx, da, p->alibi, hb)))) ||
         (p->sinks &&
          ((s = fj_malloc(ctx, hb, &ds)) || (s = fj_copy_to_device(ctx, ds, p->sinks, hb)))) ||
-        ((x.alibi_slopes = da), (x.sinks = ds), 0) ||
+        ((x.alibi_slopes = da), (x.sinks = ds), 0) || (s = fjt_varlen_extras(ctx, p, &x, vmem)) ||
         (s = fj_plan_execute_ex(plan, dq, dk, dv, dO, dl, &x, NULL)) ||
         (s = fj_synchronize(ctx, NULL)) ||
         (s = fj_copy_to_host(ctx, out->o, dO, p->o_elems * es)) ||
@@ -112,6 +115,7 @@ fj_status fjt_case_run(const fjt_case *c, const fjt_problem *p, fj_context *ctx,
     fj_free(ctx, dl);
     fj_free(ctx, da);
     fj_free(ctx, ds);
+    fjt_varlen_free(ctx, vmem);
     fj_plan_destroy(plan);
     return out->status;
 }
@@ -124,13 +128,16 @@ void fjt_output_free(fjt_output *out)
     out->lse = NULL;
 }
 
-/* Relative Frobenius distance between two outputs of p (its o strides). */
+/* Relative Frobenius distance between two outputs of p (its o strides;
+ * varlen: the rows of its sequences' tokens). */
 static double output_distance(const fjt_problem *p, const void *x, const void *y)
 {
     const fj_attention_desc *d = &p->d;
     double num = 0, den = 0;
-    for (int b = 0; b < d->batch; b++)
-        for (int i = 0; i < d->seqlen_q; i++)
+    const int nb = p->vl.nseq ? 1 : d->batch;
+    const int rows = p->vl.nseq ? p->cu_q[p->vl.nseq] : d->seqlen_q;
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < rows; i++)
             for (int h = 0; h < d->heads_q; h++) {
                 size_t base = (size_t)(b * p->os[0] + i * p->os[1] + h * p->os[2]);
                 for (int c = 0; c < d->head_dim; c++) {
@@ -143,12 +150,14 @@ static double output_distance(const fjt_problem *p, const void *x, const void *y
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* Largest |x - y| over lse entries, infinite when one is -inf and the other
- * not (or either is NaN). */
-static double lse_distance(size_t n, const float *x, const float *y)
+/* Largest |x - y| over p's lse entries, infinite when one is -inf and the
+ * other not (or either is NaN); varlen: those of its sequences' tokens
+ * (past them both are the poison, which fjt_compare checks). */
+static double lse_distance(const fjt_problem *p, const float *x, const float *y)
 {
     double worst = 0;
-    for (size_t k = 0; k < n; k++) {
+    for (size_t k = 0; k < p->lse_elems; k++) {
+        if (p->vl.nseq && (int)(k % (size_t)p->total_q) >= p->cu_q[p->vl.nseq]) continue;
         if (isinf(x[k]) && isinf(y[k]) && x[k] == y[k]) continue;
         double e = fabs((double)x[k] - y[k]);
         if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
@@ -195,7 +204,7 @@ bool fjt_case_judge(const fjt_case *c, const fjt_problem *p, const fjt_output *o
             APPEND(note, n, " ref-dist %.2e/%.1e", dist, t.ref_dist);
         }
         if (c->lse && t.lse_ref > 0 && out->lse && ref->lse) {
-            double dl = lse_distance(p->lse_elems, out->lse, ref->lse);
+            double dl = lse_distance(p, out->lse, ref->lse);
             BROKE(!(dl <= t.lse_ref), "vs-ref-lse");
             APPEND(note, n, " ref-lse %.1e/%.0e", dl, t.lse_ref);
         }

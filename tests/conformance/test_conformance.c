@@ -74,7 +74,7 @@ static void test_families(void **state)
         {"seqlens", 63},     {"masks", 24},      {"heads-layouts", 16}, {"scales", 6},
         {"sampled", 88},     {"split", 13},      {"decode", 18},        {"broadcast", 6},
         {"odd", 24},         {"softcap", 36},    {"softcap-cpu", 19},   {"alibi-sinks", 54},
-        {"bench-smoke", 9},
+        {"varlen", 22},      {"bench-smoke", 9},
     };
     fjt_case_list l = {0};
     assert_true(fjt_cases_build(&l, fjt_seed()));
@@ -113,6 +113,22 @@ static void test_coverage(void **state)
     int window_left = 0, window_right = 0, window_both = 0, causal_window = 0, gqa = 0, mqa = 0;
     int sq_gt_sk = 0, sq_lt_sk = 0, lse_on = 0, lse_off = 0, neg_scale = 0, decode = 0, size1 = 0;
     int empty_rows = 0, dim_odd = 0;
+    /* varlen: cases, sequences without queries / without keys (rows that
+       see none), of one row or key, cases with seqused_k, with pad tokens */
+    int vl = 0, vl_no_q = 0, vl_no_k = 0, vl_one = 0, vl_used = 0, vl_pad = 0;
+    for (int i = 0; i < l.n; i++) {
+        const fjt_varlen *v = &l.cases[i].varlen;
+        vl += v->nseq > 0;
+        vl_used += v->has_used;
+        vl_pad += v->pad_q > 0;
+        for (int b = 0; b < v->nseq; b++) {
+            vl_no_q += v->len_q[b] == 0;
+            vl_no_k += v->len_q[b] > 0 && fjt_varlen_keys(v, b) == 0;
+            vl_one += v->len_q[b] == 1 || fjt_varlen_keys(v, b) == 1;
+        }
+    }
+    assert_true(vl >= 20 && vl_no_q >= 3 && vl_no_k >= 3 && vl_one >= 5 && vl_used >= 1 &&
+                vl_pad >= 5);
     for (int i = 0; i < l.n; i++) {
         const fj_attention_desc *d = &l.cases[i].d;
         causal[d->causal]++;

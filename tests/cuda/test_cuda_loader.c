@@ -273,8 +273,9 @@ static void test_primary_ctx_retain_fails(void **state)
 
 /* ---- plans and launches -------------------------------------------------------- */
 
-/* ALiBi and sinks are not in the CUDA kernels yet: plan creation (and
- * fj_attention_ex) refuse them as UNSUPPORTED naming the feature. */
+/* ALiBi, sinks and variable-length batches are not in the CUDA kernels
+ * yet: plan creation (and fj_attention_ex) refuse them as UNSUPPORTED
+ * naming the feature. */
 static void test_features_unsupported(void **state)
 {
     (void)state;
@@ -287,14 +288,28 @@ static void test_features_unsupported(void **state)
         const char *name;
     } f[] = {{FJ_FEATURE_ALIBI, "ALiBi is not in the CUDA kernels"},
              {FJ_FEATURE_SINKS, "attention sinks are not in the CUDA kernels"},
-             {FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS, "ALiBi and attention sinks are not"}};
-    for (int i = 0; i < 3; i++) {
+             {FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS, "ALiBi and attention sinks are not"},
+             {FJ_FEATURE_VARLEN,
+              "variable-length batches (FJ_FEATURE_VARLEN) are not in the CUDA kernels"},
+             {FJ_FEATURE_VARLEN | FJ_FEATURE_SINKS,
+              "variable-length batches (FJ_FEATURE_VARLEN) are not in the CUDA kernels"}};
+    for (int i = 0; i < (int)(sizeof f / sizeof f[0]); i++) {
         d.features = f[i].features;
         fj_plan *plan = (fj_plan *)&d;
         assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
         assert_null(plan);
         assert_contains(fj_last_error(), f[i].name);
     }
+    /* the one-shot call too, before any array is read */
+    static const int32_t cu[2] = {0, 1};
+    fj_execute_extras x;
+    fj_execute_extras_init(&x);
+    x.cu_seqlens_q = x.cu_seqlens_k = cu;
+    x.total_q = x.total_k = 1;
+    d.features = FJ_FEATURE_VARLEN;
+    assert_int_equal(fj_attention_ex(ctx, &d, cu, cu, cu, (void *)cu, NULL, &x, NULL),
+                     FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "FJ_FEATURE_VARLEN");
     fj_context_destroy(ctx);
 }
 

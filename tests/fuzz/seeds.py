@@ -130,7 +130,7 @@ def attention_seeds():
                                                     b"", 0, softcap=u8(1) + rng_range(1, 100, 30),
                                                     features=u8(2))
     s["unknown-features"] = (u8(0x90) + size(0, 1) * 3 + size(0, 8) * 2 + size(0, 64) + u8(0) +
-                             u8(0) + u32(1) + u8(0) + u8(0) + u32(0x5) + u8(0) * 4)
+                             u8(0) + u32(1) + u8(0) + u8(0) + u32(0x9) + u8(0) * 4)
     return s
 
 

@@ -1,0 +1,261 @@
+/* Variable-length batches (FJ_FEATURE_VARLEN) on the two CPU backends.
+ *
+ * A varlen plan holds the backend's plan for one sequence of the longest
+ * lengths (batch 1, seqlen_q and seqlen_k the desc's, the packed strides)
+ * and runs each sequence of an execute through it as a problem of its own:
+ * batch 1, its own query and key counts (so causal and window alignment and
+ * ALiBi's offset are its own), its tensors' first token at cu_seqlens_q[b]
+ * and cu_seqlens_k[b] of the packed q, k, v and o. Both backends' executes
+ * take a problem that differs from their plan's only in shorter sequences
+ * (reference.c counts its blocks per execute; tiled.c's blocks of rows past
+ * a shorter sequence's last find no rows and write nothing, and it reads
+ * every key range from the problem). The CPU tiled backend's plan is its
+ * tiled path, never the decode path, whose key chunks are fixed at plan time
+ * for one key length: its blocks are chosen as a plan of that one sequence
+ * would choose them (tuning entry, shipped table or heuristic) and given to
+ * it.
+ *
+ * The dense path writes lse as [heads_q, seqlen_q] of its one sequence;
+ * varlen's lse is [heads_q, total_q] (a row of every token of the batch,
+ * as FlashAttention's varlen writes it, and as fj_merge reads a packed
+ * batch: batch 1, seqlen_q total_q). So with lse wanted, each sequence's lse
+ * goes through a plan-owned buffer of heads_q x seqlen_q floats into its
+ * place; a lock keeps concurrent executes of one plan from sharing it (the
+ * context's pool runs one job at a time anyway).
+ *
+ * Before anything is written, every value of cu_seqlens_q, cu_seqlens_k and
+ * seqused_k is checked against the rules of include/flashjit.h
+ * (fj_execute_extras): a bad batch writes nothing. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "context.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/tiled_blocks.h"
+#include "pool.h"
+#include "status.h"
+
+typedef struct varlen_plan {
+    const fj_backend_ops *dense; /* the backend's ops for one dense problem */
+    void *inner;                 /* its plan for one sequence of the longest lengths */
+    fj_problem one;              /* that problem */
+    bool tiled;                  /* the CPU tiled backend (its blocks chosen here) */
+    fj_tiles_source tiles_from;  /* where those blocks came from */
+    float *lse_rows;             /* [heads_q, seqlen_q]: one sequence's lse before its place */
+    pthread_mutex_t lse_lock;    /* one execute at a time uses lse_rows */
+} varlen_plan;
+
+/* Every rule of the sequences (include/flashjit.h, fj_execute_extras), each
+ * failure naming the array, the index and the rule. */
+static fj_status check_sequences(const fj_problem *p, const fj_exec_inputs *in)
+{
+    const struct {
+        const char *name, *rows, *limit_name, *total_name, *tensors;
+        const int32_t *cu;
+        int limit;
+        int32_t total;
+    } side[2] = {
+        {"cu_seqlens_q", "queries", "seqlen_q", "total_q", "q, o and lse", in->cu_seqlens_q,
+         p->seqlen_q, in->total_q},
+        {"cu_seqlens_k", "keys", "seqlen_k", "total_k", "k and v", in->cu_seqlens_k, p->seqlen_k,
+         in->total_k},
+    };
+    for (int s = 0; s < 2; s++) {
+        const int32_t *cu = side[s].cu;
+        if (cu[0] != 0)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s[0] (%d) must be 0: the first sequence starts at the first token",
+                           side[s].name, (int)cu[0]);
+        for (int b = 0; b < p->batch; b++) {
+            if (cu[b + 1] < cu[b])
+                return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                               "%s[%d] (%d) is below %s[%d] (%d): the offsets must not decrease "
+                               "(sequence %d would have a negative length)",
+                               side[s].name, b + 1, (int)cu[b + 1], side[s].name, b, (int)cu[b], b);
+            const int64_t len = (int64_t)cu[b + 1] - cu[b];
+            /* with seqused_k, the keys used are bounded below, not those held */
+            if (len > side[s].limit && !(s == 1 && in->seqused_k))
+                return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                               "sequence %d has %lld %s (%s[%d] - %s[%d]), more than the "
+                               "plan's %s (%d), the most a sequence may have",
+                               b, (long long)len, side[s].rows, side[s].name, b + 1, side[s].name,
+                               b, side[s].limit_name, side[s].limit);
+        }
+        if (cu[p->batch] > side[s].total)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s[batch = %d] (%d) is past %s (%d), the tokens %s hold", side[s].name,
+                           p->batch, (int)cu[p->batch], side[s].total_name, (int)side[s].total,
+                           side[s].tensors);
+    }
+    const int32_t *ck = in->cu_seqlens_k, *used = in->seqused_k;
+    for (int b = 0; used && b < p->batch; b++) {
+        const int64_t held = (int64_t)ck[b + 1] - ck[b];
+        if (used[b] < 0 || used[b] > held)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "seqused_k[%d] (%d) must be in [0, %lld], the keys of sequence %d "
+                           "(cu_seqlens_k[%d] - cu_seqlens_k[%d])",
+                           b, (int)used[b], (long long)held, b, b + 1, b);
+        if (used[b] > p->seqlen_k)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "seqused_k[%d] (%d) is more than the plan's seqlen_k (%d), the most "
+                           "keys a sequence may use",
+                           b, (int)used[b], p->seqlen_k);
+    }
+    return FJ_OK;
+}
+
+static fj_status varlen_execute(const void *state, const fj_problem *p, const void *q,
+                                const void *k, const void *v, void *o, float *lse,
+                                const fj_exec_inputs *in, void *stream)
+{
+    const varlen_plan *vp = state;
+    fj_status s = check_sequences(p, in);
+    if (s) return s;
+    const int64_t es = (int64_t)fj_dtype_size(p->dtype);
+    const int32_t *cq = in->cu_seqlens_q, *ck = in->cu_seqlens_k, *used = in->seqused_k;
+    pthread_mutex_t *lock = (pthread_mutex_t *)&vp->lse_lock;
+    if (lse) pthread_mutex_lock(lock);
+    for (int b = 0; b < p->batch && !s; b++) {
+        const int64_t q0 = cq[b], k0 = ck[b];
+        const int sq = (int)(cq[b + 1] - q0), sk = used ? used[b] : (int)(ck[b + 1] - k0);
+        if (sq == 0) continue; /* no rows: nothing to write */
+        fj_problem one = vp->one;
+        one.seqlen_q = sq;
+        one.seqlen_k = sk;
+        one.diag_offset = one.causal == FJ_CAUSAL_TOP_LEFT ? 0 : (int64_t)sk - sq;
+        const int64_t qs = p->q_stride[FJ_AXIS_SEQ], ks = p->k_stride[FJ_AXIS_SEQ];
+        const int64_t vs = p->v_stride[FJ_AXIS_SEQ], os = p->o_stride[FJ_AXIS_SEQ];
+        s = vp->dense->execute(vp->inner, &one, (const char *)q + q0 * qs * es,
+                               (const char *)k + k0 * ks * es, (const char *)v + k0 * vs * es,
+                               (char *)o + q0 * os * es, lse ? vp->lse_rows : NULL, in, stream);
+        for (int h = 0; lse && !s && h < p->heads_q; h++)
+            memcpy(lse + (int64_t)h * in->total_q + q0, vp->lse_rows + (int64_t)h * sq,
+                   (size_t)sq * sizeof(float));
+    }
+    if (lse) pthread_mutex_unlock(lock);
+    return s;
+}
+
+static void varlen_plan_destroy(void *state)
+{
+    varlen_plan *vp = state;
+    if (!vp) return;
+    if (vp->inner) vp->dense->plan_destroy(vp->inner);
+    pthread_mutex_destroy(&vp->lse_lock);
+    free(vp->lse_rows);
+    free(vp);
+}
+
+static fj_status varlen_plan_create(fj_context *ctx, const fj_problem *p, const char *config,
+                                    void **state, fj_strbuf *describe, const fj_backend_ops *dense,
+                                    bool tiled)
+{
+    *state = NULL;
+    size_t lse_bytes;
+    if (__builtin_mul_overflow((size_t)p->heads_q * sizeof(float), (size_t)p->seqlen_q, &lse_bytes))
+        return fj_fail(FJ_ERR_OUT_OF_MEMORY,
+                       "%s: heads_q (%d) x seqlen_q (%d) floats of lse buffer overflow",
+                       dense->name, p->heads_q, p->seqlen_q);
+    varlen_plan *vp = calloc(1, sizeof *vp);
+    if (!vp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "%s: out of memory for the plan", dense->name);
+    if (!(vp->lse_rows = malloc(lse_bytes))) {
+        free(vp);
+        return fj_fail(FJ_ERR_OUT_OF_MEMORY,
+                       "%s: cannot allocate %zu KiB for one sequence's lse (heads_q x seqlen_q "
+                       "floats)",
+                       dense->name, lse_bytes >> 10);
+    }
+    pthread_mutex_init(&vp->lse_lock, NULL);
+    vp->dense = dense;
+    vp->tiled = tiled;
+    vp->one = *p;
+    vp->one.varlen = false;
+    vp->one.batch = 1;
+    vp->tiles_from = FJ_TILES_GIVEN;
+
+    /* The tiled backend: its tiled path with the blocks a plan of the one
+       sequence would choose (config NULL would take the decode path for few
+       rows, whose key chunks hold for one key length only). */
+    char tiles[32];
+    const char *cfg = config, *why = "given";
+    fj_cpu_tiled_blocks blocks;
+    fj_status s = FJ_OK;
+    if (tiled && !config) {
+        s = fj_cpu_tiled_choose_blocks(ctx, &vp->one, NULL, fj_pool_threads(ctx->pool), &blocks);
+        if (!s) {
+            fj_cpu_tiled_config_name(blocks.block_q, blocks.block_k, tiles, sizeof tiles);
+            cfg = tiles;
+            why = blocks.source;
+            vp->tiles_from = blocks.from;
+        }
+    }
+    if (!s) s = dense->plan_create(ctx, &vp->one, cfg, &vp->inner, describe);
+    if (s) {
+        varlen_plan_destroy(vp);
+        return s;
+    }
+    char key[FJ_PROBLEM_KEY_MAX];
+    fj_problem_key_of(&vp->one, key, sizeof key);
+    fj_strbuf_printf(describe,
+                     "varlen: %d sequences packed along the token axis, each run as its own "
+                     "problem (its lengths, at most those of %s) through the plan above%s%s%s; "
+                     "%zu bytes for one sequence's lse\n",
+                     p->batch, key, tiled ? " (its tiled path; blocks: " : "", tiled ? why : "",
+                     tiled ? ")" : "", lse_bytes);
+    *state = vp;
+    return FJ_OK;
+}
+
+static fj_status tiled_varlen_plan_create(fj_context *ctx, const fj_problem *p, const char *config,
+                                          void **state, fj_strbuf *describe)
+{
+    return varlen_plan_create(ctx, p, config, state, describe, &fj_cpu_tiled_ops, true);
+}
+
+static fj_status reference_varlen_plan_create(fj_context *ctx, const fj_problem *p,
+                                              const char *config, void **state, fj_strbuf *describe)
+{
+    return varlen_plan_create(ctx, p, config, state, describe, &fj_cpu_reference_ops, false);
+}
+
+static void varlen_info(const void *state, fj_plan_info *info)
+{
+    const varlen_plan *vp = state;
+    vp->dense->info(vp->inner, info);
+    size_t n = strlen(info->kernel);
+    snprintf(info->kernel + n, sizeof info->kernel - n, "_varlen");
+    if (vp->tiled) info->tiles_source = vp->tiles_from;
+}
+
+const fj_backend_ops fj_cpu_tiled_varlen_ops = {
+    .kind = FJ_BACKEND_CPU,
+    .name = "cpu",
+    .plan_create = tiled_varlen_plan_create,
+    .execute = varlen_execute,
+    .plan_destroy = varlen_plan_destroy,
+    .info = varlen_info,
+    .mem_alloc = fj_cpu_mem_alloc,
+    .mem_free = fj_cpu_mem_free,
+    .copy_to_device = fj_cpu_memcpy,
+    .copy_to_host = fj_cpu_memcpy,
+    .synchronize = fj_cpu_synchronize,
+    .merge = fj_cpu_merge,
+};
+
+const fj_backend_ops fj_cpu_reference_varlen_ops = {
+    .kind = FJ_BACKEND_CPU_REFERENCE,
+    .name = "cpu-reference",
+    .plan_create = reference_varlen_plan_create,
+    .execute = varlen_execute,
+    .plan_destroy = varlen_plan_destroy,
+    .info = varlen_info,
+    .mem_alloc = fj_cpu_mem_alloc,
+    .mem_free = fj_cpu_mem_free,
+    .copy_to_device = fj_cpu_memcpy,
+    .copy_to_host = fj_cpu_memcpy,
+    .synchronize = fj_cpu_synchronize,
+    .merge = fj_cpu_merge,
+};
