@@ -131,6 +131,7 @@ def attention(q, k, v, causal, window, scale, return_lse, out, backend, api):
     if out is not None and not isinstance(out, Tensor):
         raise TypeError("%s: out must be a torch.Tensor like %s, not %s"
                         % (where, names[0], type(out).__name__))
+    _problem.parse_backend(backend, where)  # (the schema would refuse a non-str less clearly)
     causal_name = CAUSAL_NAMES[_problem.parse_causal(causal, where)]
     window_left, window_right = _problem.parse_window(window, where)
     if scale is not None:
