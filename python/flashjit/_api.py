@@ -53,8 +53,11 @@ def attention(q, k, v, *, causal=None, window=(-1, -1), scale=None, return_lse=F
     if not isinstance(return_lse, bool):
         raise TypeError("%s: return_lse must be a bool, not %s" % (where, type(return_lse).__name__))
     if _is_torch(q):
-        return _torch_ops.attention(q, k, v, causal, window, scale, return_lse, out, backend,
-                                    "attention")
+        r = _torch_ops.fast_attention(q, k, v, causal, window, scale, return_lse, out, backend)
+        if r is _torch_ops.SLOW:  # through the operator (see _torch_ops: when, and why)
+            r = _torch_ops.attention(q, k, v, causal, window, scale, return_lse, out, backend,
+                                     "attention")
+        return r
     return _attention_dlpack(q, k, v, causal, window, scale, return_lse, out, backend, where)
 
 
@@ -104,13 +107,19 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
     """torch.nn.functional.scaled_dot_product_attention's signature on
     flashjit: query [batch, heads_q, seqlen_q, head_dim], key and value
     [batch, heads_kv, seqlen_k, head_dim] (BHSD) torch tensors; returns
-    [batch, heads_q, seqlen_q, head_dim] (a view of a dense BSHD tensor).
+    [batch, heads_q, seqlen_q, head_dim] (dense BSHD memory seen as BHSD:
+    strides [Sq*Hq*D, D, Hq*D, 1]).
 
     is_causal is PyTorch's (top-left: query i sees keys 0..i). attn_mask must
     be None and dropout_p 0 (flashjit computes causal and window masks only,
     forward only); heads_q != heads_kv needs enable_gqa=True, as in PyTorch.
     scale and enable_gqa are keyword-only, as in torch. Raises ValueError for
     what it cannot express."""
+    if torch is not None:
+        r = _torch_ops.fast_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                 enable_gqa)
+        if r is not _torch_ops.SLOW:
+            return r
     where = "flashjit.sdpa"
     if not _is_torch(query):
         raise TypeError("%s: query must be a torch.Tensor (flashjit.attention takes DLPack arrays), "

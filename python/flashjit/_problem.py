@@ -128,10 +128,15 @@ def parse_scale(scale, head_dim, where):
     return scale
 
 
-def _resolve_backend(backend, q, where):
-    if backend not in BACKEND_CHOICES:
+def parse_backend(backend, where):
+    if not isinstance(backend, str) or backend not in BACKEND_CHOICES:
         _fail(ValueError, where, "backend must be one of %s, not %r"
               % (", ".join('"%s"' % b for b in BACKEND_CHOICES), backend))
+    return backend
+
+
+def _resolve_backend(backend, q, where):
+    parse_backend(backend, where)
     if q.device_type not in ("cpu", "cuda"):
         _fail(ValueError, where, "%s is on %s: flashjit computes on the CPU and on CUDA devices"
               % (q.name, q.device))
@@ -279,7 +284,7 @@ def check(q, k, v, out=None, *, causal=None, window=(-1, -1), scale=None, backen
             _fail(ValueError, where, "devices differ: %s is on %s and %s on %s"
                   % (q.name, q.device, out.name, out.device))
         o_strides = _check_row_layout(out, where, cuda)
-        if _rows_overlap(o_strides, (B, Sq, Hq), D):
+        if B and Sq and Hq and _rows_overlap(o_strides, (B, Sq, Hq), D):  # else none written
             _fail(ValueError, where, "%s's rows overlap (strides %s): two results would be written "
                   "to the same memory" % (out.name, tuple(out.strides)))
         if out.ptr is not None and B and Sq and Hq:

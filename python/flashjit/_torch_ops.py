@@ -9,6 +9,7 @@ so a bad call fails before any memory is written, whether it came through
 flashjit.attention or straight through torch.ops.flashjit.
 They are forward only: a backward through them raises.
 """
+import ctypes
 from typing import Optional, Tuple
 
 import torch
@@ -131,6 +132,7 @@ def attention(q, k, v, causal, window, scale, return_lse, out, backend, api):
     if out is not None and not isinstance(out, Tensor):
         raise TypeError("%s: out must be a torch.Tensor like %s, not %s"
                         % (where, names[0], type(out).__name__))
+    _problem.parse_backend(backend, where)  # (the schema would refuse a non-str less clearly)
     causal_name = CAUSAL_NAMES[_problem.parse_causal(causal, where)]
     window_left, window_right = _problem.parse_window(window, where)
     if scale is not None:
@@ -142,3 +144,284 @@ def attention(q, k, v, causal, window, scale, return_lse, out, backend, api):
         lse = attention_out_op(q, k, v, out, causal_name, window_left, window_right, scale,
                                return_lse, backend, api)
     return (out, lse) if return_lse else out
+
+
+# ---- the fast eager path ------------------------------------------------------
+#
+# The operators above cost tens of microseconds a call on the host: torch's
+# Python dispatch of a custom op (autograd wrapper, redispatch, fake-kernel
+# bookkeeping) and the full argument checks on Operands built afresh. A
+# decode step is 10-30 us of GPU work, so that would bound it.
+#
+# When nothing can observe the difference, flashjit.attention and
+# flashjit.sdpa skip the dispatcher and call the library straight from here:
+# plain torch.Tensor arguments (no subclass: no FakeTensor, FunctionalTensor,
+# DTensor, Parameter; no lazily negated view, no ZeroTensor), not under
+# torch.compile / torch.export tracing, no torch function or dispatch mode
+# active (TorchFunctionMode such as `with torch.device(...)`,
+# TorchDispatchMode, FakeTensorMode, make_fx), no functorch transform (vmap,
+# grad, functionalize) active, and no gradient to track (grad mode off or no
+# argument requires grad). Anything else goes through the operator as
+# before, so torch.compile, autograd (the backward that raises), opcheck,
+# modes and subclasses see the operator. Under torch.profiler a fast call is
+# recorded under the operator's name. What the operator does to `out` that
+# autograd can see, the fast path does too: out's version counter is bumped.
+#
+# The checks are the operator's, cached per call signature: the keyword
+# arguments (normalized, only for exact int/float/str/None/bool values whose
+# meaning the signature fixes) and each tensor's shape, strides, dtype and
+# device. A signature is cached only after _problem.check (and the library's
+# fj_attention_desc_validate, and the context's creation) accepted it; a call
+# whose signature is new and fails, or that fails a per-call check (the
+# CUDA alignment of its pointers, out aliasing an input), is handed to the
+# operator path, which raises its usual exception. So every error comes from
+# the same code with the same message, and nothing is written before it.
+# What remains per call: the guards, the key, one dict lookup, the output
+# allocation, the pointer checks and the ctypes call.
+
+SLOW = object()  # "not taken: use the operator path"
+
+_FAST_CACHE_MAX = 4096
+_fast_entries = {}
+
+
+def _bind_guards():
+    """The state checks the fast path runs, bound once (a global lookup per
+    call, not an attribute chain); None where this torch lacks one of them:
+    then every call goes through the operator."""
+    C = torch._C
+    try:
+        return (torch.compiler.is_compiling, C._is_torch_function_mode_enabled,
+                C._len_torch_dispatch_stack, C._are_functorch_transforms_active,
+                C.is_grad_enabled, torch.autograd.graph.increment_version,
+                C._autograd._profiler_enabled, torch.autograd.profiler.record_function)
+    except AttributeError:
+        return None
+
+
+_guards = _bind_guards()
+_FAST = _guards is not None
+(_is_compiling, _tf_mode, _dispatch_len, _functorch_active, _grad_enabled,
+ _increment_version, _profiling, _record_function) = _guards or (None,) * 8
+_cuda_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_FLOAT32 = torch.float32
+_fj_attention = _lib.lib.fj_attention
+_CAUSAL_CODES = {None: _lib.CAUSAL_NONE, False: _lib.CAUSAL_NONE}
+_CAUSAL_CODES.update((n, c) for n, c in _problem.CAUSAL.items() if isinstance(n, str))
+
+
+def fast_path_enabled():
+    """Whether this torch has what the fast path needs (else every call
+    goes through the operator)."""
+    return _FAST
+
+
+def _fast_ok(q, k, v, out):
+    """The call may skip the operator (see above): plain tensors, no
+    gradient to track, and no tracing, mode or transform that must see the
+    operator."""
+    T = Tensor
+    if not _FAST or _is_compiling():  # first: dynamo traces none of the rest
+        return False
+    if type(q) is not T or type(k) is not T or type(v) is not T or (
+            out is not None and type(out) is not T):
+        return False
+    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
+            out is not None and out.requires_grad)):
+        return False
+    # A lazily negated view (Tensor._neg_view, the .imag of a conjugate view)
+    # or a ZeroTensor has memory that is not its value: the dispatcher's
+    # fallbacks materialize them for the operator. (The conjugate bit exists
+    # only on complex dtypes, which the checks refuse.)
+    if (q.is_neg() or k.is_neg() or v.is_neg() or q._is_zerotensor() or k._is_zerotensor()
+            or v._is_zerotensor() or out is not None and (out.is_neg() or out._is_zerotensor())):
+        return False
+    return not (_tf_mode() or _dispatch_len() or _functorch_active())
+
+
+def _fast_keywords(causal, window, scale, backend):
+    """The keyword arguments as the cache key holds them, or None when one is
+    not of a plain type whose value alone fixes its meaning (True == 1 ==
+    1.0 as dict keys, yet the checks tell them apart): such a call takes the
+    operator path."""
+    if causal is None or causal is False:
+        c = _lib.CAUSAL_NONE
+    elif type(causal) is str:
+        c = _CAUSAL_CODES.get(causal)
+        if c is None:
+            return None
+    else:
+        return None
+    if type(window) is not tuple or len(window) != 2:
+        return None
+    wl, wr = window
+    if type(wl) is not int or type(wr) is not int or not (
+            -1 <= wl <= _problem.INT_MAX and -1 <= wr <= _problem.INT_MAX):
+        return None
+    if scale is not None:
+        if type(scale) is not float and type(scale) is not int:
+            return None
+        scale = float(scale)
+        if not (_problem.FLOAT32_MIN_NORMAL <= abs(scale) <= _problem.FLOAT32_MAX):
+            return None
+    if type(backend) is not str:
+        return None
+    return c, wl, wr, scale, backend
+
+
+def _dense_strides(shape):
+    """torch's contiguous strides for shape (an extent of 0 counts as 1)."""
+    strides, n = [], 1
+    for e in reversed(shape):
+        strides.append(n)
+        n *= max(e, 1)
+    return tuple(reversed(strides))
+
+
+class _Entry:
+    """A checked call signature: what a call of it needs beyond its
+    pointers."""
+    __slots__ = ("problem", "empty", "out_shape", "out_strides", "lse_shape", "lse_strides",
+                 "ctx", "desc", "desc_ref", "cuda_index", "spans", "where")
+
+    def __init__(self, problem, ops, where, out_view=None):
+        B, Sq, Hq, D = problem.out_shape
+        dense = _dense_strides(problem.out_shape)
+        self.problem = problem
+        self.empty = problem.empty
+        self.where = where
+        if out_view is None:  # the dense BSHD output, as the operator allocates it
+            self.out_shape = problem.out_shape
+            self.out_strides = dense
+        else:  # sdpa: that tensor seen as BHSD (its transpose(1, 2))
+            self.out_shape = (B, Hq, Sq, D)
+            self.out_strides = (dense[0], dense[2], dense[1], dense[3])
+        self.lse_shape = problem.lse_shape
+        self.lse_strides = _dense_strides(problem.lse_shape)
+        self.cuda_index = problem.device_index if problem.backend == "cuda" else None
+        if self.empty:
+            self.ctx = self.desc = self.desc_ref = None
+        else:
+            self.desc = _execute.desc_for(problem, where)
+            self.desc_ref = ctypes.byref(self.desc)
+            self.ctx = _lib.context(problem.backend, problem.device_index)
+        # bytes each operand spans from its first element: the aliasing rule
+        # of an out= call, on this call's pointers
+        self.spans = tuple(_problem._extent(t._replace(ptr=0))[1] for t in ops)
+
+
+def _fast_run(e, q, k, v, out, return_lse, out_given):
+    """One call of a checked signature; SLOW when a per-call rule fails (the
+    operator path then raises its message)."""
+    lse = q.new_empty_strided(e.lse_shape, e.lse_strides, dtype=_FLOAT32) if return_lse else None
+    if e.empty:
+        if out_given:
+            _increment_version(out)  # as the operator: out counts as modified
+        return (out, lse) if return_lse else out
+    qp, kp, vp, op = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
+    if e.cuda_index is not None:
+        if (qp | kp | vp | op) % _problem.CUDA_PTR_ALIGN:
+            return SLOW
+        stream = _cuda_raw_stream(e.cuda_index)
+    else:
+        stream = None
+    if out_given:
+        so, sq, sk, sv = e.spans
+        oe = op + so
+        if qp < oe and op < qp + sq or kp < oe and op < kp + sk or vp < oe and op < vp + sv:
+            return SLOW
+    status = _fj_attention(e.ctx, e.desc_ref, qp, kp, vp, op,
+                           lse.data_ptr() if return_lse else None, stream)
+    if status:
+        _lib.check(status, e.where)
+    if out_given:
+        _increment_version(out)
+    return (out, lse) if return_lse else out
+
+
+def _remember(key, entry):
+    if len(_fast_entries) >= _FAST_CACHE_MAX:
+        _fast_entries.clear()
+    _fast_entries[key] = entry
+
+
+def fast_attention(q, k, v, causal, window, scale, return_lse, out, backend):
+    """flashjit.attention on plain tensors without the dispatcher, or SLOW."""
+    if not _fast_ok(q, k, v, out):
+        return SLOW
+    kw = _fast_keywords(causal, window, scale, backend)
+    if kw is None:
+        return SLOW
+    try:  # stride() raises for a sparse, mkldnn or nested tensor: the operator's error
+        key = ("attention", kw, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(),
+               k.dtype, k.device, v.shape, v.stride(), v.dtype, v.device)
+        if out is not None:
+            key += (out.shape, out.stride(), out.dtype, out.device)
+    except RuntimeError:
+        return SLOW
+    e = _fast_entries.get(key)
+    if e is None:
+        try:
+            c, wl, wr, s, be = kw
+            problem, ops, where = _checked(q, k, v, out, CAUSAL_NAMES[c], wl, wr, s, be,
+                                           "attention", False)
+            e = _Entry(problem, ops, where)
+        except Exception:  # the operator path raises it, as it always has
+            return SLOW
+        _remember(key, e)
+    if _profiling():  # the profile shows the call, under the operator's name
+        with _record_function("flashjit::attention" if out is None else
+                              "flashjit::attention_out"):
+            return _fast_out(e, q, k, v, out, return_lse)
+    return _fast_out(e, q, k, v, out, return_lse)
+
+
+def _fast_out(e, q, k, v, out, return_lse):
+    if out is None:
+        out = q.new_empty_strided(e.out_shape, e.out_strides)
+        return _fast_run(e, q, k, v, out, return_lse, False)
+    return _fast_run(e, q, k, v, out, return_lse, True)
+
+
+def fast_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """flashjit.sdpa on plain BHSD tensors without the dispatcher (and
+    without the three transposes: the entry holds the BSHD problem), or
+    SLOW. Returns dense BSHD memory seen as BHSD: the shape, strides and
+    values of the operator path's out.transpose(1, 2), made in one
+    allocation (not a view of another tensor)."""
+    if (attn_mask is not None or type(is_causal) is not bool
+            or type(enable_gqa) is not bool or not _fast_ok(query, key, value, None)):
+        return SLOW
+    if not ((type(dropout_p) is float or type(dropout_p) is int) and dropout_p == 0):
+        return SLOW
+    kw = _fast_keywords("top-left" if is_causal else None, (-1, -1), scale, "auto")
+    if kw is None:
+        return SLOW
+    try:
+        sig = ("sdpa", kw, enable_gqa, query.shape, query.stride(), query.dtype, query.device,
+               key.shape, key.stride(), key.dtype, key.device,
+               value.shape, value.stride(), value.dtype, value.device)
+    except RuntimeError:
+        return SLOW
+    e = _fast_entries.get(sig)
+    if e is None:
+        try:
+            if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+                return SLOW
+            if not enable_gqa and query.shape[1] != key.shape[1]:
+                return SLOW
+            c, wl, wr, s, be = kw
+            problem, ops, where = _checked(query.transpose(1, 2), key.transpose(1, 2),
+                                           value.transpose(1, 2), None, CAUSAL_NAMES[c], wl, wr,
+                                           s, be, "sdpa", False)
+            e = _Entry(problem, ops, where, out_view="bhsd")
+        except Exception:
+            return SLOW
+        _remember(sig, e)
+    # BHSD tensors, BSHD problem: the pointers are the same (element 0)
+    if _profiling():
+        with _record_function("flashjit::attention"):
+            return _fast_run(e, query, key, value,
+                             query.new_empty_strided(e.out_shape, e.out_strides), False, False)
+    return _fast_run(e, query, key, value, query.new_empty_strided(e.out_shape, e.out_strides),
+                     False, False)

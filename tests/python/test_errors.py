@@ -123,6 +123,8 @@ def test_bad_keyword_values():
            q, k, v, backend="gpu")
     expect(ValueError, r'backend="cuda" needs CUDA tensors, and q is on cpu', q, k, v,
            backend="cuda")
+    expect(ValueError, r'backend must be one of "auto", "cpu", "cpu-reference", "cuda", not 3',
+           q, k, v, backend=3)
     expect(TypeError, r"return_lse must be a bool, not int", q, k, v, return_lse=1)
 
 
