@@ -28,6 +28,14 @@
  *       causal or not): the plan's path (AMX row blocks where the CPU has
  *       AMX) and the tiled path (decode.h's paths turned off), in turn;
  *       GFLOP/s as in `table`.
+ *   bench_cpu_tiled [-t T] [-r R] causal [FILTER]
+ *       Causal (bottom-right) against non-causal on the tiled path at S 512,
+ *       1024 and 2048 (f32 and f16, 8 heads, D 64 / 128, and 32/8 heads at D
+ *       128): both plans timed in turn, the order alternating round by
+ *       round; "per FLOP" is the median over rounds of causal GFLOP/s over
+ *       non-causal GFLOP/s (causal FLOPs are half, so 1 means the causal run
+ *       took half the time). bf16 runs the tiled path too (decode.h's paths
+ *       turned off), as it does on a CPU without AMX.
  *   bench_cpu_tiled [-r R] kernels
  *       The decode path's kernels alone (src/cpu/decode_kernels.h), one
  *       thread, on one block of 128 keys that stays in cache: nanoseconds
@@ -753,6 +761,64 @@ static int run_prefill(const char *filter)
     return 0;
 }
 
+static int run_causal(const char *filter)
+{
+    fj_cpu_decode_force(FJ_CPU_DECODE_OFF); /* the tiled path, bf16 included */
+    fj_context *ctx = make_context(FJ_BACKEND_CPU);
+    const int nthreads = context_threads(ctx);
+    printf("threads: %d; medians of %d rounds (non-causal and causal in turn, the order "
+           "alternating); per FLOP: median of the rounds' causal / non-causal GFLOP/s\n\n",
+           nthreads, repeats);
+    printf("| %-40s | %8s | %6s | %8s | %6s | %8s |\n", "shape (causal: bottom-right)", "ms",
+           "GF/s", "causal", "GF/s", "per FLOP");
+    printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+    static const int seqs[] = {512, 1024, 2048};
+    static const struct {
+        fj_dtype t;
+        int hq, hkv, d;
+    } kinds[] = {{FJ_F32, 8, 8, 64},  {FJ_F32, 8, 8, 128},  {FJ_F32, 32, 8, 128},
+                 {FJ_F16, 8, 8, 128}, {FJ_BF16, 8, 8, 128}, {FJ_F32, 8, 8, 256}};
+    for (size_t a = 0; a < sizeof seqs / sizeof seqs[0]; a++)
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            shape sh = {kinds[k].t, 1,          kinds[k].hq,    kinds[k].hkv, seqs[a],
+                        seqs[a],    kinds[k].d, FJ_CAUSAL_NONE, -1,           -1};
+            if (filter && !strstr(shape_str(&sh), filter)) continue;
+            fj_attention_desc dn = shape_desc(&sh);
+            sh.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+            fj_attention_desc dc = shape_desc(&sh);
+            sh.causal = FJ_CAUSAL_NONE;
+            fj_plan *pn, *pc;
+            fj_status s;
+            if ((s = fj_plan_create(ctx, &dn, &pn)) || (s = fj_plan_create(ctx, &dc, &pc)))
+                die("fj_plan_create", s);
+            tensors x = make_tensors(ctx, &dn);
+            const double fn = fj_attention_flops(&dn), fc = fj_attention_flops(&dc);
+            double tn[64], tc[64], per[64];
+            time_plan(pn, &x);
+            time_plan(pc, &x);
+            for (int r = 0; r < repeats; r++) {
+                if (r % 2) {
+                    tc[r] = time_plan(pc, &x);
+                    tn[r] = time_plan(pn, &x);
+                } else {
+                    tn[r] = time_plan(pn, &x);
+                    tc[r] = time_plan(pc, &x);
+                }
+                per[r] = (fc / tc[r]) / (fn / tn[r]);
+            }
+            const double mn = median(tn, repeats), mc = median(tc, repeats);
+            printf("| %-40s | %8.2f | %6.1f | %8.2f | %6.1f | %8.3f |\n", shape_str(&sh), mn * 1e3,
+                   fn / mn * 1e-9, mc * 1e3, fc / mc * 1e-9, median(per, repeats));
+            fflush(stdout);
+            free_tensors(ctx, &x);
+            fj_plan_destroy(pn);
+            fj_plan_destroy(pc);
+        }
+    fj_context_destroy(ctx);
+    fj_cpu_decode_force(FJ_CPU_DECODE_AUTO);
+    return 0;
+}
+
 /* "64,128,256" into v (at most cap values in [1, FJ_CPU_TILED_MAX_BLOCK]); 0 on error. */
 static int parse_list(const char *s, int *v, int cap)
 {
@@ -880,6 +946,7 @@ int main(int argc, char **argv)
     const char *mode = i < argc ? argv[i] : "table";
     if (!strcmp(mode, "table")) return run_table(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "decode")) return run_decode(i + 1 < argc ? argv[i + 1] : NULL);
+    if (!strcmp(mode, "causal")) return run_causal(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "kernels")) return run_kernels();
     if (!strcmp(mode, "prefill")) return run_prefill(i + 1 < argc ? argv[i + 1] : NULL);
 #ifdef RATES
@@ -892,6 +959,7 @@ int main(int argc, char **argv)
             "       bench_cpu_tiled [-t T] [-r R] sweep DTYPE B HQ HKV SQ SK D CAUSAL [BQS [BKS]]\n"
             "       bench_cpu_tiled [-t T] [-r R] decode [FILTER]\n"
             "       bench_cpu_tiled [-t T] [-r R] prefill [FILTER]\n"
+            "       bench_cpu_tiled [-t T] [-r R] causal [FILTER]\n"
             "       bench_cpu_tiled [-r R] kernels\n"
             "       bench_cpu_tiled rates\n"
             "       bench_cpu_tiled [-t T] memory DTYPE SQ D [reference]\n");

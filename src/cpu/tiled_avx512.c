@@ -1,0 +1,332 @@
+/* The tiled backend's AVX-512 kernels (tiled_kernels.h).
+ *
+ * Scores: 12 keys x 32 rows of accumulators (24 registers) while the head
+ * dim goes by: per element of the head dim, the tile's two query vectors are
+ * loaded once and each of the 12 keys' elements broadcast into two FMAs.
+ * Values: 12 columns of the head dim x 32 rows (24 registers) while the keys
+ * go by: per key, the two vectors of P loaded once and each of the 12 value
+ * elements broadcast into two FMAs. Tails (fewer than 12 keys or columns left)
+ * take the same loops on 8, 4, 2 and 1. Neither K nor V is copied: a
+ * broadcast reads one element of a row where it lies, so the only packing is
+ * the queries', once per block of rows. Measured on the development machine
+ * (one thread, head dim 128, blocks of 96-256 keys in cache): 195-210 GFLOP/s
+ * for the scores and 185-205 for the values, against 218 for FMAs from
+ * registers alone and 120-145 for OpenBLAS's sgemm pairs at the tiled path's
+ * block shapes (docs/benchmarks.md, "CPU prefill on tiles of our own").
+ *
+ * Softmax: the lanes are rows, so the running max, sum and rescale factor
+ * are vectors and a block's max is a vertical max down its keys. */
+#include "tiled_kernels.h"
+
+#include <stddef.h>
+
+#include "tiled_softmax.h"
+
+/* clang's AddressSanitizer makes these fully unrolled kernels very slow to
+ * compile (as decode_avx512.c says), so those builds take the BLAS path. */
+#if defined(__clang__) && defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FJ_AVX512_TILED_SKIPPED 1
+#endif
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(FJ_NO_MULTIVERSION) && \
+    !defined(FJ_AVX512_TILED_SKIPPED)
+
+#include <immintrin.h>
+#include <stdbool.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define INLINE static inline __attribute__((always_inline))
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define UNROLL _Pragma("GCC unroll 16")
+#endif
+
+#define L FJ_TILED_LANES
+#define GROUP 12 /* keys (scores) or head-dim columns (values) per pass */
+
+/* ---- scores --------------------------------------------------------------- */
+
+/* Keys [0, NR) of k against the tile: st rows 0..NR-1. */
+AVX512 INLINE void scores_keys(const int NR, const float *qp, int head_dim, const float *k,
+                               int64_t ldk, float *st)
+{
+    __m512 c0[GROUP], c1[GROUP];
+    const float *kr[GROUP];
+    UNROLL for (int u = 0; u < NR; u++)
+    {
+        c0[u] = c1[u] = _mm512_setzero_ps();
+        kr[u] = k + (size_t)u * ldk;
+    }
+    for (int d = 0; d < head_dim; d++) {
+        const __m512 a0 = _mm512_loadu_ps(qp + (size_t)d * L);
+        const __m512 a1 = _mm512_loadu_ps(qp + (size_t)d * L + 16);
+        UNROLL for (int u = 0; u < NR; u++)
+        {
+            const __m512 b = _mm512_set1_ps(kr[u][d]);
+            c0[u] = _mm512_fmadd_ps(a0, b, c0[u]);
+            c1[u] = _mm512_fmadd_ps(a1, b, c1[u]);
+        }
+    }
+    UNROLL for (int u = 0; u < NR; u++)
+    {
+        _mm512_storeu_ps(st + u * L, c0[u]);
+        _mm512_storeu_ps(st + u * L + 16, c1[u]);
+    }
+}
+
+AVX512 static void scores(const float *qp, int head_dim, const float *k, int64_t ldk, int nk,
+                          float *st)
+{
+    int j = 0;
+    for (; j + GROUP <= nk; j += GROUP)
+        scores_keys(GROUP, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+    if (nk - j >= 8) {
+        scores_keys(8, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+        j += 8;
+    }
+    if (nk - j >= 4) {
+        scores_keys(4, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+        j += 4;
+    }
+    if (nk - j >= 2) {
+        scores_keys(2, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+        j += 2;
+    }
+    if (nk - j >= 1) scores_keys(1, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+}
+
+/* ---- softmax -------------------------------------------------------------- */
+
+/* 2^x for x <= 0 by tiled_softmax.c's polynomial (tiled_softmax.h): x = n +
+ * r, n = round(x), 2^r by the polynomial, 2^n by vscalefps; 0 below -126
+ * (so never subnormal), NaN for NaN. */
+AVX512 INLINE __m512 exp2_nonpositive(__m512 x)
+{
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(FJ_EXP2_C7);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+AVX512 static void softmax(float *st, int nk, const int32_t *lo, const int32_t *hi, float *max,
+                           float *sum, float *factor)
+{
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    __m512 b0 = ninf, b1 = ninf;
+    if (lo) { /* unseen keys to -inf as the max goes down the keys */
+        const __m512i lo0 = _mm512_loadu_si512(lo), lo1 = _mm512_loadu_si512(lo + 16);
+        const __m512i hi0 = _mm512_loadu_si512(hi), hi1 = _mm512_loadu_si512(hi + 16);
+        for (int j = 0; j < nk; j++) {
+            const __m512i jv = _mm512_set1_epi32(j);
+            const __mmask16 s0 =
+                _mm512_cmple_epi32_mask(lo0, jv) & _mm512_cmpgt_epi32_mask(hi0, jv);
+            const __mmask16 s1 =
+                _mm512_cmple_epi32_mask(lo1, jv) & _mm512_cmpgt_epi32_mask(hi1, jv);
+            float *x = st + (size_t)j * L;
+            const __m512 x0 = _mm512_mask_blend_ps(s0, ninf, _mm512_loadu_ps(x));
+            const __m512 x1 = _mm512_mask_blend_ps(s1, ninf, _mm512_loadu_ps(x + 16));
+            _mm512_storeu_ps(x, x0);
+            _mm512_storeu_ps(x + 16, x1);
+            b0 = _mm512_max_ps(b0, x0);
+            b1 = _mm512_max_ps(b1, x1);
+        }
+    } else {
+        for (int j = 0; j < nk; j++) {
+            b0 = _mm512_max_ps(b0, _mm512_loadu_ps(st + (size_t)j * L));
+            b1 = _mm512_max_ps(b1, _mm512_loadu_ps(st + (size_t)j * L + 16));
+        }
+    }
+    /* the new max, and the one to subtract: 0 where the lane has seen no
+       finite max (its P is 0 then, not NaN) */
+    const __m512 old0 = _mm512_loadu_ps(max), old1 = _mm512_loadu_ps(max + 16);
+    const __m512 m0 = _mm512_max_ps(b0, old0), m1 = _mm512_max_ps(b1, old1);
+    const __m512 z0 =
+        _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m0, ninf, _CMP_EQ_OQ), m0, _mm512_setzero_ps());
+    const __m512 z1 =
+        _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m1, ninf, _CMP_EQ_OQ), m1, _mm512_setzero_ps());
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    for (int j = 0; j < nk; j++) {
+        float *x = st + (size_t)j * L;
+        const __m512 e0 = exp2_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(x), z0));
+        const __m512 e1 = exp2_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(x + 16), z1));
+        _mm512_storeu_ps(x, e0);
+        _mm512_storeu_ps(x + 16, e1);
+        s0 = _mm512_add_ps(s0, e0);
+        s1 = _mm512_add_ps(s1, e1);
+    }
+    const __m512 f0 = exp2_nonpositive(_mm512_sub_ps(old0, z0));
+    const __m512 f1 = exp2_nonpositive(_mm512_sub_ps(old1, z1));
+    _mm512_storeu_ps(factor, f0);
+    _mm512_storeu_ps(factor + 16, f1);
+    _mm512_storeu_ps(sum, _mm512_fmadd_ps(_mm512_loadu_ps(sum), f0, s0));
+    _mm512_storeu_ps(sum + 16, _mm512_fmadd_ps(_mm512_loadu_ps(sum + 16), f1, s1));
+    _mm512_storeu_ps(max, m0);
+    _mm512_storeu_ps(max + 16, m1);
+}
+
+/* ---- values --------------------------------------------------------------- */
+
+/* Columns [0, NR) of v: ot rows 0..NR-1 rescaled and accumulated. */
+AVX512 INLINE void values_cols(const int NR, const float *pt, int nk, const float *v, int64_t ldv,
+                               __m512 f0, __m512 f1, float *ot)
+{
+    __m512 c0[GROUP], c1[GROUP];
+    UNROLL for (int u = 0; u < NR; u++)
+    {
+        c0[u] = _mm512_mul_ps(_mm512_loadu_ps(ot + u * L), f0);
+        c1[u] = _mm512_mul_ps(_mm512_loadu_ps(ot + u * L + 16), f1);
+    }
+    for (int j = 0; j < nk; j++) {
+        const __m512 a0 = _mm512_loadu_ps(pt + (size_t)j * L);
+        const __m512 a1 = _mm512_loadu_ps(pt + (size_t)j * L + 16);
+        const float *vr = v + (size_t)j * ldv;
+        UNROLL for (int u = 0; u < NR; u++)
+        {
+            const __m512 b = _mm512_set1_ps(vr[u]);
+            c0[u] = _mm512_fmadd_ps(a0, b, c0[u]);
+            c1[u] = _mm512_fmadd_ps(a1, b, c1[u]);
+        }
+    }
+    UNROLL for (int u = 0; u < NR; u++)
+    {
+        _mm512_storeu_ps(ot + u * L, c0[u]);
+        _mm512_storeu_ps(ot + u * L + 16, c1[u]);
+    }
+}
+
+AVX512 static void values(const float *pt, int nk, const float *v, int64_t ldv, int head_dim,
+                          const float *factor, float *ot)
+{
+    const __m512 f0 = _mm512_loadu_ps(factor), f1 = _mm512_loadu_ps(factor + 16);
+    int d = 0;
+    for (; d + GROUP <= head_dim; d += GROUP)
+        values_cols(GROUP, pt, nk, v + d, ldv, f0, f1, ot + (size_t)d * L);
+    if (head_dim - d >= 8) {
+        values_cols(8, pt, nk, v + d, ldv, f0, f1, ot + (size_t)d * L);
+        d += 8;
+    }
+    if (head_dim - d >= 4) {
+        values_cols(4, pt, nk, v + d, ldv, f0, f1, ot + (size_t)d * L);
+        d += 4;
+    }
+    if (head_dim - d >= 2) {
+        values_cols(2, pt, nk, v + d, ldv, f0, f1, ot + (size_t)d * L);
+        d += 2;
+    }
+    if (head_dim - d >= 1) values_cols(1, pt, nk, v + d, ldv, f0, f1, ot + (size_t)d * L);
+}
+
+/* ---- transposition ---------------------------------------------------------- */
+
+/* dst[i * ldd + j] = src[j * lds + i] for i < ni, j < 16: the first ni
+ * columns of a block of 16 rows (whole, readable up to column 16 with
+ * masking) into ni rows of 16. */
+AVX512 INLINE void transpose16(const float *src, int64_t lds, int ni, float *dst, int64_t ldd)
+{
+    const __mmask16 cols = ni >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << ni) - 1);
+    __m512 r[16], t[16];
+    UNROLL for (int j = 0; j < 16; j++) r[j] = _mm512_maskz_loadu_ps(cols, src + j * lds);
+    /* 2 x 2 blocks of 1, then 2, then 4 lanes, then 8 (the 128-bit lanes) */
+    UNROLL for (int j = 0; j < 16; j += 2)
+    {
+        t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+    }
+    UNROLL for (int j = 0; j < 16; j += 4)
+    {
+        const __m512d a = _mm512_castps_pd(t[j]), b = _mm512_castps_pd(t[j + 2]);
+        const __m512d c = _mm512_castps_pd(t[j + 1]), d = _mm512_castps_pd(t[j + 3]);
+        r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    /* r[4q + k] holds, in each 128-bit lane L, element 4L + k of rows 4q..4q+3 */
+    UNROLL for (int k = 0; k < 4; k++)
+    {
+        const __m512 a = r[k], b = r[4 + k], c = r[8 + k], d = r[12 + k];
+        const __m512 ab0 = _mm512_shuffle_f32x4(a, b, 0x44), ab1 = _mm512_shuffle_f32x4(a, b, 0xee);
+        const __m512 cd0 = _mm512_shuffle_f32x4(c, d, 0x44), cd1 = _mm512_shuffle_f32x4(c, d, 0xee);
+        t[k] = _mm512_shuffle_f32x4(ab0, cd0, 0x88);      /* element k: lanes 0 of a, b, c, d */
+        t[4 + k] = _mm512_shuffle_f32x4(ab0, cd0, 0xdd);  /* element 4 + k */
+        t[8 + k] = _mm512_shuffle_f32x4(ab1, cd1, 0x88);  /* element 8 + k */
+        t[12 + k] = _mm512_shuffle_f32x4(ab1, cd1, 0xdd); /* element 12 + k */
+    }
+    UNROLL for (int i = 0; i < 16; i++) if (i < ni) _mm512_storeu_ps(dst + i * ldd, t[i]);
+}
+
+/* qp[d * LANES + r] = alpha * rows[r * ld + d]: rows holds LANES rows (those
+ * past the block's filled with zeros by the caller). */
+AVX512 static void pack_queries(const float *rows, int ld, int head_dim, float alpha, float *qp)
+{
+    for (int d = 0; d < head_dim; d += 16) {
+        const int n = head_dim - d < 16 ? head_dim - d : 16;
+        for (int r = 0; r < L; r += 16)
+            transpose16(rows + (size_t)r * ld + d, ld, n, qp + (size_t)d * L + r, L);
+        if (alpha != 1.0f)
+            for (int i = 0; i < n; i++)
+                for (int h = 0; h < L; h += 16) {
+                    float *x = qp + (size_t)(d + i) * L + h;
+                    _mm512_storeu_ps(x, _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(alpha)));
+                }
+    }
+}
+
+/* rows[r * ld + d] = ot[d * LANES + r] for all LANES rows. */
+AVX512 static void unpack_outputs(const float *ot, int head_dim, float *rows, int ld)
+{
+    for (int r = 0; r < L; r += 16)
+        for (int d = 0; d < head_dim; d += 16) {
+            /* 16 rows of ot (d .. d + 15), columns r .. r + 15, possibly fewer rows */
+            const int n = head_dim - d < 16 ? head_dim - d : 16;
+            float blk[16 * 16];
+            const float *src = ot + (size_t)d * L + r;
+            if (n < 16) { /* rows of ot past head_dim are not there: copy what is */
+                for (int i = 0; i < 16; i++)
+                    _mm512_storeu_ps(blk + 16 * i, i < n ? _mm512_loadu_ps(src + (size_t)i * L)
+                                                         : _mm512_setzero_ps());
+                transpose16(blk, 16, 16, blk, 16); /* all loaded before any store */
+                for (int i = 0; i < 16; i++)
+                    _mm512_mask_storeu_ps(rows + (size_t)(r + i) * ld + d,
+                                          (__mmask16)((1u << n) - 1),
+                                          _mm512_loadu_ps(blk + 16 * i));
+            } else {
+                transpose16(src, L, 16, rows + (size_t)r * ld + d, ld);
+            }
+        }
+}
+
+static const fj_tiled_kernels avx512_set = {
+    .name = "avx512",
+    .scores = scores,
+    .softmax = softmax,
+    .values = values,
+    .pack_queries = pack_queries,
+    .unpack_outputs = unpack_outputs,
+};
+
+const fj_tiled_kernels *fj_tiled_kernels_avx512(void)
+{
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
+        return NULL;
+    return &avx512_set;
+}
+
+#else
+
+const fj_tiled_kernels *fj_tiled_kernels_avx512(void) { return NULL; }
+
+#endif
