@@ -296,18 +296,17 @@ static key_span block_setup(const tiled_job *j, int64_t task, int worker, row_bl
     return k;
 }
 
-/* Row r of the block done: acc (head_dim floats, overwritten) is its
- * accumulated output, max and sum its softmax state in base 2. */
-static void finish_row(const row_block *rb, int r, float *acc, float max, float sum)
+/* Row r of the block done, its softmax state in base 2 (max, sum): writes
+ * its lse, zeros its output if it sees no key, and returns the factor its
+ * accumulated output is to be multiplied by (0 when it sees no key). */
+static float finish_state(const row_block *rb, int r, float max, float sum)
 {
     const tiled_job *j = rb->job;
     const fj_problem *p = j->p;
-    const int D = p->head_dim;
     const int64_t i = rb->pos0 + r / rb->nh, h = rb->head0 + r % rb->nh;
-    void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, rb->b, i, h);
     /* A row that sees no key: lse = its sink (-inf without one). */
     const float sink = p->sinks ? j->in->sinks[h] : -INFINITY;
-    float row_lse = sink;
+    float row_lse = sink, scale = 0.0f;
     /* The mask says whether the row sees a key, not the sum: a NaN or +inf
        score (or only -inf ones) leaves the sum NaN, and the row must come
        out NaN (docs/semantics.md, "Non-finite values"), never as a row that
@@ -316,13 +315,27 @@ static void finish_row(const row_block *rb, int r, float *acc, float max, float 
     if (rb->w.lo[t] < rb->w.hi[t]) {
         /* the sink, in base 2, joins once all keys are in */
         const float f = p->sinks ? fj_sink_join((float)M_LOG2E * sink, &max, &sum, true) : 1.0f;
-        fj_vscale(acc, D, f / sum);
-        fj_store_f32(dst, p->dtype, 0, acc, 0, 1, D);
+        scale = f / sum;
         row_lse = sum > 0.0f ? (float)(M_LN2 * max + log(sum)) : NAN;
     } else { /* the row sees no key */
-        memset(dst, 0, (size_t)D * fj_dtype_size(p->dtype));
+        memset(fj_row_ptr_mut(j->o, p->dtype, p->o_stride, rb->b, i, h), 0,
+               (size_t)p->head_dim * fj_dtype_size(p->dtype));
     }
     if (j->lse) j->lse[(rb->b * p->heads_q + h) * p->seqlen_q + i] = row_lse;
+    return scale;
+}
+
+/* Row r of the block done: acc (head_dim floats, overwritten) is its
+ * accumulated output, max and sum its softmax state in base 2. */
+static void finish_row(const row_block *rb, int r, float *acc, float max, float sum)
+{
+    const fj_problem *p = rb->job->p;
+    const float scale = finish_state(rb, r, max, sum);
+    if (rb->w.lo[r / rb->nh] >= rb->w.hi[r / rb->nh]) return;
+    fj_vscale(acc, p->head_dim, scale);
+    fj_store_f32(fj_row_ptr_mut(rb->job->o, p->dtype, p->o_stride, rb->b, rb->pos0 + r / rb->nh,
+                                rb->head0 + r % rb->nh),
+                 p->dtype, 0, acc, 0, 1, p->head_dim);
 }
 
 /* The BLAS path: each block of keys through cblas_sgemm (key_block). */
@@ -376,6 +389,14 @@ static void tiled_task(void *arg, int64_t task, int worker)
         finish_row(&rb, r, w->o + (size_t)r * D, w->row_max[r], w->row_sum[r]);
 }
 
+/* The address of output row `row` of the block. */
+static void *o_row(const row_block *rb, int row)
+{
+    const fj_problem *p = rb->job->p;
+    return fj_row_ptr_mut(rb->job->o, p->dtype, p->o_stride, rb->b, rb->pos0 + row / rb->nh,
+                          rb->head0 + row % rb->nh);
+}
+
 /* ---- the tile kernels' path ------------------------------------------------ */
 
 #define LANES FJ_TILED_LANES
@@ -404,19 +425,23 @@ static void tile_setup(const row_block *rb, int t, int rows)
     tl->hi = 0;
     tl->flo = 0;
     tl->fhi = p->seqlen_k;
+    const float *src[LANES];
     for (int r = 0; r < LANES; r++) {
         const int row = t * LANES + (r < tl->rows ? r : tl->rows - 1);
         const int pos = row / rb->nh;
         tl->lane_lo[r] = w->lo[pos];
         tl->lane_hi[r] = w->hi[pos];
-        float *dst = w->row + (size_t)r * D;
-        if (r >= tl->rows) {
-            memset(dst, 0, (size_t)D * sizeof(float));
-            continue;
+        src[r] = NULL;
+        if (r >= tl->rows) continue;
+        /* f32 rows as they lie; others converted into the row buffer */
+        const void *q = fj_row_ptr(j->q, p->dtype, p->q_stride, rb->b, rb->pos0 + pos,
+                                   rb->head0 + row % rb->nh);
+        if (p->dtype == FJ_F32) {
+            src[r] = q;
+        } else {
+            j->plan->kern->load_rows(w->row + (size_t)r * D, D, q, 0, p->dtype, 1, D);
+            src[r] = w->row + (size_t)r * D;
         }
-        const void *src = fj_row_ptr(j->q, p->dtype, p->q_stride, rb->b, rb->pos0 + pos,
-                                     rb->head0 + row % rb->nh);
-        fj_load_f32(dst, D, src, p->dtype, 0, 1, D);
         if (w->lo[pos] < w->hi[pos]) {
             if (w->lo[pos] < tl->lo) tl->lo = w->lo[pos];
             if (w->hi[pos] > tl->hi) tl->hi = w->hi[pos];
@@ -424,7 +449,7 @@ static void tile_setup(const row_block *rb, int t, int rows)
         if (w->lo[pos] > tl->flo) tl->flo = w->lo[pos];
         if (w->hi[pos] < tl->fhi) tl->fhi = w->hi[pos];
     }
-    j->plan->kern->pack_queries(w->row, D, D, rb->alpha, qp);
+    j->plan->kern->pack_queries(src, D, rb->alpha, qp);
     memset(w->o + (size_t)t * D * LANES, 0, (size_t)D * LANES * sizeof(float));
     for (int r = 0; r < LANES; r++) {
         w->row_max[t * LANES + r] = -INFINITY;
@@ -492,10 +517,10 @@ static void tile_task(void *arg, int64_t task, int worker)
            layout, or 512 bytes, all fell in a few sets), and in L2 for
            every tile of the block */
         const int ld = tp->kv_ld;
-        fj_load_f32(w->k, ld, fj_row_ptr(j->k, p->dtype, p->k_stride, rb.b, j0, rb.hk), p->dtype,
-                    p->k_stride[FJ_AXIS_SEQ], j1 - j0, D);
-        fj_load_f32(w->v, ld, fj_row_ptr(j->v, p->dtype, p->v_stride, rb.b, j0, rb.hk), p->dtype,
-                    p->v_stride[FJ_AXIS_SEQ], j1 - j0, D);
+        tp->kern->load_rows(w->k, ld, fj_row_ptr(j->k, p->dtype, p->k_stride, rb.b, j0, rb.hk),
+                            p->k_stride[FJ_AXIS_SEQ], p->dtype, (int)(j1 - j0), D);
+        tp->kern->load_rows(w->v, ld, fj_row_ptr(j->v, p->dtype, p->v_stride, rb.b, j0, rb.hk),
+                            p->v_stride[FJ_AXIS_SEQ], p->dtype, (int)(j1 - j0), D);
         for (int t = 0; t < tiles; t++) {
             const struct tile *tl = &w->tile[t];
             const int64_t a = tl->lo > j0 ? tl->lo : j0, e = tl->hi < j1 ? tl->hi : j1;
@@ -504,11 +529,16 @@ static void tile_task(void *arg, int64_t task, int worker)
                       w->v + (size_t)(a - j0) * ld, ld);
         }
     }
-    for (int t = 0; t < tiles; t++) {
-        tp->kern->unpack_outputs(w->o + (size_t)t * D * LANES, D, w->row, D);
-        for (int r = 0; r < w->tile[t].rows; r++)
-            finish_row(&rb, t * LANES + r, w->row + (size_t)r * D, w->row_max[t * LANES + r],
-                       w->row_sum[t * LANES + r]);
+    for (int t = 0; t < tiles; t++) { /* straight from the tile into o */
+        void *dst[LANES];
+        float scale[LANES];
+        for (int r = 0; r < w->tile[t].rows; r++) {
+            const int row = t * LANES + r;
+            scale[r] = finish_state(&rb, row, w->row_max[row], w->row_sum[row]);
+            dst[r] = w->lo[row / rb.nh] < w->hi[row / rb.nh] ? o_row(&rb, row) : NULL;
+        }
+        tp->kern->store_outputs(w->o + (size_t)t * D * LANES, D, dst, p->dtype, scale,
+                                w->tile[t].rows);
     }
 }
 
@@ -632,7 +662,10 @@ static fj_status tiled_execute(const void *state, const fj_problem *p, const voi
         return FJ_OK;
     }
     tiled_job job = {tp, p, q, k, v, o, lse, in};
-    fj_cpu_pool_run(tp->pool, tp->tasks, tp->kern ? tile_task : tiled_task, &job);
+    /* The tile kernels call no BLAS: OpenBLAS's thread count is left as it
+       is (fj_cpu_pool_run sets it to 1 for the job, under a lock). */
+    if (tp->kern) fj_pool_run(tp->pool, tp->tasks, tile_task, &job);
+    else fj_cpu_pool_run(tp->pool, tp->tasks, tiled_task, &job);
     return FJ_OK;
 }
 

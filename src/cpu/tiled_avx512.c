@@ -35,6 +35,7 @@
 
 #include <immintrin.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 #define INLINE static inline __attribute__((always_inline))
@@ -229,14 +230,10 @@ AVX512 static void values(const float *pt, int nk, const float *v, int64_t ldv, 
 
 /* ---- transposition ---------------------------------------------------------- */
 
-/* dst[i * ldd + j] = src[j * lds + i] for i < ni, j < 16: the first ni
- * columns of a block of 16 rows (whole, readable up to column 16 with
- * masking) into ni rows of 16. */
-AVX512 INLINE void transpose16(const float *src, int64_t lds, int ni, float *dst, int64_t ldd)
+/* r[i] = (old r[j])[i] for i, j < 16: a 16 x 16 block transposed in registers. */
+AVX512 INLINE void transpose16(__m512 r[16])
 {
-    const __mmask16 cols = ni >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << ni) - 1);
-    __m512 r[16], t[16];
-    UNROLL for (int j = 0; j < 16; j++) r[j] = _mm512_maskz_loadu_ps(cols, src + j * lds);
+    __m512 t[16];
     /* 2 x 2 blocks of 1, then 2, then 4 lanes, then 8 (the 128-bit lanes) */
     UNROLL for (int j = 0; j < 16; j += 2)
     {
@@ -263,48 +260,112 @@ AVX512 INLINE void transpose16(const float *src, int64_t lds, int ni, float *dst
         t[8 + k] = _mm512_shuffle_f32x4(ab1, cd1, 0x88);  /* element 8 + k */
         t[12 + k] = _mm512_shuffle_f32x4(ab1, cd1, 0xdd); /* element 12 + k */
     }
-    UNROLL for (int i = 0; i < 16; i++) if (i < ni) _mm512_storeu_ps(dst + i * ldd, t[i]);
+    UNROLL for (int j = 0; j < 16; j++) r[j] = t[j];
 }
 
-/* qp[d * LANES + r] = alpha * rows[r * ld + d]: rows holds LANES rows (those
- * past the block's filled with zeros by the caller). */
-AVX512 static void pack_queries(const float *rows, int ld, int head_dim, float alpha, float *qp)
+static inline __mmask16 first(int n) /* the first n (0..16) lanes */
 {
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+}
+
+/* qp[d * LANES + r] = alpha * rows[r][d] (0 for a NULL row). The 16 rows
+ * of a transposed block are loaded together, so their misses overlap. */
+AVX512 static void pack_queries(const float *const *rows, int head_dim, float alpha, float *qp)
+{
+    const __m512 a = _mm512_set1_ps(alpha);
     for (int d = 0; d < head_dim; d += 16) {
         const int n = head_dim - d < 16 ? head_dim - d : 16;
-        for (int r = 0; r < L; r += 16)
-            transpose16(rows + (size_t)r * ld + d, ld, n, qp + (size_t)d * L + r, L);
-        if (alpha != 1.0f)
-            for (int i = 0; i < n; i++)
-                for (int h = 0; h < L; h += 16) {
-                    float *x = qp + (size_t)(d + i) * L + h;
-                    _mm512_storeu_ps(x, _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(alpha)));
-                }
+        for (int r = 0; r < L; r += 16) {
+            __m512 x[16];
+            UNROLL for (int j = 0; j < 16; j++) x[j] =
+                rows[r + j] ? _mm512_maskz_loadu_ps(first(n), rows[r + j] + d)
+                            : _mm512_setzero_ps();
+            transpose16(x);
+            UNROLL for (int i = 0; i < 16; i++) if (i < n)
+                _mm512_storeu_ps(qp + (size_t)(d + i) * L + r, _mm512_mul_ps(x[i], a));
+        }
     }
 }
 
-/* rows[r * ld + d] = ot[d * LANES + r] for all LANES rows. */
-AVX512 static void unpack_outputs(const float *ot, int head_dim, float *rows, int ld)
+/* The block of ot rows d .. d + n - 1 (n <= 16), lanes r .. r + 15,
+ * transposed: x[i] = lane r + i's columns d .. d + 15 (0 past n). */
+AVX512 INLINE void ot_block(const float *ot, int d, int n, int r, __m512 x[16])
 {
-    for (int r = 0; r < L; r += 16)
+    UNROLL for (int i = 0; i < 16; i++) x[i] =
+        i < n ? _mm512_loadu_ps(ot + (size_t)(d + i) * L + r) : _mm512_setzero_ps();
+    transpose16(x);
+}
+
+/* 16 floats as f16, rounded to nearest-even; NaN as half.h makes it
+ * (0x7e00 with the sign), not the hardware's payload. */
+AVX512 INLINE __m256i to_f16(__m512 x)
+{
+    const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __m256i sign = _mm256_and_si256(h, _mm256_set1_epi16((short)0x8000));
+    return _mm256_mask_blend_epi16(nan, h, _mm256_or_si256(sign, _mm256_set1_epi16(0x7e00)));
+}
+
+/* 16 floats as bf16, exactly as fj_f32_to_bf16. */
+AVX512 INLINE __m256i to_bf16(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r =
+        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd),
+                          16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_epi32(r, nan,
+                              _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+AVX512 static void store_outputs(const float *ot, int head_dim, void *const *dst, fj_dtype t,
+                                 const float *scale, int nrows)
+{
+    for (int r = 0; r < nrows; r += 16)
         for (int d = 0; d < head_dim; d += 16) {
-            /* 16 rows of ot (d .. d + 15), columns r .. r + 15, possibly fewer rows */
             const int n = head_dim - d < 16 ? head_dim - d : 16;
-            float blk[16 * 16];
-            const float *src = ot + (size_t)d * L + r;
-            if (n < 16) { /* rows of ot past head_dim are not there: copy what is */
-                for (int i = 0; i < 16; i++)
-                    _mm512_storeu_ps(blk + 16 * i, i < n ? _mm512_loadu_ps(src + (size_t)i * L)
-                                                         : _mm512_setzero_ps());
-                transpose16(blk, 16, 16, blk, 16); /* all loaded before any store */
-                for (int i = 0; i < 16; i++)
-                    _mm512_mask_storeu_ps(rows + (size_t)(r + i) * ld + d,
-                                          (__mmask16)((1u << n) - 1),
-                                          _mm512_loadu_ps(blk + 16 * i));
-            } else {
-                transpose16(src, L, 16, rows + (size_t)r * ld + d, ld);
+            __m512 x[16];
+            ot_block(ot, d, n, r, x);
+            UNROLL for (int i = 0; i < 16; i++)
+            {
+                void *row = r + i < nrows ? dst[r + i] : NULL;
+                if (!row) continue;
+                const __m512 y = _mm512_mul_ps(x[i], _mm512_set1_ps(scale[r + i]));
+                if (t == FJ_F32) {
+                    float *f = (float *)row + d;
+                    if (n == 16 && ((uintptr_t)f & 63) == 0) _mm512_stream_ps(f, y);
+                    else _mm512_mask_storeu_ps(f, first(n), y);
+                } else {
+                    const __m256i h = t == FJ_F16 ? to_f16(y) : to_bf16(y);
+                    _mm256_mask_storeu_epi16((uint16_t *)row + d, first(n), h);
+                }
             }
         }
+    _mm_sfence(); /* the streaming stores ordered before whatever the caller does next */
+}
+
+AVX512 static void load_rows(float *dst, int64_t ld, const void *src, int64_t src_ld, fj_dtype t,
+                             int rows, int cols)
+{
+    const int es = t == FJ_F32 ? 4 : 2;
+    for (int r = 0; r < rows; r++) {
+        const char *s = (const char *)src + (size_t)r * src_ld * es;
+        float *o = dst + (size_t)r * ld;
+        for (int c = 0; c < cols; c += 16) {
+            const __mmask16 m = first(cols - c);
+            __m512 x;
+            if (t == FJ_F32) x = _mm512_maskz_loadu_ps(m, (const float *)s + c);
+            else {
+                const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)s + c);
+                x = t == FJ_F16
+                        ? _mm512_cvtph_ps(h)
+                        : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            }
+            _mm512_mask_storeu_ps(o + c, m, x);
+        }
+    }
 }
 
 static const fj_tiled_kernels avx512_set = {
@@ -313,7 +374,8 @@ static const fj_tiled_kernels avx512_set = {
     .softmax = softmax,
     .values = values,
     .pack_queries = pack_queries,
-    .unpack_outputs = unpack_outputs,
+    .store_outputs = store_outputs,
+    .load_rows = load_rows,
 };
 
 const fj_tiled_kernels *fj_tiled_kernels_avx512(void)

@@ -17,6 +17,8 @@
 
 #include <stdint.h>
 
+#include "flashjit.h"
+
 /* Query rows per tile: two AVX-512 vectors of floats. */
 #define FJ_TILED_LANES 32
 
@@ -39,10 +41,20 @@ typedef struct fj_tiled_kernels {
      * pt[j * LANES + r] * v[j * ldv + d], d < head_dim. */
     void (*values)(const float *pt, int nk, const float *v, int64_t ldv, int head_dim,
                    const float *factor, float *ot);
-    /* qp[d * LANES + r] = alpha * rows[r * ld + d] for r < LANES, d < head_dim. */
-    void (*pack_queries)(const float *rows, int ld, int head_dim, float alpha, float *qp);
-    /* rows[r * ld + d] = ot[d * LANES + r] for r < LANES, d < head_dim. */
-    void (*unpack_outputs)(const float *ot, int head_dim, float *rows, int ld);
+    /* qp[d * LANES + r] = alpha * rows[r][d] for r < LANES, d < head_dim;
+     * 0 for a NULL row. */
+    void (*pack_queries)(const float *const *rows, int head_dim, float alpha, float *qp);
+    /* dst[r][d] = ot[d * LANES + r] * scale[r] for r < nrows whose dst[r] is
+     * not NULL, d < head_dim, stored as dtype t (rounded to nearest-even as
+     * half.h does, NaN as its NaN): a tile's output rows written where they
+     * go, by streaming stores where a row starts on 64 bytes (the output is
+     * not read again, so it need not come into the cache first). */
+    void (*store_outputs)(const float *ot, int head_dim, void *const *dst, fj_dtype t,
+                          const float *scale, int nrows);
+    /* rows x cols elements of dtype t (rows src_ld elements apart) as floats
+     * into dst (rows ld apart): half.h's conversions, vectorized. */
+    void (*load_rows)(float *dst, int64_t ld, const void *src, int64_t src_ld, fj_dtype t, int rows,
+                      int cols);
 } fj_tiled_kernels;
 
 /* The AVX-512 kernels, or NULL where the CPU (or the compiler) has no

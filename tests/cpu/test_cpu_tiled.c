@@ -25,6 +25,7 @@
 #include "case.h"
 #include "check.h"
 #include "harness.h"
+#include "half.h"
 #include "cpu/tiled_blocks.h"
 #include "cpu/tiled_kernels.h"
 #include "cpu/tiled_softmax.h"
@@ -450,9 +451,30 @@ static void test_tile_softmax(void **state)
     }
 }
 
-/* Queries packed (transposed, times alpha) and outputs unpacked, at head
- * dims around the transposes' 16. */
-static void test_tile_pack_unpack(void **state)
+/* A float drawn to exercise the conversions: mostly uniform, sometimes
+ * NaN, an infinity, beyond f16's range, in its subnormal range, a tie
+ * between two f16 or bf16 values, or zero. */
+static float awkward(fjt_rng *rng)
+{
+    const int kind = fjt_range(rng, 0, 19);
+    const float sign = fjt_uniform(rng) < 0.5 ? -1.0f : 1.0f;
+    switch (kind) {
+    case 0: return NAN;
+    case 1: return sign * INFINITY;
+    case 2: return sign * 70000.0f * (float)(1.0 + fjt_uniform(rng));
+    case 3: return sign * 3e-6f * (float)fjt_uniform(rng); /* f16 subnormal */
+    case 4: return sign * (1.0f + (float)fjt_range(rng, 0, 1023) / 1024.0f + 1.0f / 2048.0f);
+    case 5: return sign * (1.0f + (float)fjt_range(rng, 0, 127) / 128.0f + 1.0f / 256.0f);
+    case 6: return 0.0f;
+    default: return sign * (float)(4.0 * fjt_uniform(rng));
+    }
+}
+
+/* Queries packed (transposed, times alpha); outputs stored scaled into rows
+ * of their own, as f32 (bit for bit) and as f16 and bf16 (bit for bit what
+ * half.h's conversions give, NaN included); rows loaded from f16 and bf16 as
+ * half.h widens them. Head dims around the transposes' 16. */
+static void test_tile_pack_store_load(void **state)
 {
     (void)state;
     const fj_tiled_kernels *kern = tile_kernels();
@@ -461,33 +483,90 @@ static void test_tile_pack_unpack(void **state)
     fjt_rng rng;
     fjt_rng_init(&rng, suite_seed ^ 0x3113);
     float *rows = malloc(sizeof(float) * LANES * 256), *qp = malloc(sizeof(float) * 257 * LANES);
-    float *back = malloc(sizeof(float) * LANES * 260);
+    float *back = aligned_alloc(64, sizeof(float) * LANES * 260);
+    uint16_t *half = malloc(sizeof(uint16_t) * LANES * 260);
     for (int a = 0; a < NELEMS(dims); a++) {
         const int D = dims[a];
         const float alpha = a % 2 ? 1.0f : 0.3f;
         for (int i = 0; i < LANES * D; i++) rows[i] = uniform_pm(&rng);
         fjt_poison_f32(qp, (size_t)257 * LANES);
-        kern->pack_queries(rows, D, D, alpha, qp);
+        const float *src[LANES]; /* rows in turn, one missing (zeros) */
+        for (int r = 0; r < LANES; r++) src[r] = r == a % LANES ? NULL : rows + r * D;
+        kern->pack_queries(src, D, alpha, qp);
         for (int d = 0; d < D; d++)
-            for (int r = 0; r < LANES; r++)
-                if (qp[d * LANES + r] != alpha * rows[r * D + d])
+            for (int r = 0; r < LANES; r++) {
+                const float want = src[r] ? alpha * rows[r * D + d] : 0.0f;
+                if (qp[d * LANES + r] != want)
                     fail_msg("pack D %d: [%d][%d] = %g, want %g", D, d, r,
-                             (double)qp[d * LANES + r], (double)(alpha * rows[r * D + d]));
+                             (double)qp[d * LANES + r], (double)want);
+            }
         if (!is_poison(qp[D * LANES])) fail_msg("pack D %d wrote past head_dim", D);
-        const int ld = D + 3;
-        fjt_poison_f32(back, (size_t)LANES * 260);
-        kern->unpack_outputs(qp, D, back, ld);
-        for (int r = 0; r < LANES; r++) {
-            for (int d = 0; d < D; d++)
-                if (back[r * ld + d] != qp[d * LANES + r])
-                    fail_msg("unpack D %d: [%d][%d] = %g, want %g", D, r, d,
-                             (double)back[r * ld + d], (double)qp[d * LANES + r]);
-            for (int d = D; d < ld; d++)
-                if (!is_poison(back[r * ld + d]))
-                    fail_msg("unpack D %d wrote row %d column %d, past head_dim", D, r, d);
+
+        /* stored scaled: rows at odd offsets (no streaming) or on 64 bytes,
+           some skipped, a partial last half; awkward values */
+        for (int i = 0; i < LANES * D; i++) qp[i] = awkward(&rng);
+        const int nrows = LANES - a % 3, off = a % 2 ? 3 : 0;
+        void *dst[LANES];
+        float scale[LANES];
+        for (int r = 0; r < LANES; r++) scale[r] = r % 3 ? 1.0f : 0.5f + (float)r;
+        for (int t = 0; t < 3; t++) {
+            const fj_dtype dt = t == 0 ? FJ_F32 : t == 1 ? FJ_F16 : FJ_BF16;
+            fjt_poison_f32(back, (size_t)LANES * 260);
+            memset(half, 0xff, sizeof(uint16_t) * LANES * 260);
+            for (int r = 0; r < LANES; r++)
+                dst[r] = r % 5 == 4     ? NULL
+                         : dt == FJ_F32 ? (void *)(back + r * 256 + off)
+                                        : (void *)(half + r * 256 + off);
+            kern->store_outputs(qp, D, dst, dt, scale, nrows);
+            for (int r = 0; r < LANES; r++)
+                for (int d = 0; d < 256 - 3; d++) {
+                    const bool written = r < nrows && dst[r] && d < D;
+                    const float x = written ? qp[d * LANES + r] * scale[r] : 0.0f;
+                    if (dt == FJ_F32) {
+                        const float got = back[r * 256 + off + d];
+                        const bool ok = !written   ? is_poison(got)
+                                        : isnan(x) ? (bool)isnan(got)
+                                                   : memcmp(&got, &x, sizeof x) == 0;
+                        if (!ok)
+                            fail_msg("store f32 D %d rows %d: row %d column %d = %g, want %g", D,
+                                     nrows, r, d, (double)got, (double)x);
+                    } else {
+                        const uint16_t got = half[r * 256 + off + d];
+                        const uint16_t want = !written       ? 0xffffu
+                                              : dt == FJ_F16 ? fj_f32_to_f16(x)
+                                                             : fj_f32_to_bf16(x);
+                        if (got != want)
+                            fail_msg("store %s D %d rows %d: row %d column %d (%.9g) = 0x%04x, "
+                                     "want 0x%04x",
+                                     fj_dtype_name(dt), D, nrows, r, d, (double)x, got, want);
+                    }
+                }
+        }
+
+        /* loaded from f16 / bf16 rows an odd stride apart */
+        for (int t = 0; t < 2; t++) {
+            const fj_dtype dt = t ? FJ_BF16 : FJ_F16;
+            const int lds = D + 7, nr = 5;
+            for (int i = 0; i < nr * lds; i++)
+                half[i] =
+                    dt == FJ_F16 ? fj_f32_to_f16(awkward(&rng)) : fj_f32_to_bf16(awkward(&rng));
+            fjt_poison_f32(back, (size_t)LANES * 260);
+            kern->load_rows(back, D + 1, half, lds, dt, nr, D);
+            for (int r = 0; r < nr; r++)
+                for (int d = 0; d <= D; d++) {
+                    const float got = back[r * (D + 1) + d];
+                    const uint16_t h = half[r * lds + d];
+                    const float want = dt == FJ_F16 ? fj_f16_to_f32(h) : fj_bf16_to_f32(h);
+                    const bool ok = d == D        ? is_poison(got)
+                                    : isnan(want) ? (bool)isnan(got)
+                                                  : memcmp(&got, &want, sizeof got) == 0;
+                    if (!ok)
+                        fail_msg("load %s D %d: row %d column %d = %g, want %g", fj_dtype_name(dt),
+                                 D, r, d, (double)got, (double)want);
+                }
         }
     }
-    free(rows), free(qp), free(back);
+    free(rows), free(qp), free(back), free(half);
 }
 
 /* The tile path and the sgemm path on the causal diagonal's edge cases:
@@ -755,7 +834,7 @@ int main(void)
         cmocka_unit_test(test_geometry_at_int_max), cmocka_unit_test(test_head_chunks),
         cmocka_unit_test(test_thread_counts),       cmocka_unit_test(test_rescaling_ramps),
         cmocka_unit_test(test_forced_small_blocks), cmocka_unit_test(test_tile_scores_values),
-        cmocka_unit_test(test_tile_softmax),        cmocka_unit_test(test_tile_pack_unpack),
+        cmocka_unit_test(test_tile_softmax),        cmocka_unit_test(test_tile_pack_store_load),
         cmocka_unit_test(test_tile_causal_edges),   cmocka_unit_test(test_tile_features),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
