@@ -31,7 +31,16 @@
  * heads for Q) a block is converted into the worker's float workspace, once per
  * block of rows. The workspace is allocated at plan time: O((block_q +
  * block_k) x head_dim + block_q x block_k) floats per thread, whatever the
- * sequence lengths. */
+ * sequence lengths.
+ *
+ * That is the sgemm path. Where the CPU has AVX-512 (and a block has at least
+ * 16 rows) the same blocks run on kernels of our own instead (tile_task;
+ * tiled_kernels.h): the block's rows in tiles of 32 held transposed, each
+ * tile's queries packed once (OpenBLAS packed them again for every key
+ * block), each key block's K and V copied once for all the tiles, and a tile
+ * takes only the keys some row of it sees, with a mask only where it crosses
+ * the band's edge: the work outside a causal band is half a 32 x 32 square
+ * per tile. Its workspace: O(block_q x head_dim + block_k x (head_dim + 32)). */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
