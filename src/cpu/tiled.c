@@ -417,6 +417,9 @@ struct tile {
     int64_t lo, hi, flo, fhi;
     int64_t lane_lo[LANES], lane_hi[LANES];
     int rows; /* lanes that hold rows of the block */
+    /* the same per half of the lanes (0-15, 16-31), over the lanes that hold
+       rows: a half with none has lo >= hi */
+    int64_t half_lo[2], half_hi[2], half_flo[2], half_fhi[2];
 };
 
 /* Tile `t` of the block: its queries packed (qp, times alpha), its bounds,
@@ -434,6 +437,10 @@ static void tile_setup(const row_block *rb, int t, int rows)
     tl->hi = 0;
     tl->flo = 0;
     tl->fhi = p->seqlen_k;
+    for (int h = 0; h < 2; h++) {
+        tl->half_lo[h] = tl->half_fhi[h] = p->seqlen_k;
+        tl->half_hi[h] = tl->half_flo[h] = 0;
+    }
     const float *src[LANES];
     for (int r = 0; r < LANES; r++) {
         const int row = t * LANES + (r < tl->rows ? r : tl->rows - 1);
@@ -457,6 +464,13 @@ static void tile_setup(const row_block *rb, int t, int rows)
         }
         if (w->lo[pos] > tl->flo) tl->flo = w->lo[pos];
         if (w->hi[pos] < tl->fhi) tl->fhi = w->hi[pos];
+        const int h = r / 16;
+        if (w->lo[pos] < w->hi[pos]) {
+            if (w->lo[pos] < tl->half_lo[h]) tl->half_lo[h] = w->lo[pos];
+            if (w->hi[pos] > tl->half_hi[h]) tl->half_hi[h] = w->hi[pos];
+        }
+        if (w->lo[pos] > tl->half_flo[h]) tl->half_flo[h] = w->lo[pos];
+        if (w->hi[pos] < tl->half_fhi[h]) tl->half_fhi[h] = w->hi[pos];
     }
     j->plan->kern->pack_queries(src, D, rb->alpha, qp);
     memset(w->o + (size_t)t * D * LANES, 0, (size_t)D * LANES * sizeof(float));
@@ -468,8 +482,11 @@ static void tile_setup(const row_block *rb, int t, int rows)
 
 /* Keys [a, a + n) of tile t, K and V rows at km and vm: scores, the lanes'
  * softmax step, and their O_acc += P V. */
-static void tile_keys(const row_block *rb, int t, int64_t a, int n, const float *km, int ldk,
-                      const float *vm, int ldv)
+/* Keys [a, a + n) of tile t, K and V rows at km and vm, for its lanes of
+ * `half` (0: 0-15, 1: 16-31, -1: all 32): scores, the lanes' softmax step,
+ * and their O_acc += P V. */
+static void tile_keys(const row_block *rb, int t, int half, int64_t a, int n, const float *km,
+                      int ldk, const float *vm, int ldv)
 {
     const tiled_job *j = rb->job;
     const fj_tiled_kernels *kern = j->plan->kern;
@@ -477,18 +494,22 @@ static void tile_keys(const row_block *rb, int t, int64_t a, int n, const float 
     const int D = p->head_dim;
     const tiled_ws *w = &rb->w;
     const struct tile *tl = &w->tile[t];
-    float *st = w->s, *ot = w->o + (size_t)t * D * LANES;
-    kern->scores(w->q + (size_t)t * D * LANES, D, km, ldk, n, st);
-    if (rb->cap_out > 0.0f) fj_vsoftcap(st, (int64_t)n * LANES, rb->cap_in, rb->cap_out);
+    const int off = half == 1 ? 16 : 0, lanes = half < 0 ? LANES : 16;
+    float *st = w->s + off, *ot = w->o + (size_t)t * D * LANES + off;
+    kern->scores(w->q + (size_t)t * D * LANES + off, D, km, ldk, n, st, lanes);
+    if (rb->cap_out > 0.0f) fj_vsoftcap(w->s, (int64_t)n * LANES, rb->cap_in, rb->cap_out);
     if (p->alibi) /* after the cap: -slope |i + diag_offset - j|, in base 2 */
-        for (int r = 0; r < tl->rows; r++) {
+        for (int r = off; r < off + lanes && r < tl->rows; r++) {
             const int row = t * LANES + r;
             const float s2 = (float)M_LOG2E * j->in->alibi_slopes[rb->head0 + row % rb->nh];
             const int64_t i = rb->pos0 + row / rb->nh;
-            for (int c = 0; c < n; c++) st[(size_t)c * LANES + r] += fj_alibi_bias(p, s2, i, a + c);
+            for (int c = 0; c < n; c++)
+                w->s[(size_t)c * LANES + r] += fj_alibi_bias(p, s2, i, a + c);
         }
     int32_t lo[LANES], hi[LANES];
-    const bool masked = a < tl->flo || a + n > tl->fhi;
+    const int64_t flo = half < 0 ? tl->flo : tl->half_flo[half];
+    const int64_t fhi = half < 0 ? tl->fhi : tl->half_fhi[half];
+    const bool masked = a < flo || a + n > fhi;
     if (masked)
         for (int r = 0; r < LANES; r++) { /* bounds relative to a, within [0, n] */
             int64_t l = tl->lane_lo[r] - a, h = tl->lane_hi[r] - a;
@@ -496,9 +517,56 @@ static void tile_keys(const row_block *rb, int t, int64_t a, int n, const float 
             hi[r] = (int32_t)(h < 0 ? 0 : h > n ? n : h);
         }
     float factor[LANES];
-    kern->softmax(st, n, masked ? lo : NULL, masked ? hi : NULL, w->row_max + t * LANES,
-                  w->row_sum + t * LANES, factor);
-    kern->values(st, n, vm, ldv, D, factor, ot);
+    kern->softmax(st, n, masked ? lo + off : NULL, masked ? hi + off : NULL,
+                  w->row_max + t * LANES + off, w->row_sum + t * LANES + off, factor, lanes);
+    kern->values(st, n, vm, ldv, D, factor, ot, lanes);
+}
+
+/* Keys [a, e) of tile t (K and V rows from the block's key j0, ld floats
+ * apart): where only one half of its lanes sees keys (past the lower
+ * half's causal diagonal, or a tile of 16 rows or fewer), that half alone,
+ * when at least HALF_MIN keys long; the rest on all 32 lanes. */
+#define HALF_MIN 8
+static void tile_range(const row_block *rb, int t, int64_t j0, int64_t a, int64_t e, int ld)
+{
+    const tiled_ws *w = &rb->w;
+    const struct tile *tl = &w->tile[t];
+    /* where either half's keys start or end, in order */
+    int64_t cut[6] = {a, e}, nc = 2;
+    for (int h = 0; h < 2; h++)
+        if (tl->half_lo[h] < tl->half_hi[h]) {
+            if (tl->half_lo[h] > a && tl->half_lo[h] < e) cut[nc++] = tl->half_lo[h];
+            if (tl->half_hi[h] > a && tl->half_hi[h] < e) cut[nc++] = tl->half_hi[h];
+        }
+    for (int i = 1; i < nc; i++) /* insertion sort of at most 6 */
+        for (int k = i; k > 0 && cut[k - 1] > cut[k]; k--) {
+            const int64_t x = cut[k];
+            cut[k] = cut[k - 1];
+            cut[k - 1] = x;
+        }
+    /* runs of the same halves, merged; a short one-half run joins all 32 */
+    int64_t x = a;
+    int run = -2; /* the halves of [x, current): -1 both, 0, 1; -2 none yet */
+    for (int i = 0; i + 1 < nc; i++) {
+        const int64_t lo = cut[i], hi = cut[i + 1];
+        if (lo >= hi) continue;
+        const bool in0 =
+            tl->half_lo[0] < hi && tl->half_hi[0] > lo && tl->half_lo[0] < tl->half_hi[0];
+        const bool in1 =
+            tl->half_lo[1] < hi && tl->half_hi[1] > lo && tl->half_lo[1] < tl->half_hi[1];
+        int halves = in0 && in1 ? -1 : in0 ? 0 : in1 ? 1 : -3;
+        if (halves >= 0 && hi - lo < HALF_MIN) halves = -1;
+        if (run != -2 && halves != run) {
+            if (run != -3)
+                tile_keys(rb, t, run, x, (int)(lo - x), w->k + (size_t)(x - j0) * ld, ld,
+                          w->v + (size_t)(x - j0) * ld, ld);
+            x = lo;
+        }
+        run = halves;
+    }
+    if (run != -2 && run != -3)
+        tile_keys(rb, t, run, x, (int)(e - x), w->k + (size_t)(x - j0) * ld, ld,
+                  w->v + (size_t)(x - j0) * ld, ld);
 }
 
 static void tile_task(void *arg, int64_t task, int worker)
@@ -534,8 +602,7 @@ static void tile_task(void *arg, int64_t task, int worker)
             const struct tile *tl = &w->tile[t];
             const int64_t a = tl->lo > j0 ? tl->lo : j0, e = tl->hi < j1 ? tl->hi : j1;
             if (a >= e) continue;
-            tile_keys(&rb, t, a, (int)(e - a), w->k + (size_t)(a - j0) * ld, ld,
-                      w->v + (size_t)(a - j0) * ld, ld);
+            tile_range(&rb, t, j0, a, e, ld);
         }
     }
     for (int t = 0; t < tiles; t++) { /* straight from the tile into o */

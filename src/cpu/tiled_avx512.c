@@ -50,53 +50,59 @@
 
 /* ---- scores --------------------------------------------------------------- */
 
-/* Keys [0, NR) of k against the tile: st rows 0..NR-1. */
-AVX512 INLINE void scores_keys(const int NR, const float *qp, int head_dim, const float *k,
-                               int64_t ldk, float *st)
+/* Keys [0, NR) of k against V vectors of the tile's lanes (V = 2: all 32;
+ * V = 1: the 16 the pointers start at): st rows 0..NR-1. */
+AVX512 INLINE void scores_keys(const int V, const int NR, const float *qp, int head_dim,
+                               const float *k, int64_t ldk, float *st)
 {
-    __m512 c0[GROUP], c1[GROUP];
+    __m512 c[2][GROUP];
     const float *kr[GROUP];
     UNROLL for (int u = 0; u < NR; u++)
     {
-        c0[u] = c1[u] = _mm512_setzero_ps();
+        UNROLL for (int h = 0; h < V; h++) c[h][u] = _mm512_setzero_ps();
         kr[u] = k + (size_t)u * ldk;
     }
     for (int d = 0; d < head_dim; d++) {
-        const __m512 a0 = _mm512_loadu_ps(qp + (size_t)d * L);
-        const __m512 a1 = _mm512_loadu_ps(qp + (size_t)d * L + 16);
+        __m512 a[2];
+        UNROLL for (int h = 0; h < V; h++) a[h] = _mm512_loadu_ps(qp + (size_t)d * L + 16 * h);
         UNROLL for (int u = 0; u < NR; u++)
         {
             const __m512 b = _mm512_set1_ps(kr[u][d]);
-            c0[u] = _mm512_fmadd_ps(a0, b, c0[u]);
-            c1[u] = _mm512_fmadd_ps(a1, b, c1[u]);
+            UNROLL for (int h = 0; h < V; h++) c[h][u] = _mm512_fmadd_ps(a[h], b, c[h][u]);
         }
     }
     UNROLL for (int u = 0; u < NR; u++)
     {
-        _mm512_storeu_ps(st + u * L, c0[u]);
-        _mm512_storeu_ps(st + u * L + 16, c1[u]);
+        UNROLL for (int h = 0; h < V; h++) _mm512_storeu_ps(st + u * L + 16 * h, c[h][u]);
     }
 }
 
-AVX512 static void scores(const float *qp, int head_dim, const float *k, int64_t ldk, int nk,
-                          float *st)
+AVX512 INLINE void scores_any(const int V, const float *qp, int head_dim, const float *k,
+                              int64_t ldk, int nk, float *st)
 {
     int j = 0;
     for (; j + GROUP <= nk; j += GROUP)
-        scores_keys(GROUP, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+        scores_keys(V, GROUP, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
     if (nk - j >= 8) {
-        scores_keys(8, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+        scores_keys(V, 8, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
         j += 8;
     }
     if (nk - j >= 4) {
-        scores_keys(4, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+        scores_keys(V, 4, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
         j += 4;
     }
     if (nk - j >= 2) {
-        scores_keys(2, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+        scores_keys(V, 2, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
         j += 2;
     }
-    if (nk - j >= 1) scores_keys(1, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+    if (nk - j >= 1) scores_keys(V, 1, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+}
+
+AVX512 static void scores(const float *qp, int head_dim, const float *k, int64_t ldk, int nk,
+                          float *st, int lanes)
+{
+    if (lanes > 16) scores_any(2, qp, head_dim, k, ldk, nk, st);
+    else scores_any(1, qp, head_dim, k, ldk, nk, st);
 }
 
 /* ---- softmax -------------------------------------------------------------- */
@@ -120,112 +126,128 @@ AVX512 INLINE __m512 exp2_nonpositive(__m512 x)
     return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
-AVX512 static void softmax(float *st, int nk, const int32_t *lo, const int32_t *hi, float *max,
-                           float *sum, float *factor)
+AVX512 INLINE void softmax_any(const int V, float *st, int nk, const int32_t *lo, const int32_t *hi,
+                               float *max, float *sum, float *factor)
 {
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
-    __m512 b0 = ninf, b1 = ninf;
+    __m512 b[2] = {ninf, ninf};
     if (lo) { /* unseen keys to -inf as the max goes down the keys */
-        const __m512i lo0 = _mm512_loadu_si512(lo), lo1 = _mm512_loadu_si512(lo + 16);
-        const __m512i hi0 = _mm512_loadu_si512(hi), hi1 = _mm512_loadu_si512(hi + 16);
+        __m512i lov[2], hiv[2];
+        UNROLL for (int h = 0; h < V; h++)
+        {
+            lov[h] = _mm512_loadu_si512(lo + 16 * h);
+            hiv[h] = _mm512_loadu_si512(hi + 16 * h);
+        }
         for (int j = 0; j < nk; j++) {
             const __m512i jv = _mm512_set1_epi32(j);
-            const __mmask16 s0 =
-                _mm512_cmple_epi32_mask(lo0, jv) & _mm512_cmpgt_epi32_mask(hi0, jv);
-            const __mmask16 s1 =
-                _mm512_cmple_epi32_mask(lo1, jv) & _mm512_cmpgt_epi32_mask(hi1, jv);
             float *x = st + (size_t)j * L;
-            const __m512 x0 = _mm512_mask_blend_ps(s0, ninf, _mm512_loadu_ps(x));
-            const __m512 x1 = _mm512_mask_blend_ps(s1, ninf, _mm512_loadu_ps(x + 16));
-            _mm512_storeu_ps(x, x0);
-            _mm512_storeu_ps(x + 16, x1);
-            b0 = _mm512_max_ps(b0, x0);
-            b1 = _mm512_max_ps(b1, x1);
+            UNROLL for (int h = 0; h < V; h++)
+            {
+                const __mmask16 seen =
+                    _mm512_cmple_epi32_mask(lov[h], jv) & _mm512_cmpgt_epi32_mask(hiv[h], jv);
+                const __m512 y = _mm512_mask_blend_ps(seen, ninf, _mm512_loadu_ps(x + 16 * h));
+                _mm512_storeu_ps(x + 16 * h, y);
+                b[h] = _mm512_max_ps(b[h], y);
+            }
         }
     } else {
-        for (int j = 0; j < nk; j++) {
-            b0 = _mm512_max_ps(b0, _mm512_loadu_ps(st + (size_t)j * L));
-            b1 = _mm512_max_ps(b1, _mm512_loadu_ps(st + (size_t)j * L + 16));
-        }
+        for (int j = 0; j < nk; j++)
+            UNROLL for (int h = 0; h < V; h++) b[h] =
+                _mm512_max_ps(b[h], _mm512_loadu_ps(st + (size_t)j * L + 16 * h));
     }
     /* the new max, and the one to subtract: 0 where the lane has seen no
        finite max (its P is 0 then, not NaN) */
-    const __m512 old0 = _mm512_loadu_ps(max), old1 = _mm512_loadu_ps(max + 16);
-    const __m512 m0 = _mm512_max_ps(b0, old0), m1 = _mm512_max_ps(b1, old1);
-    const __m512 z0 =
-        _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m0, ninf, _CMP_EQ_OQ), m0, _mm512_setzero_ps());
-    const __m512 z1 =
-        _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m1, ninf, _CMP_EQ_OQ), m1, _mm512_setzero_ps());
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    __m512 old[2], m[2], z[2], sv[2];
+    UNROLL for (int h = 0; h < V; h++)
+    {
+        old[h] = _mm512_loadu_ps(max + 16 * h);
+        m[h] = _mm512_max_ps(b[h], old[h]);
+        z[h] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m[h], ninf, _CMP_EQ_OQ), m[h],
+                                    _mm512_setzero_ps());
+        sv[h] = _mm512_setzero_ps();
+    }
     for (int j = 0; j < nk; j++) {
         float *x = st + (size_t)j * L;
-        const __m512 e0 = exp2_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(x), z0));
-        const __m512 e1 = exp2_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(x + 16), z1));
-        _mm512_storeu_ps(x, e0);
-        _mm512_storeu_ps(x + 16, e1);
-        s0 = _mm512_add_ps(s0, e0);
-        s1 = _mm512_add_ps(s1, e1);
+        UNROLL for (int h = 0; h < V; h++)
+        {
+            const __m512 e = exp2_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(x + 16 * h), z[h]));
+            _mm512_storeu_ps(x + 16 * h, e);
+            sv[h] = _mm512_add_ps(sv[h], e);
+        }
     }
-    const __m512 f0 = exp2_nonpositive(_mm512_sub_ps(old0, z0));
-    const __m512 f1 = exp2_nonpositive(_mm512_sub_ps(old1, z1));
-    _mm512_storeu_ps(factor, f0);
-    _mm512_storeu_ps(factor + 16, f1);
-    _mm512_storeu_ps(sum, _mm512_fmadd_ps(_mm512_loadu_ps(sum), f0, s0));
-    _mm512_storeu_ps(sum + 16, _mm512_fmadd_ps(_mm512_loadu_ps(sum + 16), f1, s1));
-    _mm512_storeu_ps(max, m0);
-    _mm512_storeu_ps(max + 16, m1);
+    UNROLL for (int h = 0; h < V; h++)
+    {
+        const __m512 f = exp2_nonpositive(_mm512_sub_ps(old[h], z[h]));
+        _mm512_storeu_ps(factor + 16 * h, f);
+        _mm512_storeu_ps(sum + 16 * h, _mm512_fmadd_ps(_mm512_loadu_ps(sum + 16 * h), f, sv[h]));
+        _mm512_storeu_ps(max + 16 * h, m[h]);
+    }
+}
+
+AVX512 static void softmax(float *st, int nk, const int32_t *lo, const int32_t *hi, float *max,
+                           float *sum, float *factor, int lanes)
+{
+    if (lanes > 16) softmax_any(2, st, nk, lo, hi, max, sum, factor);
+    else softmax_any(1, st, nk, lo, hi, max, sum, factor);
 }
 
 /* ---- values --------------------------------------------------------------- */
 
-/* Columns [0, NR) of v: ot rows 0..NR-1 rescaled and accumulated. */
-AVX512 INLINE void values_cols(const int NR, const float *pt, int nk, const float *v, int64_t ldv,
-                               __m512 f0, __m512 f1, float *ot)
+/* Columns [0, NR) of v: ot rows 0..NR-1 (V vectors of lanes) rescaled and
+ * accumulated. */
+AVX512 INLINE void values_cols(const int V, const int NR, const float *pt, int nk, const float *v,
+                               int64_t ldv, const __m512 *f, float *ot)
 {
-    __m512 c0[GROUP], c1[GROUP];
+    __m512 c[2][GROUP];
     UNROLL for (int u = 0; u < NR; u++)
     {
-        c0[u] = _mm512_mul_ps(_mm512_loadu_ps(ot + u * L), f0);
-        c1[u] = _mm512_mul_ps(_mm512_loadu_ps(ot + u * L + 16), f1);
+        UNROLL for (int h = 0; h < V; h++) c[h][u] =
+            _mm512_mul_ps(_mm512_loadu_ps(ot + u * L + 16 * h), f[h]);
     }
     for (int j = 0; j < nk; j++) {
-        const __m512 a0 = _mm512_loadu_ps(pt + (size_t)j * L);
-        const __m512 a1 = _mm512_loadu_ps(pt + (size_t)j * L + 16);
+        __m512 a[2];
+        UNROLL for (int h = 0; h < V; h++) a[h] = _mm512_loadu_ps(pt + (size_t)j * L + 16 * h);
         const float *vr = v + (size_t)j * ldv;
         UNROLL for (int u = 0; u < NR; u++)
         {
             const __m512 b = _mm512_set1_ps(vr[u]);
-            c0[u] = _mm512_fmadd_ps(a0, b, c0[u]);
-            c1[u] = _mm512_fmadd_ps(a1, b, c1[u]);
+            UNROLL for (int h = 0; h < V; h++) c[h][u] = _mm512_fmadd_ps(a[h], b, c[h][u]);
         }
     }
     UNROLL for (int u = 0; u < NR; u++)
     {
-        _mm512_storeu_ps(ot + u * L, c0[u]);
-        _mm512_storeu_ps(ot + u * L + 16, c1[u]);
+        UNROLL for (int h = 0; h < V; h++) _mm512_storeu_ps(ot + u * L + 16 * h, c[h][u]);
     }
 }
 
-AVX512 static void values(const float *pt, int nk, const float *v, int64_t ldv, int head_dim,
-                          const float *factor, float *ot)
+AVX512 INLINE void values_any(const int V, const float *pt, int nk, const float *v, int64_t ldv,
+                              int head_dim, const float *factor, float *ot)
 {
-    const __m512 f0 = _mm512_loadu_ps(factor), f1 = _mm512_loadu_ps(factor + 16);
+    __m512 f[2];
+    UNROLL for (int h = 0; h < V; h++) f[h] = _mm512_loadu_ps(factor + 16 * h);
     int d = 0;
     for (; d + GROUP <= head_dim; d += GROUP)
-        values_cols(GROUP, pt, nk, v + d, ldv, f0, f1, ot + (size_t)d * L);
+        values_cols(V, GROUP, pt, nk, v + d, ldv, f, ot + (size_t)d * L);
     if (head_dim - d >= 8) {
-        values_cols(8, pt, nk, v + d, ldv, f0, f1, ot + (size_t)d * L);
+        values_cols(V, 8, pt, nk, v + d, ldv, f, ot + (size_t)d * L);
         d += 8;
     }
     if (head_dim - d >= 4) {
-        values_cols(4, pt, nk, v + d, ldv, f0, f1, ot + (size_t)d * L);
+        values_cols(V, 4, pt, nk, v + d, ldv, f, ot + (size_t)d * L);
         d += 4;
     }
     if (head_dim - d >= 2) {
-        values_cols(2, pt, nk, v + d, ldv, f0, f1, ot + (size_t)d * L);
+        values_cols(V, 2, pt, nk, v + d, ldv, f, ot + (size_t)d * L);
         d += 2;
     }
-    if (head_dim - d >= 1) values_cols(1, pt, nk, v + d, ldv, f0, f1, ot + (size_t)d * L);
+    if (head_dim - d >= 1) values_cols(V, 1, pt, nk, v + d, ldv, f, ot + (size_t)d * L);
+}
+
+AVX512 static void values(const float *pt, int nk, const float *v, int64_t ldv, int head_dim,
+                          const float *factor, float *ot, int lanes)
+{
+    if (lanes > 16) values_any(2, pt, nk, v, ldv, head_dim, factor, ot);
+    else values_any(1, pt, nk, v, ldv, head_dim, factor, ot);
 }
 
 /* ---- transposition ---------------------------------------------------------- */

@@ -22,10 +22,16 @@
 /* Query rows per tile: two AVX-512 vectors of floats. */
 #define FJ_TILED_LANES 32
 
+/* The scores, softmax and values kernels take `lanes`: 32, every lane of
+ * the tile, or 16, the half of it their pointers (qp, st, lo, hi, max, sum,
+ * factor, ot) start at; rows stay LANES apart either way. A half serves the
+ * keys only one half of a tile sees (across a causal diagonal, the upper
+ * rows), and a tile with only 16 rows. */
 typedef struct fj_tiled_kernels {
     const char *name; /* for describe */
     /* st[j * LANES + r] = sum over d < head_dim of qp[d * LANES + r] * k[j * ldk + d], j < nk. */
-    void (*scores)(const float *qp, int head_dim, const float *k, int64_t ldk, int nk, float *st);
+    void (*scores)(const float *qp, int head_dim, const float *k, int64_t ldk, int nk, float *st,
+                   int lanes);
     /* One online-softmax step, per lane r, over the scores st[j * LANES + r]
      * (j < nk, base 2): with lo and hi (lane bounds, NULL: every key seen),
      * key j is seen by lane r iff lo[r] <= j < hi[r] and the others count as
@@ -36,11 +42,11 @@ typedef struct fj_tiled_kernels {
      * not move; 0 while the lane has seen no finite max). A NaN or +inf
      * score leaves the lane's sum NaN. */
     void (*softmax)(float *st, int nk, const int32_t *lo, const int32_t *hi, float *max, float *sum,
-                    float *factor);
+                    float *factor, int lanes);
     /* ot[d * LANES + r] = ot[d * LANES + r] * factor[r] + sum over j < nk of
      * pt[j * LANES + r] * v[j * ldv + d], d < head_dim. */
     void (*values)(const float *pt, int nk, const float *v, int64_t ldv, int head_dim,
-                   const float *factor, float *ot);
+                   const float *factor, float *ot, int lanes);
     /* qp[d * LANES + r] = alpha * rows[r][d] for r < LANES, d < head_dim;
      * 0 for a NULL row. */
     void (*pack_queries)(const float *const *rows, int head_dim, float alpha, float *qp);

@@ -318,10 +318,19 @@ static void test_tile_scores_values(void **state)
             const int D = dims[a], n = keys[b];
             for (int i = 0; i < D * LANES; i++) qp[i] = uniform_pm(&rng);
             for (int i = 0; i < n * ld; i++) kv[i] = uniform_pm(&rng);
+            /* all 32 lanes, or one half alone (the other half untouched) */
+            const int half = (a + b) % 3 - 1, off = half == 1 ? 16 : 0;
+            const int lanes = half < 0 ? LANES : 16;
             fjt_poison_f32(st, (size_t)maxk * LANES);
-            kern->scores(qp, D, kv, ld, n, st);
+            kern->scores(qp + off, D, kv, ld, n, st + off, lanes);
             for (int j = 0; j < n; j++)
                 for (int r = 0; r < LANES; r++) {
+                    if (r < off || r >= off + lanes) {
+                        if (!is_poison(st[j * LANES + r]))
+                            fail_msg("scores D %d n %d, %d lanes from %d: wrote lane %d", D, n,
+                                     lanes, off, r);
+                        continue;
+                    }
                     double want = 0, mag = 0;
                     for (int d = 0; d < D; d++) {
                         want += (double)qp[d * LANES + r] * kv[j * ld + d];
@@ -339,9 +348,15 @@ static void test_tile_scores_values(void **state)
                 factor[r] = r % 4 == 0 ? 1.0f : r % 4 == 1 ? 0.0f : (float)fjt_uniform(&rng);
             for (int i = 0; i < n * LANES; i++) st[i] = (float)fjt_uniform(&rng);
             for (int i = 0; i < D * LANES; i++) ot[i] = ot0[i] = uniform_pm(&rng);
-            kern->values(st, n, kv, ld, D, factor, ot);
+            kern->values(st + off, n, kv, ld, D, factor + off, ot + off, lanes);
             for (int d = 0; d < D; d++)
                 for (int r = 0; r < LANES; r++) {
+                    if (r < off || r >= off + lanes) {
+                        if (ot[d * LANES + r] != ot0[d * LANES + r])
+                            fail_msg("values D %d n %d, %d lanes from %d: wrote lane %d", D, n,
+                                     lanes, off, r);
+                        continue;
+                    }
                     double want = (double)ot0[d * LANES + r] * factor[r], mag = fabs(want);
                     for (int j = 0; j < n; j++) {
                         want += (double)st[j * LANES + r] * kv[j * ld + d];
@@ -396,7 +411,9 @@ static void test_tile_softmax(void **state)
                     if (step == 3) x = max[r] - 1.0f - (float)fjt_uniform(&rng); /* max stays */
                     st[j * LANES + r] = x;
                 }
-            double want_p[MAXN * LANES], want_f[LANES];
+            double want_p[MAXN * LANES], want_f[LANES], dmax_before[LANES], dsum_before[LANES];
+            memcpy(dmax_before, dmax, sizeof dmax);
+            memcpy(dsum_before, dsum, sizeof dsum);
             for (int r = 0; r < LANES; r++) {
                 double bm = dmax[r];
                 for (int j = lo[r]; j < hi[r]; j++) bm = fmax(bm, (double)st[j * LANES + r]);
@@ -411,8 +428,29 @@ static void test_tile_softmax(void **state)
                 dsum[r] = dsum[r] * want_f[r] + bs;
                 dmax[r] = bm;
             }
-            kern->softmax(st, n, whole ? NULL : lo, whole ? NULL : hi, max, sum, factor);
+            /* one half alone in some steps: the other's state stays */
+            const int half = trial % 4 == 1 && step == 2 ? trial % 8 / 4 : -1;
+            const int off = half == 1 ? 16 : 0, lanes = half < 0 ? LANES : 16;
+            float keep_max[LANES], keep_sum[LANES], keep_f[LANES], keep_st[MAXN * LANES];
+            memcpy(keep_max, max, sizeof max);
+            memcpy(keep_sum, sum, sizeof sum);
+            memcpy(keep_f, factor, sizeof factor);
+            memcpy(keep_st, st, sizeof(float) * n * LANES);
+            kern->softmax(st + off, n, whole ? NULL : lo + off, whole ? NULL : hi + off, max + off,
+                          sum + off, factor + off, lanes);
             for (int r = 0; r < LANES; r++) {
+                if (r < off || r >= off + lanes) { /* the other half: untouched */
+                    if (memcmp(&max[r], &keep_max[r], sizeof max[r]) ||
+                        memcmp(&sum[r], &keep_sum[r], sizeof sum[r]) ||
+                        memcmp(&factor[r], &keep_f[r], sizeof factor[r]))
+                        fail_msg("trial %d: the half from %d wrote lane %d's state", trial, off, r);
+                    for (int j = 0; j < n; j++)
+                        if (memcmp(&st[j * LANES + r], &keep_st[j * LANES + r], sizeof(float)))
+                            fail_msg("trial %d: the half from %d wrote lane %d's p", trial, off, r);
+                    dmax[r] = dmax_before[r]; /* and the double reference undone */
+                    dsum[r] = dsum_before[r];
+                    continue;
+                }
                 if ((double)max[r] != dmax[r])
                     fail_msg("trial %d step %d lane %d: max %.9g, want %.9g", trial, step, r,
                              (double)max[r], dmax[r]);
@@ -443,7 +481,7 @@ static void test_tile_softmax(void **state)
         for (int r = 0; r < LANES; r++) st[j * LANES + r] = (float)j * 0.1f;
     st[7 * LANES + 2] = NAN;
     st[3 * LANES + 9] = INFINITY;
-    kern->softmax(st, 20, NULL, NULL, max, sum, factor);
+    kern->softmax(st, 20, NULL, NULL, max, sum, factor, LANES);
     for (int r = 0; r < LANES; r++) {
         const bool bad = r == 2 || r == 9;
         if (bad ? !isnan(sum[r]) : !(sum[r] > 1.0f && isfinite(sum[r])))
