@@ -6,16 +6,22 @@
  * Values: 12 columns of the head dim x 32 rows (24 registers) while the keys
  * go by: per key, the two vectors of P loaded once and each of the 12 value
  * elements broadcast into two FMAs. Tails (fewer than 12 keys or columns left)
- * take the same loops on 8, 4, 2 and 1. Neither K nor V is copied: a
- * broadcast reads one element of a row where it lies, so the only packing is
- * the queries', once per block of rows. Measured on the development machine
+ * take the same loops on 8, 4, 2 and 1; the 16-lane calls, one vector
+ * instead of two. K and V are read by broadcasts of one element of a row, at
+ * any row stride, so nothing is packed for them (tiled.c copies each key
+ * block once, to a stride that spreads the rows over L1's sets); the queries
+ * are packed once per block of rows. Measured on the development machine
  * (one thread, head dim 128, blocks of 96-256 keys in cache): 195-210 GFLOP/s
  * for the scores and 185-205 for the values, against 218 for FMAs from
  * registers alone and 120-145 for OpenBLAS's sgemm pairs at the tiled path's
- * block shapes (docs/benchmarks.md, "CPU prefill on tiles of our own").
+ * block shapes (docs/benchmarks.md, "Prefill on tiles of our own").
  *
  * Softmax: the lanes are rows, so the running max, sum and rescale factor
- * are vectors and a block's max is a vertical max down its keys. */
+ * are vectors and a block's max is a vertical max down its keys.
+ *
+ * Queries in and outputs out go through 16 x 16 transposes in registers;
+ * f16 and bf16 are widened and rounded here too (vcvtph2ps, vcvtps2ph, and
+ * bf16 by shifts), bit for bit as half.h converts. */
 #include "tiled_kernels.h"
 
 #include <stddef.h>

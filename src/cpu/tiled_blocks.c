@@ -63,7 +63,7 @@ static void heuristic(int head_dim, int *block_q, int *block_k)
  * key blocks only need to keep a tile's scores (block_k x 32 floats) in L1:
  * 128 keys measured as fast as 64 and faster than 256 or 512, and 512 rows
  * faster than 256 or 1024 (development machine, a Xeon with AVX-512, f32 S
- * 1024 D 128, one thread; docs/benchmarks.md, "CPU prefill on tiles of our
+ * 1024-4096 D 128, one thread; docs/benchmarks.md, "Prefill on tiles of our
  * own"): each block of rows reads its K and V once more. */
 static void heuristic_tiles(int *block_q, int *block_k)
 {
