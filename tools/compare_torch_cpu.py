@@ -22,7 +22,7 @@ machine shared with other jobs, the rounds least disturbed by them.
 
 usage: compare_torch_cpu.py [--lib build/libflashjit.so] [--read-lib LIB] [--threads N]
                             [--rounds R] [--stat median|best] [--reference]
-                            [--grid cpu|decode|smoke] [--json FILE]
+                            [--grid cpu|decode|causal|smoke] [--json FILE]
 """
 import argparse
 import ctypes
@@ -37,12 +37,19 @@ from flashjit_ctypes import FJ_BF16, FJ_F16, FJ_F32, Library
 
 def grid(name):
     """The foundation's CPU grid (`flashjit bench --grid cpu`), the decode
-    grid of issue 24, or three tiny problems (smoke) to check the script
-    itself. Causal rows have seqlen_q == seqlen_k, where PyTorch's is_causal
+    grid of issue 24, its causal grid (each shape causal and not, S 512 to
+    2048), or three tiny problems (smoke) to check the script itself. Causal rows have seqlen_q == seqlen_k, where PyTorch's is_causal
     (top-left) and flashjit's bottom-right alignment agree."""
     if name == "smoke":
         return [("f32", 1, 2, 2, 64, 64, 64, False), ("f32", 1, 2, 2, 80, 80, 64, True),
                 ("bf16", 1, 4, 2, 1, 100, 128, False), ("f16", 1, 4, 4, 1, 3000, 64, False)]
+    if name == "causal":
+        # issue 24's causal target: causal against non-causal at S 512-2048
+        # on the tiled path's dtypes (bf16 prefill takes AMX where it can)
+        return [(dt, 1, hq, 8, s, s, d, causal) for s in (512, 1024, 2048)
+                for (dt, hq, d) in (("f32", 8, 64), ("f32", 8, 128), ("f32", 32, 128),
+                                    ("f16", 8, 128))
+                for causal in (False, True)]
     if name == "decode":
         return [(dt, 1, 32, hkv, 1, sk, 128, False) for dt in ("f32", "bf16", "f16")
                 for hkv in (8, 32) for sk in (4096, 32768)]
@@ -88,7 +95,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--stat", default="median", choices=["median", "best"])
     ap.add_argument("--reference", action="store_true", help="time FJ_BACKEND_CPU_REFERENCE")
-    ap.add_argument("--grid", default="cpu", choices=["cpu", "decode", "smoke"])
+    ap.add_argument("--grid", default="cpu", choices=["cpu", "decode", "causal", "smoke"])
     ap.add_argument("--json")
     args = ap.parse_args()
     # Before the library reads them: the backend, and one worker per thread.

@@ -31,7 +31,16 @@
  * heads for Q) a block is converted into the worker's float workspace, once per
  * block of rows. The workspace is allocated at plan time: O((block_q +
  * block_k) x head_dim + block_q x block_k) floats per thread, whatever the
- * sequence lengths. */
+ * sequence lengths.
+ *
+ * That is the sgemm path. Where the CPU has AVX-512 (and a block has at least
+ * 16 rows) the same blocks run on kernels of our own instead (tile_task;
+ * tiled_kernels.h): the block's rows in tiles of 32 held transposed, each
+ * tile's queries packed once (OpenBLAS packed them again for every key
+ * block), each key block's K and V copied once for all the tiles, and a tile
+ * takes only the keys some row of it sees, with a mask only where it crosses
+ * the band's edge: the work outside a causal band is half a 32 x 32 square
+ * per tile. Its workspace: O(block_q x head_dim + block_k x (head_dim + 32)). */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -50,6 +59,7 @@
 #include "status.h"
 #include "tensor_access.h"
 #include "tiled_blocks.h"
+#include "tiled_kernels.h"
 #include "tiled_softmax.h"
 #include "vmath.h"
 
@@ -75,6 +85,13 @@ typedef struct tiled_plan {
     size_t off_q, off_o, off_s, off_k, off_v, off_max, off_sum, off_lo, off_hi;
     unsigned char *workspace; /* pool threads x ws_bytes, 64-byte aligned */
     int threads;              /* the pool's workers */
+    /* The tile kernels (tiled_kernels.h), or NULL: sgemm per block. With
+       them, the workspace's q, o, max and sum hold whole tiles (a block's
+       rows rounded up to FJ_TILED_LANES), s holds one tile's scores, and
+       tile the per-tile bounds. */
+    const fj_tiled_kernels *kern;
+    int kv_ld; /* tile kernels: floats between rows of the K and V blocks' copies */
+    size_t off_row, off_tile;
     fj_tiles_source tiles_from;
     char tiles[32]; /* the chosen blocks, "q<block_q>k<block_k>" */
 } tiled_plan;
@@ -91,7 +108,9 @@ typedef struct tiled_job {
 /* The worker's views of its workspace. */
 typedef struct tiled_ws {
     float *q, *o, *s, *k, *v, *row_max, *row_sum;
-    int64_t *lo, *hi; /* visible keys [lo, hi) of each position of the block */
+    int64_t *lo, *hi;  /* visible keys [lo, hi) of each position of the block */
+    float *row;        /* tile kernels: a tile's rows, head_dim floats each */
+    struct tile *tile; /* tile kernels: each tile's bounds */
 } tiled_ws;
 
 static tiled_ws worker_ws(const tiled_plan *tp, int worker)
@@ -107,6 +126,8 @@ static tiled_ws worker_ws(const tiled_plan *tp, int worker)
         .row_sum = (float *)(base + tp->off_sum),
         .lo = (int64_t *)(base + tp->off_lo),
         .hi = (int64_t *)(base + tp->off_hi),
+        .row = (float *)(base + tp->off_row),
+        .tile = (struct tile *)(base + tp->off_tile),
     };
     return w;
 }
@@ -229,12 +250,19 @@ static void key_range(const row_block *rb, int64_t j0, int64_t j1, int max_k)
     for (int64_t a = j0; a < j1; a += step) key_block(rb, a, (int)(j1 - a < step ? j1 - a : step));
 }
 
-static void tiled_task(void *arg, int64_t task, int worker)
+/* The keys a task's block of rows sees: [jlo, jhi) (empty when none), and
+ * [flo, fhi), those every position that sees any sees (empty when the band is
+ * narrower than the block). */
+typedef struct key_span {
+    int64_t jlo, jhi, flo, fhi;
+} key_span;
+
+/* Task `task`'s block of rows: which rows, its parameters, and each
+ * position's visible keys (w->lo, w->hi). */
+static key_span block_setup(const tiled_job *j, int64_t task, int worker, row_block *rb)
 {
-    const tiled_job *j = arg;
     const tiled_plan *tp = j->plan;
     const fj_problem *p = j->p;
-    const int D = p->head_dim;
 
     /* Tasks run heaviest first: the last query positions see the most keys
        under a causal mask, and the pool hands tasks out in index order. */
@@ -244,47 +272,99 @@ static void tiled_task(void *arg, int64_t task, int worker)
     const int chunk = (int)(rest % tp->head_chunks);
     rest /= tp->head_chunks;
 
-    row_block rb = {.job = j, .w = worker_ws(tp, worker), .alpha = (float)(M_LOG2E * p->scale)};
+    *rb = (row_block){.job = j, .w = worker_ws(tp, worker), .alpha = (float)(M_LOG2E * p->scale)};
     if (p->softcap > 0.0f) {
         /* the sgemm gives q.k itself and the cap takes scale / c, which
            validation keeps finite: log2(e) scale and 1 / (log2(e) c) apart
            can each underflow or overflow (a denormal scale and cap) */
-        rb.alpha = 1.0f;
-        rb.cap_out = (float)(M_LOG2E * p->softcap);
-        rb.cap_in = (float)((double)p->scale / p->softcap);
+        rb->alpha = 1.0f;
+        rb->cap_out = (float)(M_LOG2E * p->softcap);
+        rb->cap_in = (float)((double)p->scale / p->softcap);
     }
-    rb.hk = rest % p->heads_kv;
-    rb.b = rest / p->heads_kv;
+    rb->hk = rest % p->heads_kv;
+    rb->b = rest / p->heads_kv;
     const int64_t pos0 = pblk * tp->positions_per_block;
-    rb.npos = (int)(p->seqlen_q - pos0 < tp->positions_per_block ? p->seqlen_q - pos0
-                                                                 : tp->positions_per_block);
-    const int64_t head0 = rb.hk * p->group + (int64_t)chunk * tp->heads_per_block;
-    rb.pos0 = pos0;
-    rb.head0 = head0;
-    rb.nh = p->group - chunk * tp->heads_per_block < tp->heads_per_block
-                ? p->group - chunk * tp->heads_per_block
-                : tp->heads_per_block;
-    const int rows = rb.npos * rb.nh;
-    const tiled_ws *w = &rb.w;
+    rb->npos = (int)(p->seqlen_q - pos0 < tp->positions_per_block ? p->seqlen_q - pos0
+                                                                  : tp->positions_per_block);
+    rb->pos0 = pos0;
+    rb->head0 = rb->hk * p->group + (int64_t)chunk * tp->heads_per_block;
+    rb->nh = p->group - chunk * tp->heads_per_block < tp->heads_per_block
+                 ? p->group - chunk * tp->heads_per_block
+                 : tp->heads_per_block;
 
-    /* The keys some position sees, [jlo, jhi), and those every position that
-       sees any sees, [flo, fhi) (empty when the band is narrower than the
-       block): blocks there need no mask, so they get the full block_k. */
-    int64_t jlo = p->seqlen_k, jhi = 0, flo = 0, fhi = p->seqlen_k;
-    for (int t = 0; t < rb.npos; t++) {
+    const tiled_ws *w = &rb->w;
+    key_span k = {p->seqlen_k, 0, 0, p->seqlen_k};
+    for (int t = 0; t < rb->npos; t++) {
         fj_visible_keys(p, pos0 + t, &w->lo[t], &w->hi[t]);
         if (w->lo[t] >= w->hi[t]) continue;
-        if (w->lo[t] < jlo) jlo = w->lo[t];
-        if (w->hi[t] > jhi) jhi = w->hi[t];
-        if (w->lo[t] > flo) flo = w->lo[t];
-        if (w->hi[t] < fhi) fhi = w->hi[t];
+        if (w->lo[t] < k.jlo) k.jlo = w->lo[t];
+        if (w->hi[t] > k.jhi) k.jhi = w->hi[t];
+        if (w->lo[t] > k.flo) k.flo = w->lo[t];
+        if (w->hi[t] < k.fhi) k.fhi = w->hi[t];
     }
+    return k;
+}
+
+/* Row r of the block done, its softmax state in base 2 (max, sum): writes
+ * its lse, zeros its output if it sees no key, and returns the factor its
+ * accumulated output is to be multiplied by (0 when it sees no key). */
+static float finish_state(const row_block *rb, int r, float max, float sum)
+{
+    const tiled_job *j = rb->job;
+    const fj_problem *p = j->p;
+    const int64_t i = rb->pos0 + r / rb->nh, h = rb->head0 + r % rb->nh;
+    /* A row that sees no key: lse = its sink (-inf without one). */
+    const float sink = p->sinks ? j->in->sinks[h] : -INFINITY;
+    float row_lse = sink, scale = 0.0f;
+    /* The mask says whether the row sees a key, not the sum: a NaN or +inf
+       score (or only -inf ones) leaves the sum NaN, and the row must come
+       out NaN (docs/semantics.md, "Non-finite values"), never as a row that
+       sees no key. */
+    const int t = r / rb->nh;
+    if (rb->w.lo[t] < rb->w.hi[t]) {
+        /* the sink, in base 2, joins once all keys are in */
+        const float f = p->sinks ? fj_sink_join((float)M_LOG2E * sink, &max, &sum, true) : 1.0f;
+        scale = f / sum;
+        row_lse = sum > 0.0f ? (float)(M_LN2 * max + log(sum)) : NAN;
+    } else { /* the row sees no key */
+        memset(fj_row_ptr_mut(j->o, p->dtype, p->o_stride, rb->b, i, h), 0,
+               (size_t)p->head_dim * fj_dtype_size(p->dtype));
+    }
+    if (j->lse) j->lse[(rb->b * p->heads_q + h) * p->seqlen_q + i] = row_lse;
+    return scale;
+}
+
+/* Row r of the block done: acc (head_dim floats, overwritten) is its
+ * accumulated output, max and sum its softmax state in base 2. */
+static void finish_row(const row_block *rb, int r, float *acc, float max, float sum)
+{
+    const fj_problem *p = rb->job->p;
+    const float scale = finish_state(rb, r, max, sum);
+    if (rb->w.lo[r / rb->nh] >= rb->w.hi[r / rb->nh]) return;
+    fj_vscale(acc, p->head_dim, scale);
+    fj_store_f32(fj_row_ptr_mut(rb->job->o, p->dtype, p->o_stride, rb->b, rb->pos0 + r / rb->nh,
+                                rb->head0 + r % rb->nh),
+                 p->dtype, 0, acc, 0, 1, p->head_dim);
+}
+
+/* The BLAS path: each block of keys through cblas_sgemm (key_block). */
+static void tiled_task(void *arg, int64_t task, int worker)
+{
+    const tiled_job *j = arg;
+    const tiled_plan *tp = j->plan;
+    const fj_problem *p = j->p;
+    const int D = p->head_dim;
+    row_block rb;
+    const key_span k = block_setup(j, task, worker, &rb);
+    const int rows = rb.npos * rb.nh;
+    const tiled_ws *w = &rb.w;
+    const int64_t pos0 = rb.pos0, head0 = rb.head0;
 
     for (int r = 0; r < rows; r++) {
         w->row_max[r] = -INFINITY;
         w->row_sum[r] = 0.0f;
     }
-    if (jlo < jhi) {
+    if (k.jlo < k.jhi) {
         rb.qm = w->q;
         rb.ldq = D;
         if (tp->q_direct) {
@@ -304,40 +384,237 @@ static void tiled_task(void *arg, int64_t task, int worker)
         /* Masked edges in narrow blocks, so few (row, key) pairs outside the
            band are computed; the unmasked middle, unless it is narrower than
            an edge block, in wide ones. */
-        int64_t a = flo < jhi ? flo : jhi;
-        int64_t e = fhi > a ? fhi : a;
+        int64_t a = k.flo < k.jhi ? k.flo : k.jhi;
+        int64_t e = k.fhi > a ? k.fhi : a;
         if (e - a < tp->edge_k) {
-            key_range(&rb, jlo, jhi, tp->edge_k);
+            key_range(&rb, k.jlo, k.jhi, tp->edge_k);
         } else {
-            key_range(&rb, jlo, a, tp->edge_k);
+            key_range(&rb, k.jlo, a, tp->edge_k);
             key_range(&rb, a, e, tp->block_k);
-            key_range(&rb, e, jhi, tp->edge_k);
+            key_range(&rb, e, k.jhi, tp->edge_k);
         }
     }
+    for (int r = 0; r < rows; r++)
+        finish_row(&rb, r, w->o + (size_t)r * D, w->row_max[r], w->row_sum[r]);
+}
 
-    for (int r = 0; r < rows; r++) {
-        const int64_t i = pos0 + r / rb.nh, h = head0 + r % rb.nh;
-        void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, rb.b, i, h);
-        /* A row that sees no key: lse = its sink (-inf without one). */
-        const float sink = p->sinks ? j->in->sinks[h] : -INFINITY;
-        float row_lse = sink;
-        /* The mask says whether the row sees a key, not the sum: a NaN or
-           +inf score (or only -inf ones) leaves the sum NaN, and the row
-           must come out NaN (docs/semantics.md, "Non-finite values"), never
-           as a row that sees no key. */
-        const int t = r / rb.nh;
-        if (w->lo[t] < w->hi[t]) {
-            float sum = w->row_sum[r], max = w->row_max[r];
-            /* the sink, in base 2, joins once all keys are in */
-            const float f = p->sinks ? fj_sink_join((float)M_LOG2E * sink, &max, &sum, true) : 1.0f;
-            float *acc = w->o + (size_t)r * D;
-            fj_vscale(acc, D, f / sum);
-            fj_store_f32(dst, p->dtype, 0, acc, 0, 1, D);
-            row_lse = sum > 0.0f ? (float)(M_LN2 * max + log(sum)) : NAN;
-        } else { /* the row sees no key */
-            memset(dst, 0, (size_t)D * fj_dtype_size(p->dtype));
+/* The address of output row `row` of the block. */
+static void *o_row(const row_block *rb, int row)
+{
+    const fj_problem *p = rb->job->p;
+    return fj_row_ptr_mut(rb->job->o, p->dtype, p->o_stride, rb->b, rb->pos0 + row / rb->nh,
+                          rb->head0 + row % rb->nh);
+}
+
+/* ---- the tile kernels' path ------------------------------------------------ */
+
+#define LANES FJ_TILED_LANES
+
+/* One tile's keys: [lo, hi) what some lane sees, [flo, fhi) what every lane
+ * sees (no mask needed there); per lane, its row's [lane_lo, lane_hi). Lanes
+ * past the block's rows copy the last row's bounds (their queries are 0). */
+struct tile {
+    int64_t lo, hi, flo, fhi;
+    int64_t lane_lo[LANES], lane_hi[LANES];
+    int rows; /* lanes that hold rows of the block */
+    /* the same per half of the lanes (0-15, 16-31), over the lanes that hold
+       rows: a half with none has lo >= hi */
+    int64_t half_lo[2], half_hi[2], half_flo[2], half_fhi[2];
+};
+
+/* Tile `t` of the block: its queries packed (qp, times alpha), its bounds,
+ * its accumulators cleared. */
+static void tile_setup(const row_block *rb, int t, int rows)
+{
+    const tiled_job *j = rb->job;
+    const fj_problem *p = j->p;
+    const int D = p->head_dim;
+    const tiled_ws *w = &rb->w;
+    struct tile *tl = &w->tile[t];
+    float *qp = w->q + (size_t)t * D * LANES;
+    tl->rows = rows - t * LANES < LANES ? rows - t * LANES : LANES;
+    tl->lo = p->seqlen_k;
+    tl->hi = 0;
+    tl->flo = 0;
+    tl->fhi = p->seqlen_k;
+    for (int h = 0; h < 2; h++) {
+        tl->half_lo[h] = tl->half_fhi[h] = p->seqlen_k;
+        tl->half_hi[h] = tl->half_flo[h] = 0;
+    }
+    const float *src[LANES];
+    for (int r = 0; r < LANES; r++) {
+        const int row = t * LANES + (r < tl->rows ? r : tl->rows - 1);
+        const int pos = row / rb->nh;
+        tl->lane_lo[r] = w->lo[pos];
+        tl->lane_hi[r] = w->hi[pos];
+        src[r] = NULL;
+        if (r >= tl->rows) continue;
+        /* f32 rows as they lie; others converted into the row buffer */
+        const void *q = fj_row_ptr(j->q, p->dtype, p->q_stride, rb->b, rb->pos0 + pos,
+                                   rb->head0 + row % rb->nh);
+        if (p->dtype == FJ_F32) {
+            src[r] = q;
+        } else {
+            j->plan->kern->load_rows(w->row + (size_t)r * D, D, q, 0, p->dtype, 1, D);
+            src[r] = w->row + (size_t)r * D;
         }
-        if (j->lse) j->lse[(rb.b * p->heads_q + h) * p->seqlen_q + i] = row_lse;
+        if (w->lo[pos] < w->hi[pos]) {
+            if (w->lo[pos] < tl->lo) tl->lo = w->lo[pos];
+            if (w->hi[pos] > tl->hi) tl->hi = w->hi[pos];
+        }
+        if (w->lo[pos] > tl->flo) tl->flo = w->lo[pos];
+        if (w->hi[pos] < tl->fhi) tl->fhi = w->hi[pos];
+        const int h = r / 16;
+        if (w->lo[pos] < w->hi[pos]) {
+            if (w->lo[pos] < tl->half_lo[h]) tl->half_lo[h] = w->lo[pos];
+            if (w->hi[pos] > tl->half_hi[h]) tl->half_hi[h] = w->hi[pos];
+        }
+        if (w->lo[pos] > tl->half_flo[h]) tl->half_flo[h] = w->lo[pos];
+        if (w->hi[pos] < tl->half_fhi[h]) tl->half_fhi[h] = w->hi[pos];
+    }
+    j->plan->kern->pack_queries(src, D, rb->alpha, qp);
+    memset(w->o + (size_t)t * D * LANES, 0, (size_t)D * LANES * sizeof(float));
+    for (int r = 0; r < LANES; r++) {
+        w->row_max[t * LANES + r] = -INFINITY;
+        w->row_sum[t * LANES + r] = 0.0f;
+    }
+}
+
+/* Keys [a, a + n) of tile t, K and V rows at km and vm: scores, the lanes'
+ * softmax step, and their O_acc += P V. */
+/* Keys [a, a + n) of tile t, K and V rows at km and vm, for its lanes of
+ * `half` (0: 0-15, 1: 16-31, -1: all 32): scores, the lanes' softmax step,
+ * and their O_acc += P V. */
+static void tile_keys(const row_block *rb, int t, int half, int64_t a, int n, const float *km,
+                      int ldk, const float *vm, int ldv)
+{
+    const tiled_job *j = rb->job;
+    const fj_tiled_kernels *kern = j->plan->kern;
+    const fj_problem *p = j->p;
+    const int D = p->head_dim;
+    const tiled_ws *w = &rb->w;
+    const struct tile *tl = &w->tile[t];
+    const int off = half == 1 ? 16 : 0, lanes = half < 0 ? LANES : 16;
+    float *st = w->s + off, *ot = w->o + (size_t)t * D * LANES + off;
+    kern->scores(w->q + (size_t)t * D * LANES + off, D, km, ldk, n, st, lanes);
+    if (rb->cap_out > 0.0f) fj_vsoftcap(w->s, (int64_t)n * LANES, rb->cap_in, rb->cap_out);
+    if (p->alibi) /* after the cap: -slope |i + diag_offset - j|, in base 2 */
+        for (int r = off; r < off + lanes && r < tl->rows; r++) {
+            const int row = t * LANES + r;
+            const float s2 = (float)M_LOG2E * j->in->alibi_slopes[rb->head0 + row % rb->nh];
+            const int64_t i = rb->pos0 + row / rb->nh;
+            for (int c = 0; c < n; c++)
+                w->s[(size_t)c * LANES + r] += fj_alibi_bias(p, s2, i, a + c);
+        }
+    int32_t lo[LANES], hi[LANES];
+    const int64_t flo = half < 0 ? tl->flo : tl->half_flo[half];
+    const int64_t fhi = half < 0 ? tl->fhi : tl->half_fhi[half];
+    const bool masked = a < flo || a + n > fhi;
+    if (masked)
+        for (int r = 0; r < LANES; r++) { /* bounds relative to a, within [0, n] */
+            int64_t l = tl->lane_lo[r] - a, h = tl->lane_hi[r] - a;
+            lo[r] = (int32_t)(l < 0 ? 0 : l > n ? n : l);
+            hi[r] = (int32_t)(h < 0 ? 0 : h > n ? n : h);
+        }
+    float factor[LANES];
+    kern->softmax(st, n, masked ? lo + off : NULL, masked ? hi + off : NULL,
+                  w->row_max + t * LANES + off, w->row_sum + t * LANES + off, factor, lanes);
+    kern->values(st, n, vm, ldv, D, factor, ot, lanes);
+}
+
+/* Keys [a, e) of tile t (K and V rows from the block's key j0, ld floats
+ * apart): where only one half of its lanes sees keys (past the lower
+ * half's causal diagonal, or a tile of 16 rows or fewer), that half alone,
+ * when at least HALF_MIN keys long; the rest on all 32 lanes. */
+#define HALF_MIN 8
+static void tile_range(const row_block *rb, int t, int64_t j0, int64_t a, int64_t e, int ld)
+{
+    const tiled_ws *w = &rb->w;
+    const struct tile *tl = &w->tile[t];
+    /* where either half's keys start or end, in order */
+    int64_t cut[6] = {a, e}, nc = 2;
+    for (int h = 0; h < 2; h++)
+        if (tl->half_lo[h] < tl->half_hi[h]) {
+            if (tl->half_lo[h] > a && tl->half_lo[h] < e) cut[nc++] = tl->half_lo[h];
+            if (tl->half_hi[h] > a && tl->half_hi[h] < e) cut[nc++] = tl->half_hi[h];
+        }
+    for (int i = 1; i < nc; i++) /* insertion sort of at most 6 */
+        for (int k = i; k > 0 && cut[k - 1] > cut[k]; k--) {
+            const int64_t x = cut[k];
+            cut[k] = cut[k - 1];
+            cut[k - 1] = x;
+        }
+    /* runs of the same halves, merged; a short one-half run joins all 32 */
+    int64_t x = a;
+    int run = -2; /* the halves of [x, current): -1 both, 0, 1; -2 none yet */
+    for (int i = 0; i + 1 < nc; i++) {
+        const int64_t lo = cut[i], hi = cut[i + 1];
+        if (lo >= hi) continue;
+        const bool in0 =
+            tl->half_lo[0] < hi && tl->half_hi[0] > lo && tl->half_lo[0] < tl->half_hi[0];
+        const bool in1 =
+            tl->half_lo[1] < hi && tl->half_hi[1] > lo && tl->half_lo[1] < tl->half_hi[1];
+        int halves = in0 && in1 ? -1 : in0 ? 0 : in1 ? 1 : -3;
+        if (halves >= 0 && hi - lo < HALF_MIN) halves = -1;
+        if (run != -2 && halves != run) {
+            if (run != -3)
+                tile_keys(rb, t, run, x, (int)(lo - x), w->k + (size_t)(x - j0) * ld, ld,
+                          w->v + (size_t)(x - j0) * ld, ld);
+            x = lo;
+        }
+        run = halves;
+    }
+    if (run != -2 && run != -3)
+        tile_keys(rb, t, run, x, (int)(e - x), w->k + (size_t)(x - j0) * ld, ld,
+                  w->v + (size_t)(x - j0) * ld, ld);
+}
+
+static void tile_task(void *arg, int64_t task, int worker)
+{
+    const tiled_job *j = arg;
+    const tiled_plan *tp = j->plan;
+    const fj_problem *p = j->p;
+    const int D = p->head_dim;
+    row_block rb;
+    const key_span k = block_setup(j, task, worker, &rb);
+    const int rows = rb.npos * rb.nh, tiles = (rows + LANES - 1) / LANES;
+    const tiled_ws *w = &rb.w;
+
+    for (int t = 0; t < tiles; t++) tile_setup(&rb, t, rows);
+    /* Keys in blocks of at most block_k, about equal; each tile takes the
+       part of a block it sees. */
+    const int64_t len = k.jhi - k.jlo;
+    const int64_t nblocks = len > 0 ? (len + tp->block_k - 1) / tp->block_k : 0;
+    const int64_t step = nblocks ? (len + nblocks - 1) / nblocks : 0;
+    for (int64_t j0 = k.jlo; j0 < k.jhi; j0 += step) {
+        const int64_t j1 = k.jhi - j0 < step ? k.jhi : j0 + step;
+        /* K and V copied as floats, rows kv_ld apart: a stride of an odd
+           number of cache lines, so the kernels' column walks down the rows
+           spread over every set of L1 (rows 4 KiB apart, as in the dense
+           layout, or 512 bytes, all fell in a few sets), and in L2 for
+           every tile of the block */
+        const int ld = tp->kv_ld;
+        tp->kern->load_rows(w->k, ld, fj_row_ptr(j->k, p->dtype, p->k_stride, rb.b, j0, rb.hk),
+                            p->k_stride[FJ_AXIS_SEQ], p->dtype, (int)(j1 - j0), D);
+        tp->kern->load_rows(w->v, ld, fj_row_ptr(j->v, p->dtype, p->v_stride, rb.b, j0, rb.hk),
+                            p->v_stride[FJ_AXIS_SEQ], p->dtype, (int)(j1 - j0), D);
+        for (int t = 0; t < tiles; t++) {
+            const struct tile *tl = &w->tile[t];
+            const int64_t a = tl->lo > j0 ? tl->lo : j0, e = tl->hi < j1 ? tl->hi : j1;
+            if (a >= e) continue;
+            tile_range(&rb, t, j0, a, e, ld);
+        }
+    }
+    for (int t = 0; t < tiles; t++) { /* straight from the tile into o */
+        void *dst[LANES];
+        float scale[LANES];
+        for (int r = 0; r < w->tile[t].rows; r++) {
+            const int row = t * LANES + r;
+            scale[r] = finish_state(&rb, row, w->row_max[row], w->row_sum[row]);
+            dst[r] = w->lo[row / rb.nh] < w->hi[row / rb.nh] ? o_row(&rb, row) : NULL;
+        }
+        tp->kern->store_outputs(w->o + (size_t)t * D * LANES, D, dst, p->dtype, scale,
+                                w->tile[t].rows);
     }
 }
 
@@ -388,18 +665,35 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
     tp->k_direct = sgemm_ready(p, p->k_stride);
     tp->v_direct = sgemm_ready(p, p->v_stride);
 
-    const size_t D = (size_t)p->head_dim, rows = (size_t)tp->rows, bk = (size_t)tp->block_k;
+    /* The tile kernels where the CPU has them, unless the blocks are so
+       small that most of a tile's lanes would be empty (or a test forces
+       sgemm). */
+    if (tp->rows >= FJ_TILED_LANES / 2) tp->kern = fj_cpu_tiled_kernels();
+    if (tp->kern) {
+        tp->q_direct = tp->k_direct = tp->v_direct = false;
+        /* whole 64-byte lines, an odd number of them */
+        tp->kv_ld = (p->head_dim + 15) / 16 * 16;
+        if (tp->kv_ld / 16 % 2 == 0) tp->kv_ld += 16;
+    }
+
+    const size_t D = (size_t)p->head_dim, bk = (size_t)tp->block_k;
+    const size_t rows =
+        tp->kern ? (size_t)(tp->rows + FJ_TILED_LANES - 1) / FJ_TILED_LANES * FJ_TILED_LANES
+                 : (size_t)tp->rows;
     const size_t f = sizeof(float);
     size_t cur = 0;
     tp->off_q = ws_part(&cur, tp->q_direct ? 0 : rows * D * f);
     tp->off_o = ws_part(&cur, rows * D * f);
-    tp->off_s = ws_part(&cur, rows * bk * f);
-    tp->off_k = ws_part(&cur, tp->k_direct ? 0 : bk * D * f);
-    tp->off_v = ws_part(&cur, tp->v_direct ? 0 : bk * D * f);
+    tp->off_s = ws_part(&cur, (tp->kern ? FJ_TILED_LANES : rows) * bk * f);
+    const size_t ld = tp->kern ? (size_t)tp->kv_ld : D;
+    tp->off_k = ws_part(&cur, tp->k_direct ? 0 : bk * ld * f);
+    tp->off_v = ws_part(&cur, tp->v_direct ? 0 : bk * ld * f);
     tp->off_max = ws_part(&cur, rows * f);
     tp->off_sum = ws_part(&cur, rows * f);
     tp->off_lo = ws_part(&cur, (size_t)tp->positions_per_block * sizeof(int64_t));
     tp->off_hi = ws_part(&cur, (size_t)tp->positions_per_block * sizeof(int64_t));
+    tp->off_row = ws_part(&cur, tp->kern ? FJ_TILED_LANES * D * f : 0);
+    tp->off_tile = ws_part(&cur, tp->kern ? rows / FJ_TILED_LANES * sizeof(struct tile) : 0);
     tp->ws_bytes = cur;
 
     if (!(tp->workspace = aligned_alloc(64, tp->ws_bytes * (size_t)threads))) {
@@ -411,12 +705,22 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
     fj_strbuf_printf(describe,
                      "backend: cpu\n"
                      "method: online softmax over blocks of %d query rows x %d keys (%s), "
-                     "%d keys across the mask's edges; %d query head(s) per block sharing "
-                     "each K/V block\n"
+                     "%d query head(s) per block sharing each K/V block\n",
+                     tp->rows, tp->block_k, blocks.source, tp->heads_per_block);
+    if (tp->kern)
+        fj_strbuf_printf(describe,
+                         "kernels: %s, tiles of %d query rows packed once per block, K and V "
+                         "copied once per block, masks on the tiles that cross the band's edges\n",
+                         tp->kern->name, FJ_TILED_LANES);
+    else
+        fj_strbuf_printf(describe, "kernels: sgemm, %d keys per block across the mask's edges\n",
+                         tp->edge_k);
+    fj_strbuf_printf(describe,
                      "operands: q %s, k %s, v %s\n"
                      "workspace: %zu bytes per thread, %d threads\n",
-                     tp->rows, tp->block_k, blocks.source, tp->edge_k, tp->heads_per_block,
-                     tp->q_direct ? "in place" : "converted per block",
+                     tp->kern       ? "packed per block"
+                     : tp->q_direct ? "in place"
+                                    : "converted per block",
                      tp->k_direct ? "in place" : "converted per block",
                      tp->v_direct ? "in place" : "converted per block", tp->ws_bytes, threads);
     *state = tp;
@@ -434,7 +738,10 @@ static fj_status tiled_execute(const void *state, const fj_problem *p, const voi
         return FJ_OK;
     }
     tiled_job job = {tp, p, q, k, v, o, lse, in};
-    fj_cpu_pool_run(tp->pool, tp->tasks, tiled_task, &job);
+    /* The tile kernels call no BLAS: OpenBLAS's thread count is left as it
+       is (fj_cpu_pool_run sets it to 1 for the job, under a lock). */
+    if (tp->kern) fj_pool_run(tp->pool, tp->tasks, tile_task, &job);
+    else fj_cpu_pool_run(tp->pool, tp->tasks, tiled_task, &job);
     return FJ_OK;
 }
 

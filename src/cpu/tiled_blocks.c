@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "status.h"
+#include "tiled_kernels.h"
 #include "tune/tuning.h"
 
 /* Both forced sizes in one word, so a plan never reads half of an update:
@@ -36,6 +37,15 @@ fj_status fj_cpu_tiled_force_blocks(int block_q, int block_k)
 
 bool fj_cpu_tiled_blocks_forced(void) { return atomic_load(&forced_blocks) != 0; }
 
+static atomic_bool forced_blas;
+
+void fj_cpu_tiled_force_blas(bool on) { atomic_store(&forced_blas, on); }
+
+const fj_tiled_kernels *fj_cpu_tiled_kernels(void)
+{
+    return atomic_load(&forced_blas) ? NULL : fj_tiled_kernels_avx512();
+}
+
 /* Measured on the development machine (2 cores of an AMD EPYC, 1 MiB L2 per
  * core, OpenBLAS 0.3.21 with its Haswell sgemm kernels; `bench_cpu_tiled
  * sweep`, f32 and bf16, batch 1, 8 heads, S 2048-4096): GFLOP/s rise with
@@ -47,6 +57,18 @@ static void heuristic(int head_dim, int *block_q, int *block_k)
 {
     *block_q = 512;
     *block_k = head_dim <= 128 ? 512 : 256;
+}
+
+/* With the tile kernels (tiled_kernels.h) nothing is packed per key block, so
+ * key blocks only need to keep a tile's scores (block_k x 32 floats) in L1:
+ * 128 keys measured as fast as 64 and faster than 256 or 512, and 512 rows
+ * faster than 256 or 1024 (development machine, a Xeon with AVX-512, f32 S
+ * 1024-4096 D 128, one thread; docs/benchmarks.md, "Prefill on tiles of our
+ * own"): each block of rows reads its K and V once more. */
+static void heuristic_tiles(int *block_q, int *block_k)
+{
+    *block_q = 512;
+    *block_k = 128;
 }
 
 /* Smallest block_q the adjustments below go to: sgemm efficiency falls off
@@ -168,7 +190,8 @@ fj_status fj_cpu_tiled_choose_blocks(const fj_context *ctx, const fj_problem *p,
         /* as tuned */
     } else {
         out->from = FJ_TILES_HEURISTIC;
-        heuristic(p->head_dim, &bq, &bk);
+        if (fj_cpu_tiled_kernels()) heuristic_tiles(&bq, &bk);
+        else heuristic(p->head_dim, &bq, &bk);
         if (!out->source[0])
             snprintf(out->source, sizeof out->source, "heuristic: head dim, window, workers");
         /* Under a mask, a block of rows sees up to W + block_q - 1 keys (W:

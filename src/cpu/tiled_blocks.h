@@ -38,7 +38,8 @@ void fj_cpu_tiled_geometry_of(const fj_problem *p, int block_q, fj_cpu_tiled_geo
  * config ("q<block_q>k<block_k>", the tuner's candidate) when not NULL; the
  * forced ones when a test set them (below); the tuning entry for the point
  * (ctx's tuning file, then the shipped table; ctx may be NULL: none); else
- * the heuristic for the head dim, with block_q lowered while there would be
+ * the heuristic for the head dim (or for the tile kernels, where plans use
+ * them: fj_cpu_tiled_kernels below), with block_q lowered while there would be
  * too few blocks to keep every worker busy. Never larger than the problem
  * needs (block_k <= seqlen_k, block_q <= seqlen_q * group).
  * FJ_ERR_INVALID_ARGUMENT for a config that does not parse. */
@@ -63,5 +64,16 @@ fj_status fj_cpu_tiled_force_blocks(int block_q, int block_k);
 
 /* Whether fj_cpu_tiled_force_blocks has blocks forced now. Thread-safe. */
 bool fj_cpu_tiled_blocks_forced(void);
+
+/* The tile kernels plans use (tiled_kernels.h): the AVX-512 set where the
+ * CPU has it, else NULL (every block through cblas_sgemm). Thread-safe. */
+struct fj_tiled_kernels;
+const struct fj_tiled_kernels *fj_cpu_tiled_kernels(void);
+
+/* Test hook: plans created after fj_cpu_tiled_force_blas(true) (in any
+ * context of the process) run every block through cblas_sgemm, as on a CPU
+ * without the tile kernels; false goes back to choosing by the CPU. Plans
+ * already cached keep their choice. Thread-safe. */
+void fj_cpu_tiled_force_blas(bool on);
 
 #endif

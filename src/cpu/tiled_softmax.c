@@ -56,15 +56,14 @@ FJ_INLINE vfloat vselect(vint mask, vfloat a, vfloat b) /* mask lanes all-ones o
     return rf;
 }
 
-/* Taylor coefficients of 2^r = e^(r ln 2): (ln 2)^k / k! */
-#define C7 1.5252733804059840e-05f
-#define C6 1.5403530393381606e-04f
-#define C5 1.3333558146428443e-03f
-#define C4 9.6181291076284772e-03f
-#define C3 5.5504108664821580e-02f
-#define C2 2.4022650695910071e-01f
-#define C1 6.9314718055994531e-01f
-#define ROUND_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
+#define C7 FJ_EXP2_C7
+#define C6 FJ_EXP2_C6
+#define C5 FJ_EXP2_C5
+#define C4 FJ_EXP2_C4
+#define C3 FJ_EXP2_C3
+#define C2 FJ_EXP2_C2
+#define C1 FJ_EXP2_C1
+#define ROUND_MAGIC FJ_EXP2_ROUND_MAGIC
 
 FJ_INLINE vfloat vexp2_nonpositive(vfloat x)
 {

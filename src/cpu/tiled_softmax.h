@@ -16,6 +16,18 @@
 
 #include <stdint.h>
 
+/* The formula's constants (also used by tiled_avx512.c): Taylor coefficients
+ * of 2^r = e^(r ln 2), (ln 2)^k / k!, and 1.5 * 2^23, whose addition rounds a
+ * float to an integer and leaves it in the low mantissa bits. */
+#define FJ_EXP2_C7 1.5252733804059840e-05f
+#define FJ_EXP2_C6 1.5403530393381606e-04f
+#define FJ_EXP2_C5 1.3333558146428443e-03f
+#define FJ_EXP2_C4 9.6181291076284772e-03f
+#define FJ_EXP2_C3 5.5504108664821580e-02f
+#define FJ_EXP2_C2 2.4022650695910071e-01f
+#define FJ_EXP2_C1 6.9314718055994531e-01f
+#define FJ_EXP2_ROUND_MAGIC 12582912.0f
+
 /* x[0..n) (n >= 1): a row's base-2 scores for the next block of keys, -inf
  * for the keys the row does not see, at least one finite. *max: the row's
  * largest score so far (-inf before its first step); *sum: the sum of

@@ -28,6 +28,17 @@
  *       causal or not): the plan's path (AMX row blocks where the CPU has
  *       AMX) and the tiled path (decode.h's paths turned off), in turn;
  *       GFLOP/s as in `table`.
+ *   bench_cpu_tiled [-t T] [-r R] causal [FILTER]
+ *       Causal (bottom-right) against non-causal on the tiled path at S 512,
+ *       1024 and 2048 (f32, f16 and bf16, 8 heads, D 64 / 128 / 256, and
+ *       32/8 heads at D 128), on the tile kernels and, where those are the
+ *       default, the same problems on the sgemm kernels: every plan of a row
+ *       timed once per round, the order turned round by round. "per FLOP" is
+ *       the median over rounds of causal GFLOP/s over non-causal GFLOP/s
+ *       (causal FLOPs are half, so 1 means the causal run took half the
+ *       time); "tiles/sgemm" the median of sgemm time over tile time. bf16
+ *       runs the tiled path too (decode.h's paths turned off), as it does on
+ *       a CPU without AMX.
  *   bench_cpu_tiled [-r R] kernels
  *       The decode path's kernels alone (src/cpu/decode_kernels.h), one
  *       thread, on one block of 128 keys that stays in cache: nanoseconds
@@ -42,6 +53,13 @@
  *       the CPU has them.
  * -l bhsd: every tensor laid out [batch, heads, seq, head_dim] (PyTorch's
  * layout) instead of the dense [batch, seq, heads, head_dim].
+ * -c: every time is the process's CPU time (all its threads) rather than
+ * the wall clock's: with -t 1, the work alone, whatever else the machine
+ * runs meanwhile (a shared machine's preemptions do not count; its cache
+ * and memory traffic still do).
+ * -b BQ,BK: the tiled path's blocks forced (fj_cpu_tiled_force_blocks) in
+ * every mode but sweep; -k sgemm: the tiled path's sgemm kernels forced
+ * (fj_cpu_tiled_force_blas), as on a CPU without AVX-512.
  * DTYPE is f32, f16 or bf16; CAUSAL is none, bottom-right or top-left; BQS and
  * BKS are comma-separated block sizes (at most 8 each).
  * Medians of REPEATS timed runs (default 5) after one warm-up run. */
@@ -70,10 +88,12 @@ static int threads = 0;   /* 0: one per online core, as the library's default */
 static bool bhsd = false; /* -l bhsd: tensors [batch, heads, seq, head_dim] (PyTorch's) */
 static int repeats = 5;
 
+static bool cpu_clock = false; /* -c: time by the process's CPU time, not the wall clock */
+
 static double now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -753,6 +773,87 @@ static int run_prefill(const char *filter)
     return 0;
 }
 
+static int run_causal(const char *filter)
+{
+    fj_cpu_decode_force(FJ_CPU_DECODE_OFF); /* the tiled path, bf16 included */
+    fj_context *ctx = make_context(FJ_BACKEND_CPU);
+    /* the same plans on the sgemm kernels, where the tile kernels are the
+       default (plans are cached per context) */
+    const bool both = fj_cpu_tiled_kernels() != NULL;
+    fj_context *sctx = both ? make_context(FJ_BACKEND_CPU) : NULL;
+    const int nthreads = context_threads(ctx);
+    printf("threads: %d; medians of %d rounds (each round: every plan of the row once, the "
+           "order turned round by round); per FLOP: median of the rounds' causal / non-causal "
+           "GFLOP/s; tiles/sgemm: median of the rounds' sgemm time / tile time, non-causal and "
+           "causal\n\n",
+           nthreads, repeats);
+    printf("| shape (causal: bottom-right) | kernels | ms | GF/s | causal ms | GF/s | per FLOP "
+           "|%s\n",
+           both ? " sgemm ms | causal ms | per FLOP | tiles/sgemm |" : "");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |%s\n",
+           both ? " ---: | ---: | ---: | ---: |" : "");
+    static const int seqs[] = {512, 1024, 2048};
+    static const struct {
+        fj_dtype t;
+        int hq, hkv, d;
+    } kinds[] = {{FJ_F32, 8, 8, 64},  {FJ_F32, 8, 8, 128},  {FJ_F32, 32, 8, 128},
+                 {FJ_F16, 8, 8, 128}, {FJ_BF16, 8, 8, 128}, {FJ_F32, 8, 8, 256}};
+    for (size_t a = 0; a < sizeof seqs / sizeof seqs[0]; a++)
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            shape sh = {kinds[k].t, 1,          kinds[k].hq,    kinds[k].hkv, seqs[a],
+                        seqs[a],    kinds[k].d, FJ_CAUSAL_NONE, -1,           -1};
+            char name[160];
+            snprintf(name, sizeof name, "%s", shape_str(&sh));
+            if (filter && !strstr(name, filter)) continue;
+            name[strlen(name) - strlen(" none")] = '\0';
+            fj_attention_desc d[2];
+            d[0] = shape_desc(&sh);
+            sh.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+            d[1] = shape_desc(&sh);
+            enum { PLANS = 4 };
+            fj_plan *plans[PLANS] = {NULL}; /* tiles none, causal; sgemm none, causal */
+            const int np = both ? 4 : 2;
+            for (int i = 0; i < np; i++) {
+                fj_cpu_tiled_force_blas(i >= 2);
+                fj_status s = fj_plan_create(i < 2 ? ctx : sctx, &d[i % 2], &plans[i]);
+                fj_cpu_tiled_force_blas(false);
+                if (s) die("fj_plan_create", s);
+            }
+            tensors x = make_tensors(ctx, &d[0]);
+            const double f[2] = {fj_attention_flops(&d[0]), fj_attention_flops(&d[1])};
+            double t[PLANS][64], per[2][64], speed[2][64];
+            for (int i = 0; i < np; i++) time_plan(plans[i], &x);
+            for (int r = 0; r < repeats; r++) {
+                for (int i = 0; i < np; i++) {
+                    const int at = (i + r) % np;
+                    t[at][r] = time_plan(plans[at], &x);
+                }
+                for (int m = 0; m < np / 2; m++)
+                    per[m][r] = (f[1] / t[2 * m + 1][r]) / (f[0] / t[2 * m][r]);
+                if (both)
+                    for (int c = 0; c < 2; c++) speed[c][r] = t[2 + c][r] / t[c][r];
+            }
+            double med[PLANS];
+            for (int i = 0; i < np; i++) med[i] = median(t[i], repeats);
+            printf("| %s | %s | %.2f | %.1f | %.2f | %.1f | %.3f |", name,
+                   strstr(fj_plan_describe(plans[0]), "kernels: avx512") ? "avx512" : "sgemm",
+                   med[0] * 1e3, f[0] / med[0] * 1e-9, med[1] * 1e3, f[1] / med[1] * 1e-9,
+                   median(per[0], repeats));
+            if (both)
+                printf(" %.2f | %.2f | %.3f | %.2fx, %.2fx |", med[2] * 1e3, med[3] * 1e3,
+                       median(per[1], repeats), median(speed[0], repeats),
+                       median(speed[1], repeats));
+            printf("\n");
+            fflush(stdout);
+            free_tensors(ctx, &x);
+            for (int i = 0; i < np; i++) fj_plan_destroy(plans[i]);
+        }
+    fj_context_destroy(ctx);
+    if (sctx) fj_context_destroy(sctx);
+    fj_cpu_decode_force(FJ_CPU_DECODE_AUTO);
+    return 0;
+}
+
 /* "64,128,256" into v (at most cap values in [1, FJ_CPU_TILED_MAX_BLOCK]); 0 on error. */
 static int parse_list(const char *s, int *v, int cap)
 {
@@ -868,9 +969,21 @@ int main(int argc, char **argv)
 {
     int i = 1;
     for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
+        if (!strcmp(argv[i], "-c")) {
+            cpu_clock = true;
+            i--;
+            continue;
+        }
         if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) repeats = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-l")) bhsd = !strcmp(argv[i + 1], "bhsd");
+        else if (!strcmp(argv[i], "-b")) {
+            int bq, bk;
+            if (sscanf(argv[i + 1], "%d,%d", &bq, &bk) != 2 || fj_cpu_tiled_force_blocks(bq, bk)) {
+                fprintf(stderr, "bench_cpu_tiled: -b wants BLOCK_Q,BLOCK_K\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "-k")) fj_cpu_tiled_force_blas(!strcmp(argv[i + 1], "sgemm"));
         else break;
     }
     if (repeats < 1 || repeats > 64 || threads < 0) {
@@ -878,8 +991,13 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *mode = i < argc ? argv[i] : "table";
+    /* OpenBLAS starts its threads when it is loaded, and they spin in
+       sched_yield for about 0.1 s before they sleep: let them, so they take
+       no core from the first runs (nor, with -c, count in their CPU time). */
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
     if (!strcmp(mode, "table")) return run_table(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "decode")) return run_decode(i + 1 < argc ? argv[i + 1] : NULL);
+    if (!strcmp(mode, "causal")) return run_causal(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "kernels")) return run_kernels();
     if (!strcmp(mode, "prefill")) return run_prefill(i + 1 < argc ? argv[i + 1] : NULL);
 #ifdef RATES
@@ -892,6 +1010,7 @@ int main(int argc, char **argv)
             "       bench_cpu_tiled [-t T] [-r R] sweep DTYPE B HQ HKV SQ SK D CAUSAL [BQS [BKS]]\n"
             "       bench_cpu_tiled [-t T] [-r R] decode [FILTER]\n"
             "       bench_cpu_tiled [-t T] [-r R] prefill [FILTER]\n"
+            "       bench_cpu_tiled [-t T] [-r R] causal [FILTER]\n"
             "       bench_cpu_tiled [-r R] kernels\n"
             "       bench_cpu_tiled rates\n"
             "       bench_cpu_tiled [-t T] memory DTYPE SQ D [reference]\n");

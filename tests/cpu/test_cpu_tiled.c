@@ -14,6 +14,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
@@ -24,7 +25,9 @@
 #include "case.h"
 #include "check.h"
 #include "harness.h"
+#include "half.h"
 #include "cpu/tiled_blocks.h"
+#include "cpu/tiled_kernels.h"
 #include "cpu/tiled_softmax.h"
 
 #define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -270,6 +273,425 @@ static void test_row_kernel_steps(void **state)
     }
 }
 
+/* ---- the tile kernels ------------------------------------------------------ */
+
+#define LANES FJ_TILED_LANES
+
+/* The kernels this CPU runs, or NULL after saying why the tests of them skip. */
+static const fj_tiled_kernels *tile_kernels(void)
+{
+    const fj_tiled_kernels *k = fj_cpu_tiled_kernels();
+    if (!k) printf("# no tile kernels on this CPU (no AVX-512): their tests skip\n");
+    return k;
+}
+
+static float uniform_pm(fjt_rng *rng) { return (float)(2.0 * fjt_uniform(rng) - 1.0); }
+
+/* Whether x still holds fjt_poison_f32's pattern (never written). */
+static bool is_poison(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u == 0xffffffffu;
+}
+
+/* Scores and values against double sums, over head dims and key counts
+ * around the kernels' groups of 12 and their 8/4/2/1 tails, K and V rows
+ * an odd stride apart; values with factors 0, 1 and in between. The bound:
+ * float sums of D products, each off by a rounding, so within 2 D eps of the
+ * sum of the products' magnitudes. */
+static void test_tile_scores_values(void **state)
+{
+    (void)state;
+    const fj_tiled_kernels *kern = tile_kernels();
+    if (!kern) return;
+    static const int dims[] = {1, 3, 12, 16, 17, 64, 100, 128, 256};
+    static const int keys[] = {1, 2, 3, 4, 5, 7, 8, 11, 12, 13, 23, 24, 25, 37, 128};
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0x7117);
+    const int maxd = 256, maxk = 128, ld = maxd + 5;
+    float *qp = malloc(sizeof(float) * maxd * LANES), *kv = malloc(sizeof(float) * maxk * ld);
+    float *st = malloc(sizeof(float) * maxk * LANES), *ot = malloc(sizeof(float) * maxd * LANES);
+    float *ot0 = malloc(sizeof(float) * maxd * LANES);
+    for (int a = 0; a < NELEMS(dims); a++)
+        for (int b = 0; b < NELEMS(keys); b++) {
+            const int D = dims[a], n = keys[b];
+            for (int i = 0; i < D * LANES; i++) qp[i] = uniform_pm(&rng);
+            for (int i = 0; i < n * ld; i++) kv[i] = uniform_pm(&rng);
+            /* all 32 lanes, or one half alone (the other half untouched) */
+            const int half = (a + b) % 3 - 1, off = half == 1 ? 16 : 0;
+            const int lanes = half < 0 ? LANES : 16;
+            fjt_poison_f32(st, (size_t)maxk * LANES);
+            kern->scores(qp + off, D, kv, ld, n, st + off, lanes);
+            for (int j = 0; j < n; j++)
+                for (int r = 0; r < LANES; r++) {
+                    if (r < off || r >= off + lanes) {
+                        if (!is_poison(st[j * LANES + r]))
+                            fail_msg("scores D %d n %d, %d lanes from %d: wrote lane %d", D, n,
+                                     lanes, off, r);
+                        continue;
+                    }
+                    double want = 0, mag = 0;
+                    for (int d = 0; d < D; d++) {
+                        want += (double)qp[d * LANES + r] * kv[j * ld + d];
+                        mag += fabs((double)qp[d * LANES + r] * kv[j * ld + d]);
+                    }
+                    if (!(fabs(st[j * LANES + r] - want) <= 2.0 * D * FLT_EPSILON * mag + 1e-30))
+                        fail_msg("scores D %d n %d: key %d lane %d = %.9g, want %.9g", D, n, j, r,
+                                 (double)st[j * LANES + r], want);
+                }
+            for (int j = n; j < maxk; j++) /* nothing past the keys written */
+                if (!is_poison(st[j * LANES])) fail_msg("scores D %d n %d: wrote key %d", D, n, j);
+
+            float factor[LANES];
+            for (int r = 0; r < LANES; r++)
+                factor[r] = r % 4 == 0 ? 1.0f : r % 4 == 1 ? 0.0f : (float)fjt_uniform(&rng);
+            for (int i = 0; i < n * LANES; i++) st[i] = (float)fjt_uniform(&rng);
+            for (int i = 0; i < D * LANES; i++) ot[i] = ot0[i] = uniform_pm(&rng);
+            kern->values(st + off, n, kv, ld, D, factor + off, ot + off, lanes);
+            for (int d = 0; d < D; d++)
+                for (int r = 0; r < LANES; r++) {
+                    if (r < off || r >= off + lanes) {
+                        if (ot[d * LANES + r] != ot0[d * LANES + r])
+                            fail_msg("values D %d n %d, %d lanes from %d: wrote lane %d", D, n,
+                                     lanes, off, r);
+                        continue;
+                    }
+                    double want = (double)ot0[d * LANES + r] * factor[r], mag = fabs(want);
+                    for (int j = 0; j < n; j++) {
+                        want += (double)st[j * LANES + r] * kv[j * ld + d];
+                        mag += fabs((double)st[j * LANES + r] * kv[j * ld + d]);
+                    }
+                    if (!(fabs(ot[d * LANES + r] - want) <=
+                          2.0 * (n + 1) * FLT_EPSILON * mag + 1e-30))
+                        fail_msg("values D %d n %d: column %d lane %d = %.9g, want %.9g", D, n, d,
+                                 r, (double)ot[d * LANES + r], want);
+                }
+        }
+    free(qp), free(kv), free(st), free(ot), free(ot0);
+}
+
+/* The lanes' online-softmax step against double arithmetic, as
+ * test_row_kernel_steps does for the row kernel: several steps per lane with
+ * the max rising, falling and unchanged; per step, each lane's own seen keys
+ * [lo, hi) (none at all for some lanes, in some steps or in every one) or the
+ * whole block (lo and hi NULL). Then a NaN and a +inf score: the lane's sum
+ * NaN, the other lanes untouched. */
+static void test_tile_softmax(void **state)
+{
+    (void)state;
+    const fj_tiled_kernels *kern = tile_kernels();
+    if (!kern) return;
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0x5115);
+    enum { MAXN = 70 };
+    float st[MAXN * LANES], max[LANES], sum[LANES], factor[LANES];
+    double dmax[LANES], dsum[LANES];
+    for (int trial = 0; trial < 200; trial++) {
+        for (int r = 0; r < LANES; r++) {
+            max[r] = -INFINITY, sum[r] = 0.0f;
+            dmax[r] = -INFINITY, dsum[r] = 0.0;
+        }
+        const bool never = trial % 3 == 0; /* lane 5 never sees a key */
+        for (int step = 0; step < 4; step++) {
+            const int n = fjt_range(&rng, 1, MAXN);
+            const bool whole = step == 1 && trial % 2 && !never;
+            int32_t lo[LANES], hi[LANES];
+            for (int r = 0; r < LANES; r++) {
+                lo[r] = fjt_range(&rng, 0, n);
+                hi[r] = fjt_range(&rng, lo[r], n); /* may be empty */
+                if (r % 7 == 3) lo[r] = 0, hi[r] = n;
+                if (never && r == 5) lo[r] = hi[r] = n / 2;
+                if (whole) lo[r] = 0, hi[r] = n;
+            }
+            const double shift = 20.0 * (fjt_uniform(&rng) - 0.5);
+            for (int j = 0; j < n; j++)
+                for (int r = 0; r < LANES; r++) {
+                    float x = (float)(shift + 10.0 * (fjt_uniform(&rng) - 0.5));
+                    if (step == 3) x = max[r] - 1.0f - (float)fjt_uniform(&rng); /* max stays */
+                    st[j * LANES + r] = x;
+                }
+            double want_p[MAXN * LANES], want_f[LANES], dmax_before[LANES], dsum_before[LANES];
+            memcpy(dmax_before, dmax, sizeof dmax);
+            memcpy(dsum_before, dsum, sizeof dsum);
+            for (int r = 0; r < LANES; r++) {
+                double bm = dmax[r];
+                for (int j = lo[r]; j < hi[r]; j++) bm = fmax(bm, (double)st[j * LANES + r]);
+                const double z = bm == -INFINITY ? 0.0 : bm, bs0 = 0;
+                double bs = bs0;
+                for (int j = 0; j < n; j++) {
+                    want_p[j * LANES + r] =
+                        j >= lo[r] && j < hi[r] ? exp2((double)st[j * LANES + r] - z) : 0.0;
+                    bs += want_p[j * LANES + r];
+                }
+                want_f[r] = exp2(dmax[r] - z);
+                dsum[r] = dsum[r] * want_f[r] + bs;
+                dmax[r] = bm;
+            }
+            /* one half alone in some steps: the other's state stays */
+            const int half = trial % 4 == 1 && step == 2 ? trial % 8 / 4 : -1;
+            const int off = half == 1 ? 16 : 0, lanes = half < 0 ? LANES : 16;
+            float keep_max[LANES], keep_sum[LANES], keep_f[LANES], keep_st[MAXN * LANES];
+            memcpy(keep_max, max, sizeof max);
+            memcpy(keep_sum, sum, sizeof sum);
+            memcpy(keep_f, factor, sizeof factor);
+            memcpy(keep_st, st, sizeof(float) * n * LANES);
+            kern->softmax(st + off, n, whole ? NULL : lo + off, whole ? NULL : hi + off, max + off,
+                          sum + off, factor + off, lanes);
+            for (int r = 0; r < LANES; r++) {
+                if (r < off || r >= off + lanes) { /* the other half: untouched */
+                    if (memcmp(&max[r], &keep_max[r], sizeof max[r]) ||
+                        memcmp(&sum[r], &keep_sum[r], sizeof sum[r]) ||
+                        memcmp(&factor[r], &keep_f[r], sizeof factor[r]))
+                        fail_msg("trial %d: the half from %d wrote lane %d's state", trial, off, r);
+                    for (int j = 0; j < n; j++)
+                        if (memcmp(&st[j * LANES + r], &keep_st[j * LANES + r], sizeof(float)))
+                            fail_msg("trial %d: the half from %d wrote lane %d's p", trial, off, r);
+                    dmax[r] = dmax_before[r]; /* and the double reference undone */
+                    dsum[r] = dsum_before[r];
+                    continue;
+                }
+                if ((double)max[r] != dmax[r])
+                    fail_msg("trial %d step %d lane %d: max %.9g, want %.9g", trial, step, r,
+                             (double)max[r], dmax[r]);
+                if (!(fabs(factor[r] - want_f[r]) <= 1e-6 * want_f[r]) ||
+                    (want_f[r] == 1.0 && factor[r] != 1.0f) ||
+                    (want_f[r] == 0.0 && factor[r] != 0.0f))
+                    fail_msg("trial %d step %d lane %d: factor %.9g, want %.9g", trial, step, r,
+                             (double)factor[r], want_f[r]);
+                if (!(fabs(sum[r] - dsum[r]) <= 2e-6 * dsum[r]))
+                    fail_msg("trial %d step %d lane %d: sum %.9g, want %.9g", trial, step, r,
+                             (double)sum[r], dsum[r]);
+                for (int j = 0; j < n; j++) {
+                    const double want = want_p[j * LANES + r];
+                    const float got = st[j * LANES + r];
+                    if (want == 0.0 ? got != 0.0f : !(fabs(got - want) <= 1e-6 * want))
+                        fail_msg("trial %d step %d lane %d [%d, %d) of %d: p[%d] = %.9g, want %.9g",
+                                 trial, step, r, lo[r], hi[r], n, j, (double)got, want);
+                }
+            }
+        }
+        if (never && !(max[5] == -INFINITY && sum[5] == 0.0f))
+            fail_msg("trial %d: a lane that saw no key has max %g, sum %g", trial, (double)max[5],
+                     (double)sum[5]);
+    }
+    /* non-finite scores: lane 2 a NaN, lane 9 a +inf, among finite ones */
+    for (int r = 0; r < LANES; r++) max[r] = -INFINITY, sum[r] = 0.0f;
+    for (int j = 0; j < 20; j++)
+        for (int r = 0; r < LANES; r++) st[j * LANES + r] = (float)j * 0.1f;
+    st[7 * LANES + 2] = NAN;
+    st[3 * LANES + 9] = INFINITY;
+    kern->softmax(st, 20, NULL, NULL, max, sum, factor, LANES);
+    for (int r = 0; r < LANES; r++) {
+        const bool bad = r == 2 || r == 9;
+        if (bad ? !isnan(sum[r]) : !(sum[r] > 1.0f && isfinite(sum[r])))
+            fail_msg("non-finite scores: lane %d sum %g", r, (double)sum[r]);
+    }
+}
+
+/* A float drawn to exercise the conversions: mostly uniform, sometimes
+ * NaN, an infinity, beyond f16's range, in its subnormal range, a tie
+ * between two f16 or bf16 values, or zero. */
+static float awkward(fjt_rng *rng)
+{
+    const int kind = fjt_range(rng, 0, 19);
+    const float sign = fjt_uniform(rng) < 0.5 ? -1.0f : 1.0f;
+    switch (kind) {
+    case 0: return NAN;
+    case 1: return sign * INFINITY;
+    case 2: return sign * 70000.0f * (float)(1.0 + fjt_uniform(rng));
+    case 3: return sign * 3e-6f * (float)fjt_uniform(rng); /* f16 subnormal */
+    case 4: return sign * (1.0f + (float)fjt_range(rng, 0, 1023) / 1024.0f + 1.0f / 2048.0f);
+    case 5: return sign * (1.0f + (float)fjt_range(rng, 0, 127) / 128.0f + 1.0f / 256.0f);
+    case 6: return 0.0f;
+    default: return sign * (float)(4.0 * fjt_uniform(rng));
+    }
+}
+
+/* Queries packed (transposed, times alpha); outputs stored scaled into rows
+ * of their own, as f32 (bit for bit) and as f16 and bf16 (bit for bit what
+ * half.h's conversions give, NaN included); rows loaded from f16 and bf16 as
+ * half.h widens them. Head dims around the transposes' 16. */
+static void test_tile_pack_store_load(void **state)
+{
+    (void)state;
+    const fj_tiled_kernels *kern = tile_kernels();
+    if (!kern) return;
+    static const int dims[] = {1, 5, 15, 16, 17, 31, 33, 100, 128, 256};
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0x3113);
+    float *rows = malloc(sizeof(float) * LANES * 256), *qp = malloc(sizeof(float) * 257 * LANES);
+    float *back = aligned_alloc(64, sizeof(float) * LANES * 260);
+    uint16_t *half = malloc(sizeof(uint16_t) * LANES * 260);
+    for (int a = 0; a < NELEMS(dims); a++) {
+        const int D = dims[a];
+        const float alpha = a % 2 ? 1.0f : 0.3f;
+        for (int i = 0; i < LANES * D; i++) rows[i] = uniform_pm(&rng);
+        fjt_poison_f32(qp, (size_t)257 * LANES);
+        const float *src[LANES]; /* rows in turn, one missing (zeros) */
+        for (int r = 0; r < LANES; r++) src[r] = r == a % LANES ? NULL : rows + r * D;
+        kern->pack_queries(src, D, alpha, qp);
+        for (int d = 0; d < D; d++)
+            for (int r = 0; r < LANES; r++) {
+                const float want = src[r] ? alpha * rows[r * D + d] : 0.0f;
+                if (qp[d * LANES + r] != want)
+                    fail_msg("pack D %d: [%d][%d] = %g, want %g", D, d, r,
+                             (double)qp[d * LANES + r], (double)want);
+            }
+        if (!is_poison(qp[D * LANES])) fail_msg("pack D %d wrote past head_dim", D);
+
+        /* stored scaled: rows at odd offsets (no streaming) or on 64 bytes,
+           some skipped, a partial last half; awkward values */
+        for (int i = 0; i < LANES * D; i++) qp[i] = awkward(&rng);
+        const int nrows = LANES - a % 3, off = a % 2 ? 3 : 0;
+        void *dst[LANES];
+        float scale[LANES];
+        for (int r = 0; r < LANES; r++) scale[r] = r % 3 ? 1.0f : 0.5f + (float)r;
+        for (int t = 0; t < 3; t++) {
+            const fj_dtype dt = t == 0 ? FJ_F32 : t == 1 ? FJ_F16 : FJ_BF16;
+            fjt_poison_f32(back, (size_t)LANES * 260);
+            memset(half, 0xff, sizeof(uint16_t) * LANES * 260);
+            for (int r = 0; r < LANES; r++)
+                dst[r] = r % 5 == 4     ? NULL
+                         : dt == FJ_F32 ? (void *)(back + r * 256 + off)
+                                        : (void *)(half + r * 256 + off);
+            kern->store_outputs(qp, D, dst, dt, scale, nrows);
+            for (int r = 0; r < LANES; r++)
+                for (int d = 0; d < 256 - 3; d++) {
+                    const bool written = r < nrows && dst[r] && d < D;
+                    const float x = written ? qp[d * LANES + r] * scale[r] : 0.0f;
+                    if (dt == FJ_F32) {
+                        const float got = back[r * 256 + off + d];
+                        const bool ok = !written   ? is_poison(got)
+                                        : isnan(x) ? (bool)isnan(got)
+                                                   : memcmp(&got, &x, sizeof x) == 0;
+                        if (!ok)
+                            fail_msg("store f32 D %d rows %d: row %d column %d = %g, want %g", D,
+                                     nrows, r, d, (double)got, (double)x);
+                    } else {
+                        const uint16_t got = half[r * 256 + off + d];
+                        const uint16_t want = !written       ? 0xffffu
+                                              : dt == FJ_F16 ? fj_f32_to_f16(x)
+                                                             : fj_f32_to_bf16(x);
+                        if (got != want)
+                            fail_msg("store %s D %d rows %d: row %d column %d (%.9g) = 0x%04x, "
+                                     "want 0x%04x",
+                                     fj_dtype_name(dt), D, nrows, r, d, (double)x, got, want);
+                    }
+                }
+        }
+
+        /* loaded from f16 / bf16 rows an odd stride apart */
+        for (int t = 0; t < 2; t++) {
+            const fj_dtype dt = t ? FJ_BF16 : FJ_F16;
+            const int lds = D + 7, nr = 5;
+            for (int i = 0; i < nr * lds; i++)
+                half[i] =
+                    dt == FJ_F16 ? fj_f32_to_f16(awkward(&rng)) : fj_f32_to_bf16(awkward(&rng));
+            fjt_poison_f32(back, (size_t)LANES * 260);
+            kern->load_rows(back, D + 1, half, lds, dt, nr, D);
+            for (int r = 0; r < nr; r++)
+                for (int d = 0; d <= D; d++) {
+                    const float got = back[r * (D + 1) + d];
+                    const uint16_t h = half[r * lds + d];
+                    const float want = dt == FJ_F16 ? fj_f16_to_f32(h) : fj_bf16_to_f32(h);
+                    const bool ok = d == D        ? is_poison(got)
+                                    : isnan(want) ? (bool)isnan(got)
+                                                  : memcmp(&got, &want, sizeof got) == 0;
+                    if (!ok)
+                        fail_msg("load %s D %d: row %d column %d = %g, want %g", fj_dtype_name(dt),
+                                 D, r, d, (double)got, (double)want);
+                }
+        }
+    }
+    free(rows), free(qp), free(back), free(half);
+}
+
+/* The tile path and the sgemm path on the causal diagonal's edge cases:
+ * seqlens around the 32-row tiles and the forced blocks (31..33, 63..65,
+ * 127..129), primes, Sq != Sk both ways, both causal alignments, windows,
+ * GQA rows stacked in a tile, every dtype; each against the oracle and the
+ * reference (fjt_case_check), the tile path first, then the same problem
+ * with sgemm forced. */
+static void test_tile_causal_edges(void **state)
+{
+    (void)state;
+    static const int seqs[] = {31, 32, 33, 37, 63, 64, 65, 101, 127, 128, 129, 257};
+    static const int deltas[] = {0, 17, -17, 1, -1};
+    static const fj_dtype dtypes[] = {FJ_F32, FJ_F16, FJ_BF16};
+    static const int blocks[][2] = {{0, 0}, {32, 16}, {48, 33}, {64, 128}, {96, 7}};
+    const bool tiles = fj_cpu_tiled_kernels() != NULL;
+    if (!tiles) printf("# no tile kernels on this CPU: the sgemm path alone\n");
+    int n = 0;
+    for (int s = 0; s < NELEMS(seqs); s++)
+        for (int v = 0; v < NELEMS(deltas); v++) {
+            const int sq = seqs[s], sk = seqs[s] + deltas[v];
+            const int variant = s * NELEMS(deltas) + v;
+            const int *bl = blocks[variant % NELEMS(blocks)];
+            assert_int_equal(fj_cpu_tiled_force_blocks(bl[0], bl[1]), FJ_OK);
+            for (int blas = 0; blas <= (tiles ? 1 : 0); blas++) {
+                fj_cpu_tiled_force_blas(blas);
+                checkers c = {make_context(FJ_BACKEND_CPU, 2),
+                              make_context(FJ_BACKEND_CPU_REFERENCE, 2)};
+                fj_attention_desc d;
+                const bool gqa = variant % 3 == 1;
+                fj_attention_desc_init(&d, 1 + variant % 2, gqa ? 8 : 2, 2, sq, sk,
+                                       variant % 4 == 0   ? 64
+                                       : variant % 4 == 1 ? 17
+                                                          : 32,
+                                       dtypes[variant % 3]);
+                d.causal = variant % 2 ? FJ_CAUSAL_TOP_LEFT : FJ_CAUSAL_BOTTOM_RIGHT;
+                if (variant % 5 == 2) d.window_left = 20;
+                if (variant % 7 == 3)
+                    d.causal = FJ_CAUSAL_NONE, d.window_left = 9, d.window_right = 5;
+                char name[48];
+                snprintf(name, sizeof name, "sq%d-sk%d-v%d-%s", sq, sk, variant,
+                         blas ? "sgemm" : "tiles");
+                fjt_case k =
+                    fjt_case_make("tile-edges", name, &d, variant % 2 ? FJT_BHSD : FJT_DENSE, true);
+                fj_plan *plan;
+                assert_int_equal(fj_plan_create(c.tiled, &k.d, &plan), FJ_OK);
+                const char *text = fj_plan_describe(plan);
+                const bool on_tiles = strstr(text, "kernels: avx512") != NULL;
+                if (blas && on_tiles) fail_msg("%s: sgemm forced, yet:\n%s", name, text);
+                if (!blas && on_tiles) n++;
+                fj_plan_destroy(plan);
+                check_case(&c, &k);
+                fj_context_destroy(c.tiled);
+                fj_context_destroy(c.ref);
+            }
+            fj_cpu_tiled_force_blas(false);
+        }
+    assert_int_equal(fj_cpu_tiled_force_blocks(0, 0), FJ_OK);
+    printf("# %d problems on the tile kernels\n", n);
+    if (tiles) assert_true(n > NELEMS(seqs) * NELEMS(deltas) / 2);
+}
+
+/* Softcap, ALiBi and sinks on the tile path with masks, against the oracle
+ * and the reference. */
+static void test_tile_features(void **state)
+{
+    (void)state;
+    static const uint32_t features[] = {0, FJ_FEATURE_ALIBI, FJ_FEATURE_SINKS,
+                                        FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS};
+    checkers c = {make_context(FJ_BACKEND_CPU, 2), make_context(FJ_BACKEND_CPU_REFERENCE, 2)};
+    for (int i = 0; i < 8; i++) {
+        fj_attention_desc d;
+        fj_attention_desc_init(&d, 1, 4, 2, 70 + 13 * i, 90 - 7 * i, i % 2 ? 40 : 64,
+                               i % 3 == 2 ? FJ_F16 : FJ_F32);
+        d.causal = i % 2 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_TOP_LEFT;
+        if (i % 4 == 3) d.window_left = 25;
+        d.features = features[i % 4];
+        if (i >= 4) d.softcap = 15.0f;
+        char name[48];
+        snprintf(name, sizeof name, "features-%d", i);
+        fjt_case k = fjt_case_make("tile-features", name, &d, FJT_DENSE, true);
+        check_case(&c, &k);
+    }
+    fj_context_destroy(c.tiled);
+    fj_context_destroy(c.ref);
+}
+
 /* ---- plan parameters ------------------------------------------------------ */
 
 static size_t workspace_bytes(fj_context *ctx, int seqlen, int dim)
@@ -449,7 +871,9 @@ int main(void)
         cmocka_unit_test(test_force_blocks_hook),   cmocka_unit_test(test_workspace_bounded),
         cmocka_unit_test(test_geometry_at_int_max), cmocka_unit_test(test_head_chunks),
         cmocka_unit_test(test_thread_counts),       cmocka_unit_test(test_rescaling_ramps),
-        cmocka_unit_test(test_forced_small_blocks),
+        cmocka_unit_test(test_forced_small_blocks), cmocka_unit_test(test_tile_scores_values),
+        cmocka_unit_test(test_tile_softmax),        cmocka_unit_test(test_tile_pack_store_load),
+        cmocka_unit_test(test_tile_causal_edges),   cmocka_unit_test(test_tile_features),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
