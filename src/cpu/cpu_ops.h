@@ -13,4 +13,10 @@ extern const fj_backend_ops fj_cpu_reference_ops; /* src/cpu/reference.c */
 extern const fj_backend_ops fj_cpu_tiled_varlen_ops;
 extern const fj_backend_ops fj_cpu_reference_varlen_ops;
 
+/* The entries all four tables share (backend.h): host memory, copies that
+   are memcpy, a synchronize with nothing to wait for, fj_merge on the CPU. */
+#define FJ_CPU_SHARED_OPS                                                                        \
+    .mem_alloc = fj_cpu_mem_alloc, .mem_free = fj_cpu_mem_free, .copy_to_device = fj_cpu_memcpy, \
+    .copy_to_host = fj_cpu_memcpy, .synchronize = fj_cpu_synchronize, .merge = fj_cpu_merge
+
 #endif

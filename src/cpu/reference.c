@@ -218,10 +218,5 @@ const fj_backend_ops fj_cpu_reference_ops = {
     .execute = ref_execute,
     .plan_destroy = ref_plan_destroy,
     .info = ref_info,
-    .mem_alloc = fj_cpu_mem_alloc,
-    .mem_free = fj_cpu_mem_free,
-    .copy_to_device = fj_cpu_memcpy,
-    .copy_to_host = fj_cpu_memcpy,
-    .synchronize = fj_cpu_synchronize,
-    .merge = fj_cpu_merge,
+    FJ_CPU_SHARED_OPS,
 };

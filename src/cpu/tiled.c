@@ -774,10 +774,5 @@ const fj_backend_ops fj_cpu_tiled_ops = {
     .execute = tiled_execute,
     .plan_destroy = tiled_plan_destroy,
     .info = tiled_info,
-    .mem_alloc = fj_cpu_mem_alloc,
-    .mem_free = fj_cpu_mem_free,
-    .copy_to_device = fj_cpu_memcpy,
-    .copy_to_host = fj_cpu_memcpy,
-    .synchronize = fj_cpu_synchronize,
-    .merge = fj_cpu_merge,
+    FJ_CPU_SHARED_OPS,
 };

@@ -237,12 +237,7 @@ const fj_backend_ops fj_cpu_tiled_varlen_ops = {
     .execute = varlen_execute,
     .plan_destroy = varlen_plan_destroy,
     .info = varlen_info,
-    .mem_alloc = fj_cpu_mem_alloc,
-    .mem_free = fj_cpu_mem_free,
-    .copy_to_device = fj_cpu_memcpy,
-    .copy_to_host = fj_cpu_memcpy,
-    .synchronize = fj_cpu_synchronize,
-    .merge = fj_cpu_merge,
+    FJ_CPU_SHARED_OPS,
 };
 
 const fj_backend_ops fj_cpu_reference_varlen_ops = {
@@ -252,10 +247,5 @@ const fj_backend_ops fj_cpu_reference_varlen_ops = {
     .execute = varlen_execute,
     .plan_destroy = varlen_plan_destroy,
     .info = varlen_info,
-    .mem_alloc = fj_cpu_mem_alloc,
-    .mem_free = fj_cpu_mem_free,
-    .copy_to_device = fj_cpu_memcpy,
-    .copy_to_host = fj_cpu_memcpy,
-    .synchronize = fj_cpu_synchronize,
-    .merge = fj_cpu_merge,
+    FJ_CPU_SHARED_OPS,
 };
