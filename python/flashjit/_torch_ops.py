@@ -305,8 +305,9 @@ class _Entry:
             self.desc = _execute.desc_for(problem, where)
             self.desc_ref = ctypes.byref(self.desc)
             self.ctx = _lib.context(problem.backend, problem.device_index)
-        # bytes each operand spans from its first element: the aliasing rule
-        # of an out= call, on this call's pointers
+        # bytes each operand spans from its first element, in the order of
+        # ops (q, k, v, out): the aliasing rule of an out= call, on this
+        # call's pointers
         self.spans = tuple(_problem._extent(t._replace(ptr=0))[1] for t in ops)
 
 
@@ -326,7 +327,7 @@ def _fast_run(e, q, k, v, out, return_lse, out_given):
     else:
         stream = None
     if out_given:
-        so, sq, sk, sv = e.spans
+        sq, sk, sv, so = e.spans  # the order of _checked's operands: q, k, v, out
         oe = op + so
         if qp < oe and op < qp + sq or kp < oe and op < kp + sk or vp < oe and op < vp + sv:
             return SLOW

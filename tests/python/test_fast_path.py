@@ -250,6 +250,53 @@ def test_aliasing_out_with_a_known_signature(gen, monkeypatch):
         assert torch.equal(buf, before)
 
 
+def test_out_next_to_q_takes_the_fast_path(gen, op_calls):
+    """out right after q in one buffer, k longer than q: no overlap, so the
+    fast path is taken (the spans must be matched to their operands, not
+    k's span used for q)."""
+    buf = torch.full((2 * 9 * 4 * 16 * 2,), SENTINEL)
+    q = buf[:2 * 9 * 4 * 16].view(2, 9, 4, 16)
+    q.copy_(uniform(gen, (2, 9, 4, 16)))
+    out = buf[2 * 9 * 4 * 16:].view(2, 9, 4, 16)
+    k, v = uniform(gen, (2, 13, 4, 16)), uniform(gen, (2, 13, 4, 16))  # k spans more than q
+    for _ in range(2):  # the first call checks and caches, the second is the cached one
+        got = flashjit.attention(q, k, v, out=out)
+        assert got is out
+    assert op_calls == [], "an out= call with no overlap went through the operator"
+    oracle.check(out, None, q, k, v, None, (-1, -1), None)
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v"])
+def test_out_whose_padding_holds_an_input(gen, monkeypatch, name):
+    """out with padded rows spans three times q's bytes; an input lying in
+    the last third of out's span overlaps it: both paths refuse it with the
+    same message, and nothing is written."""
+    rows = {"q": 9, "k": 13, "v": 13}
+    heads = {"q": 4, "k": 2, "v": 2}
+    flat = torch.full((2 * 9 * 4 * 48,), SENTINEL)
+    out = flat.view(2, 9, 4, 48)[..., :16]
+    n = 2 * rows[name] * heads[name] * 16
+    start = flat.numel() - n  # at the end of flat: inside out's extent, past q's span
+    assert 2 * 9 * 4 * 16 < start < (2 * 9 * 4 - 1) * 48 + 16
+    inside = flat[start:start + n].view(2, rows[name], heads[name], 16)
+    inside.copy_(uniform(gen, inside.shape))
+    ops = {"q": uniform(gen, (2, 9, 4, 16)), "k": uniform(gen, (2, 13, 2, 16)),
+           "v": uniform(gen, (2, 13, 2, 16))}
+    ops[name] = inside
+    flashjit.attention(ops["q"], ops["k"], ops["v"],
+                       out=torch.zeros(2, 9, 4, 48)[..., :16])  # the signature, cached
+    before = flat.clone()
+    results = []
+    for fast in (True, False):
+        fn = lambda: outcome(lambda: flashjit.attention(ops["q"], ops["k"], ops["v"], out=out))
+        got = fn() if fast else via_operator(monkeypatch, fn)
+        assert got[:2] == ("raised", ValueError), got
+        assert "out overlaps %s in memory" % name in got[2], got
+        assert torch.equal(flat, before), "a refused call wrote to out"
+        results.append(got)
+    assert results[0] == results[1]
+
+
 def test_sdpa_errors_match_operator_path(gen, monkeypatch):
     q, k, v = (uniform(gen, (2, 4, s, 16)) for s in (5, 7, 7))
     flashjit.sdpa(q, k, v)
