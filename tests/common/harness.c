@@ -178,6 +178,13 @@ static bool sees(const fj_attention_desc *d, int i, int j)
     return true;
 }
 
+bool fjt_row_sees_keys(const fj_attention_desc *d, int i)
+{
+    for (int j = 0; j < d->seqlen_k; j++)
+        if (sees(d, i, j)) return true;
+    return false;
+}
+
 /* Random values in [-1, 1) rounded to the dtype: through a float, then by
  * bits to nearest-even (fjt_store's general rounding is slow, and long-key
  * problems fill hundreds of millions of elements). Halves below 2^-14 (a few
@@ -650,6 +657,11 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
                 if (p->sinks && ref_lse == (double)p->sinks[h]) { /* the oracle's empty row: */
                     empty = true;                                 /* lse = the sink, O exactly 0 */
                     for (int c = 0; c < d->head_dim && empty; c++) empty = r[c] == 0.0;
+                    /* unless the row sees keys whose weights vanish in
+                       double next to the sink (the mask says; a varlen
+                       row's lengths are its sequence's: the oracle's zeros
+                       decide there) */
+                    if (empty && !p->vl.nseq && fjt_row_sees_keys(d, i)) empty = false;
                 }
                 double row_num = 0, row_den = 0;
                 bool row_nonzero = false;

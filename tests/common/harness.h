@@ -73,6 +73,12 @@ typedef struct fjt_problem {
     int total_q, total_k;
 } fjt_problem;
 
+/* Whether query row i of the dense problem d sees at least one key under
+   its mask (docs/semantics.md's rule). A row that sees none has O exactly 0
+   and lse -inf (or its sink); one that sees keys whose weights vanish next
+   to a sink has lse equal to the sink in double, yet O need not be 0. */
+bool fjt_row_sees_keys(const fj_attention_desc *d, int i);
+
 /* Runs the oracle again on every row (after a test changed the inputs,
    e.g. the sinks). False on allocation failure. */
 bool fjt_problem_oracle(fjt_problem *p);
