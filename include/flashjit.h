@@ -94,7 +94,13 @@ extern "C" {
  *        32 bits beside softcap), fj_execute_extras, fj_execute_extras_init,
  *        fj_plan_execute_ex, fj_attention_ex (node FLASHJIT_1.1);
  *        FJ_FEATURE_VARLEN and fj_execute_extras.cu_seqlens_q, cu_seqlens_k,
- *        seqused_k, total_q, total_k (four of its reserved slots). */
+ *        seqused_k, total_q, total_k (four of its reserved slots);
+ *        FJ_FEATURE_PAGED_KV, fj_attention_desc.page_size, num_pages,
+ *        max_pages, block_table_stride (two int32 pairs: the first two of
+ *        the seven reserved int64 slots softcap and features left) and
+ *        fj_execute_extras.block_table (the first of its two reserved
+ *        slots left; seqused_k is each sequence's KV length); no new
+ *        symbol. */
 #define FLASHJIT_VERSION_MAJOR 1
 #define FLASHJIT_VERSION_MINOR 1
 #define FLASHJIT_VERSION_PATCH 0
@@ -259,13 +265,28 @@ typedef struct fj_attention_desc {
        first int64 slot of the reserved room, so the struct's size and the
        other fields' offsets are unchanged. */
     float softcap;
-    /* FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN (since 1.1;
-       the 32 bits beside softcap): inputs beyond q, k and v that join the
-       softmax, their per-head values given at execute time
-       (fj_execute_extras), and variable-length batches. 0: none. Any other
-       bit: FJ_ERR_INVALID_ARGUMENT naming features. */
+    /* FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN |
+       FJ_FEATURE_PAGED_KV (since 1.1; the 32 bits beside softcap): inputs
+       beyond q, k and v that join the softmax, their per-head values given
+       at execute time (fj_execute_extras), variable-length batches and a
+       paged KV cache. 0: none. Any other bit: FJ_ERR_INVALID_ARGUMENT naming
+       features. */
     uint32_t features;
-    int64_t reserved[7]; /* zero: room for fields added later (see "Structs and ABI room") */
+    /* FJ_FEATURE_PAGED_KV (since 1.1; these took the two int64 slots after
+       softcap's, so the struct's size and the other fields' offsets are
+       unchanged): k and v are page pools [num_pages,
+       page_size, heads_kv, head_dim] (k_stride/v_stride step a page, a row
+       of a page, a head), and each execute's block table, int32
+       [batch, block_table_stride] (fj_execute_extras.block_table), names
+       the pages of each sequence, of which it reads the first max_pages
+       columns at most. page_size, num_pages and max_pages >= 1 with the
+       feature; block_table_stride 0 means max_pages, else it must be >=
+       max_pages. Without the feature all four must be 0
+       (FJ_ERR_INVALID_ARGUMENT naming the field). docs/semantics.md, "Paged
+       KV cache". */
+    int page_size, num_pages;          /* keys per page; pages in each pool */
+    int max_pages, block_table_stride; /* the block table's columns; its row stride */
+    int64_t reserved[5]; /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_attention_desc;
 
 /* Bits of fj_attention_desc.features (docs/semantics.md states the math).
@@ -294,6 +315,24 @@ enum {
        lse is float32 [heads_q, total_q]. CPU backends only for now (CUDA:
        FJ_ERR_UNSUPPORTED). docs/semantics.md, "Variable-length batches". */
     FJ_FEATURE_VARLEN = 1u << 2,
+    /* Paged KV cache (vLLM's PagedAttention, flash_attn_with_kvcache's
+       block_table): k and v are pools of pages (the desc's page_size,
+       num_pages, max_pages, block_table_stride say their shape), and
+       sequence b's keys are its first seqused_k[b] keys read from the pages
+       fj_execute_extras.block_table[b * stride + 0, 1, ...] names, in that
+       order (key j in page block_table[b][j / page_size], row j %
+       page_size). q, o and lse are dense [batch, seqlen_q, ...] as without
+       the feature (every sequence has seqlen_q query rows: decode, and
+       chunked prefill of equal chunks), or, with FJ_FEATURE_VARLEN too,
+       packed and placed by cu_seqlens_q (chunked prefill of uneven chunks;
+       cu_seqlens_k is then NULL and total_k 0: the keys are in the pages).
+       seqlen_k is the most keys a sequence may use. Each sequence is its
+       own problem (as with FJ_FEATURE_VARLEN): causal and window alignment
+       use its own query rows and key count, so new queries attend to the
+       cached keys and themselves under FJ_CAUSAL_BOTTOM_RIGHT. CPU backends
+       only for now (CUDA: FJ_ERR_UNSUPPORTED). docs/semantics.md, "Paged
+       KV cache". */
+    FJ_FEATURE_PAGED_KV = 1u << 3,
 };
 
 /* No mask, no window, default scale, no softcap, no features, dense strides, reserved zero. */
@@ -305,8 +344,9 @@ FJ_API void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q,
 FJ_API fj_status fj_attention_desc_validate(const fj_attention_desc *d);
 
 /* 4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk (FlashAttention's
- * convention, so figures compare with theirs). With FJ_FEATURE_VARLEN that
- * of the longest lengths, a bound: count a batch's FLOPs per sequence. */
+ * convention, so figures compare with theirs). With FJ_FEATURE_VARLEN or
+ * FJ_FEATURE_PAGED_KV that of the longest lengths, a bound: count a batch's
+ * FLOPs per sequence. */
 FJ_API double fj_attention_flops(const fj_attention_desc *d);
 
 /* ------------------------------------------------------------------------ */
@@ -328,16 +368,19 @@ FJ_API double fj_attention_flops(const fj_attention_desc *d);
  * reads back as the same float, with 'p' for the decimal point ("sc50",
  * "sc2p5"; in exponent form outside [1e-4, 1e9): "sc1e-05").
  * Then, with FJ_FEATURE_ALIBI, the field "alibi", with FJ_FEATURE_SINKS
- * the field "sinks", and with FJ_FEATURE_VARLEN the field "varlen" (b is
- * then the number of sequences, sq and sk the longest lengths), in that
- * order, after the softcap's
- * ("b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi.sinks",
- * "b8.hq32.hkv8.sq4096.sk4096.d128.bf16.causal_br.varlen"). The scale and
- * the strides are not part of it: a key names the shape, the mask, the
- * softcap and the features, which choose the kernel (its tuning point leaves
- * the softcap and the features out: such problems share tiles with plain ones;
- * FJ_PLAN_MEASURE measures the problem without its features, a varlen one
- * as one sequence of the longest lengths).
+ * the field "sinks", with FJ_FEATURE_VARLEN the field "varlen" (b is
+ * then the number of sequences, sq and sk the longest lengths), and with
+ * FJ_FEATURE_PAGED_KV the field "paged<page_size>", in that order, after
+ * the softcap's ("b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi.sinks",
+ * "b8.hq32.hkv8.sq4096.sk4096.d128.bf16.causal_br.varlen",
+ * "b16.hq32.hkv8.sq1.sk8192.d128.bf16.causal_br.paged16"). The scale,
+ * the strides and the pools' page counts are not part of it (a parsed
+ * paged key gets batch x ceil(sk / page_size) pages, ceil(sk / page_size)
+ * of them per sequence): a key names the shape, the mask, the softcap and
+ * the features, which choose the kernel (its tuning point leaves the
+ * softcap and the features out: such problems share tiles with plain ones;
+ * FJ_PLAN_MEASURE measures the problem without its features, a varlen or
+ * paged one as one sequence of the longest lengths).
  * FJ_PROBLEM_KEY_MAX bytes hold any key with its NUL (128 before 1.1's
  * features; 128 still hold every key without them). */
 #define FJ_PROBLEM_KEY_MAX 160
@@ -410,7 +453,8 @@ FJ_API fj_status fj_plan_create_ex(fj_context *ctx, const fj_attention_desc *d,
 
 /* Runs the plan. q, k, v, o point to memory of the context's backend (device
  * memory on CUDA, host memory on CPU; fj_malloc gives either) laid out by the
- * desc's strides. lse: NULL, or float32 [batch, heads_q, seqlen_q] (natural
+ * desc's strides (with FJ_FEATURE_PAGED_KV k and v are the page pools).
+ * lse: NULL, or float32 [batch, heads_q, seqlen_q] (natural
  * log of each row's softmax denominator; -inf for a row that sees no key,
  * or its sink with FJ_FEATURE_SINKS); with FJ_FEATURE_VARLEN [heads_q,
  * total_q] (fj_execute_extras).
@@ -451,7 +495,27 @@ FJ_API fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k,
  * tokens, k, v total_k, lse heads_q x total_q floats); 0 <= seqused_k[b] <=
  * the sequence's keys. Empty sequences are legal: no query rows, nothing
  * written; no keys, every row sees none (O = 0, lse = -inf or the sink).
- * Tokens past cu_seqlens_q[batch] (of o and lse) are not written. */
+ * Tokens past cu_seqlens_q[batch] (of o and lse) are not written.
+ *
+ * Paged KV cache (FJ_FEATURE_PAGED_KV; docs/semantics.md, "Paged KV
+ * cache"): block_table is int32 [batch, the desc's block_table_stride (or
+ * max_pages)] and seqused_k, required, int32 [batch]: sequence b uses
+ * seqused_k[b] keys (flash_attn_with_kvcache's cache_seqlens), key j being
+ * row j % page_size of page block_table[b * stride + j / page_size] of the
+ * pools k and v. Only the first ceil(seqused_k[b] / page_size) entries of a
+ * row are read; the rest (unused tail entries) may hold anything. Rules,
+ * each checked in full on the CPU backends before anything is written
+ * (FJ_ERR_INVALID_ARGUMENT naming the array, the index and the rule;
+ * nothing written): 0 <= seqused_k[b] <= the desc's seqlen_k and <=
+ * max_pages x page_size (the keys the table's row can name); every entry
+ * read is in [0, num_pages). Pages may be in any order and shared between
+ * sequences (a common prefix). cu_seqlens_k must be NULL and total_k 0
+ * (the keys are in the pages); with FJ_FEATURE_VARLEN too, cu_seqlens_q
+ * and total_q place the queries as above. The CPU backends copy each
+ * sequence's keys out of the pages (a run of consecutive pages at a time;
+ * none when they are one run already laid out as a dense sequence) into a
+ * plan-owned buffer of seqlen_k keys, so the executes of one paged plan
+ * take turns on it (a lock). */
 typedef struct fj_execute_extras {
     const float *alibi_slopes; /* FJ_FEATURE_ALIBI: slope_h, [heads_q] */
     const float *sinks;        /* FJ_FEATURE_SINKS: sink_h (natural log units), [heads_q] */
@@ -460,9 +524,13 @@ typedef struct fj_execute_extras {
        size and the other fields' offsets are unchanged) */
     const int32_t *cu_seqlens_q; /* int32 [batch + 1]: where each sequence's queries start */
     const int32_t *cu_seqlens_k; /* int32 [batch + 1]: where each sequence's keys start */
-    const int32_t *seqused_k;    /* NULL, or int32 [batch]: the keys each sequence uses */
+    const int32_t *seqused_k;    /* NULL, or int32 [batch]: the keys each sequence uses
+                                    (FJ_FEATURE_PAGED_KV: required, its KV length) */
     int32_t total_q, total_k;    /* tokens q and o hold, and k and v (>= cu_seqlens_*[batch]) */
-    int64_t reserved[2]; /* zero: room for inputs added later (see "Structs and ABI room") */
+    /* FJ_FEATURE_PAGED_KV: int32 [batch, block_table_stride], the pages of
+       each sequence (took the first of the two reserved slots left) */
+    const int32_t *block_table;
+    int64_t reserved[1]; /* zero: room for inputs added later (see "Structs and ABI room") */
 } fj_execute_extras;
 
 /* Fills *x: no arrays, counts zero, reserved zero. */
@@ -498,7 +566,9 @@ typedef struct fj_plan_info {
     char kernel[128];   /* CUDA: the canonical kernel name (the split variant when
                                     split-KV); CPU: "cpu_tiled", "cpu_decode_<loops>"
                                     or "cpu_reference" ("cpu_tiled_varlen",
-                                    "cpu_reference_varlen" with FJ_FEATURE_VARLEN) */
+                                    "cpu_reference_varlen" with FJ_FEATURE_VARLEN,
+                                    "_paged" with FJ_FEATURE_PAGED_KV, "_varlen_paged"
+                                    with both) */
     char tiles[32];     /* CUDA "m128n64w4s2", CPU tiled "q128k256"; "" when the
                                     backend has no tiles (reference, CPU decode) */
     fj_tiles_source tiles_source;

@@ -29,8 +29,8 @@ typedef struct fj_backend_ops {
                              fj_strbuf *describe);
     /* Runs it. Pointers were checked non-NULL by the core, and in's arrays
        against p's features (each non-NULL exactly when its feature is on;
-       the varlen arrays' values are not checked: they lie in the backend's
-       memory, which the core may not read). Must not allocate. */
+       the varlen and paged arrays' values are not checked: they lie in the
+       backend's memory, which the core may not read). Must not allocate. */
     fj_status (*execute)(const void *state, const fj_problem *p, const void *q, const void *k,
                          const void *v, void *o, float *lse, const fj_exec_inputs *in,
                          void *stream);
@@ -88,9 +88,11 @@ typedef struct fj_backend_entry {
        NULL when it has nothing to tune. */
     const fj_backend_tuning *tuning;
     const fj_backend_ops *ops;
-    /* The ops of its plans for FJ_FEATURE_VARLEN problems (their memory
-       functions as ops'); NULL when it has none (supports refuses them). */
-    const fj_backend_ops *varlen_ops;
+    /* The ops of its plans for FJ_FEATURE_VARLEN and FJ_FEATURE_PAGED_KV
+       problems, which run each sequence as a problem of its own (their
+       memory functions as ops'); NULL when it has none (supports refuses
+       them). */
+    const fj_backend_ops *sequence_ops;
 } fj_backend_entry;
 
 /* The registry in AUTO's order of preference (CUDA, then the CPU tiled

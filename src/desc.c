@@ -145,6 +145,41 @@ static fj_status check_output_rows(const int64_t s[3], const int64_t n[3], int h
     return FJ_OK;
 }
 
+/* The paged fields: all 0 without FJ_FEATURE_PAGED_KV; with it page_size,
+ * num_pages and max_pages >= 1, block_table_stride 0 or >= max_pages, and
+ * the table's batch x stride entries addressable. */
+static fj_status check_paged(const fj_attention_desc *d, bool paged)
+{
+    const struct {
+        const char *name;
+        int v;
+    } f[4] = {
+        {"page_size", d->page_size},
+        {"num_pages", d->num_pages},
+        {"max_pages", d->max_pages},
+        {"block_table_stride", d->block_table_stride},
+    };
+    for (int i = 0; i < 4; i++) {
+        if (!paged && f[i].v)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s (%d) is set but the desc's features lack FJ_FEATURE_PAGED_KV (it "
+                           "would be ignored): leave it 0",
+                           f[i].name, f[i].v);
+        if (paged && i < 3 && f[i].v < 1)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "%s (%d) must be >= 1 with FJ_FEATURE_PAGED_KV (page_size: keys per "
+                           "page; num_pages: pages in the k and v pools; max_pages: the block "
+                           "table's columns)",
+                           f[i].name, f[i].v);
+    }
+    if (paged && d->block_table_stride != 0 && d->block_table_stride < d->max_pages)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "block_table_stride (%d) must be 0 (max_pages) or >= max_pages (%d): a "
+                       "sequence's row of the block table holds max_pages entries",
+                       d->block_table_stride, d->max_pages);
+    return FJ_OK;
+}
+
 fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
 {
     if (!p) return fj_fail(FJ_ERR_INTERNAL, "fj_problem_init: NULL problem");
@@ -159,13 +194,19 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
                            "fj_attention_desc_init, then set its fields by name",
                            i, (long long)d->reserved[i]);
 
-    if (d->features & ~(uint32_t)(FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN))
+    if (d->features &
+        ~(uint32_t)(FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "features (0x%x) has unknown bits: only FJ_FEATURE_ALIBI (0x%x), "
-                       "FJ_FEATURE_SINKS (0x%x) and FJ_FEATURE_VARLEN (0x%x) are defined",
+                       "FJ_FEATURE_SINKS (0x%x), FJ_FEATURE_VARLEN (0x%x) and "
+                       "FJ_FEATURE_PAGED_KV (0x%x) are defined",
                        (unsigned)d->features, (unsigned)FJ_FEATURE_ALIBI,
-                       (unsigned)FJ_FEATURE_SINKS, (unsigned)FJ_FEATURE_VARLEN);
+                       (unsigned)FJ_FEATURE_SINKS, (unsigned)FJ_FEATURE_VARLEN,
+                       (unsigned)FJ_FEATURE_PAGED_KV);
     const bool varlen = (d->features & FJ_FEATURE_VARLEN) != 0;
+    const bool paged = (d->features & FJ_FEATURE_PAGED_KV) != 0;
+    fj_status ps = check_paged(d, paged);
+    if (ps) return ps;
 
     struct {
         const char *name;
@@ -259,26 +300,46 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     p->alibi = (d->features & FJ_FEATURE_ALIBI) != 0;
     p->sinks = (d->features & FJ_FEATURE_SINKS) != 0;
     p->varlen = varlen;
+    p->paged = paged;
+    if (paged) {
+        p->page_size = d->page_size;
+        p->num_pages = d->num_pages;
+        p->max_pages = d->max_pages;
+        p->bt_stride = d->block_table_stride ? d->block_table_stride : d->max_pages;
+    }
     p->diag_offset = d->causal == FJ_CAUSAL_TOP_LEFT ? 0 : (int64_t)d->seqlen_k - d->seqlen_q;
     p->masked = d->causal != FJ_CAUSAL_NONE || d->window_left >= 0 || d->window_right >= 0;
 
+    /* paged: k and v are pools [num_pages, page_size, heads_kv, head_dim],
+       their first axis the pages' (checked whole here) */
     struct {
         const char *name;
         const int64_t *in;
         int64_t *out;
         int seq, heads;
+        bool pool;
     } t[4] = {
-        {"q_stride", d->q_stride, p->q_stride, d->seqlen_q, d->heads_q},
-        {"k_stride", d->k_stride, p->k_stride, d->seqlen_k, d->heads_kv},
-        {"v_stride", d->v_stride, p->v_stride, d->seqlen_k, d->heads_kv},
-        {"o_stride", d->o_stride, p->o_stride, d->seqlen_q, d->heads_q},
+        {"q_stride", d->q_stride, p->q_stride, d->seqlen_q, d->heads_q, false},
+        {"k_stride", d->k_stride, p->k_stride, paged ? d->page_size : d->seqlen_k, d->heads_kv,
+         paged},
+        {"v_stride", d->v_stride, p->v_stride, paged ? d->page_size : d->seqlen_k, d->heads_kv,
+         paged},
+        {"o_stride", d->o_stride, p->o_stride, d->seqlen_q, d->heads_q, false},
     };
     int es = (int)fj_dtype_size(d->dtype); /* dtype checked above */
     for (int i = 0; i < 4; i++) {
         /* varlen: no batch axis; the extents of one sequence of the longest
            length here, those of the whole buffers at each execute */
-        int64_t n[3] = {varlen ? 1 : d->batch, t[i].seq, t[i].heads};
+        int64_t n[3] = {t[i].pool ? d->num_pages : varlen ? 1 : d->batch, t[i].seq, t[i].heads};
         bool dense = all_zero(t[i].in);
+        if (t[i].pool) {
+            if (!dense) memcpy(t[i].out, t[i].in, 3 * sizeof(int64_t));
+            else if (!dense_strides(t[i].out, t[i].seq, t[i].heads, d->head_dim))
+                return fail_extent(t[i].name, t[i].out, n, d->head_dim, true);
+            fj_status s = check_strides(t[i].name, t[i].out, n, d->head_dim, es, dense);
+            if (s) return fj_fail_prefix(s, "the paged pool (pages x page_size x heads_kv)");
+            continue;
+        }
         if (varlen && !dense && t[i].in[FJ_AXIS_BATCH] != 0)
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                            "%s[0] (batch axis) is %lld but must be 0 with FJ_FEATURE_VARLEN: the "
@@ -431,6 +492,7 @@ int64_t fj_problem_q_extent(const fj_problem *p)
 
 int64_t fj_problem_kv_extent(const fj_problem *p, const int64_t stride[3])
 {
+    if (p->paged) return extent_of(stride, p->num_pages, p->page_size, p->heads_kv, p->head_dim);
     return extent_of(stride, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
 }
 

@@ -15,8 +15,9 @@ fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, const cha
     fj_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
     plan->ctx = ctx;
-    /* variable-length batches: the backend's own ops for them */
-    plan->ops = p->varlen ? ctx->entry->varlen_ops : ctx->entry->ops;
+    /* variable-length batches and paged KV caches: the backend's own ops
+       for them, which run each sequence as a problem of its own */
+    plan->ops = p->varlen || p->paged ? ctx->entry->sequence_ops : ctx->entry->ops;
     plan->problem = *p;
     fj_strbuf d;
     fj_strbuf_init(&d);
@@ -25,10 +26,9 @@ fj_status fj_plan_create_problem(fj_context *ctx, const fj_problem *p, const cha
     fj_strbuf_printf(&d, "problem: %s\n", shape);
     fj_status s = ctx->entry->supports(ctx, p);
     if (s == FJ_OK && !plan->ops)
-        s = fj_fail(FJ_ERR_UNSUPPORTED,
-                    "%s: variable-length batches (FJ_FEATURE_VARLEN) are not supported by this "
-                    "backend",
-                    ctx->entry->name);
+        s = fj_fail(FJ_ERR_UNSUPPORTED, "%s: %s not supported by this backend", ctx->entry->name,
+                    p->paged ? "a paged KV cache (FJ_FEATURE_PAGED_KV) is"
+                             : "variable-length batches (FJ_FEATURE_VARLEN) are");
     if (s == FJ_OK) s = plan->ops->plan_create(ctx, p, config, &plan->state, &d);
     if (s == FJ_OK && !(plan->describe = fj_strbuf_take(&d)))
         s = fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of memory describing a plan");
@@ -67,35 +67,57 @@ void fj_execute_extras_init(fj_execute_extras *x)
     if (x) memset(x, 0, sizeof *x);
 }
 
-/* The varlen fields of x against p: the arrays and counts given exactly
-   when p is varlen (seqused_k optional), aligned, the counts >= 0 and the
-   buffers they size addressable. Their values are the backend's to check
-   (they lie in its memory). */
+/* The varlen and paged fields of x against p: the arrays and counts given
+   exactly when p's features take them (seqused_k optional with varlen
+   alone, required with paged; cu_seqlens_k and total_k not with paged,
+   whose keys are in the pages), aligned, the counts >= 0 and the buffers
+   they size addressable. Their values are the backend's to check (they lie
+   in its memory). */
 static fj_status check_varlen(const fj_problem *p, const fj_exec_inputs *in)
 {
+    const char *both = "FJ_FEATURE_VARLEN or FJ_FEATURE_PAGED_KV";
     struct {
         const char *name;
         const int32_t *a;
-        bool required;
-        const char *size;
+        bool used, required; /* the features take it; they need it */
+        const char *flag, *size;
         int extra; /* entries beyond batch */
-    } f[3] = {
-        {"cu_seqlens_q", in->cu_seqlens_q, true, "batch + 1", 1},
-        {"cu_seqlens_k", in->cu_seqlens_k, true, "batch + 1", 1},
-        {"seqused_k", in->seqused_k, false, "batch", 0},
+    } f[4] = {
+        {"cu_seqlens_q", in->cu_seqlens_q, p->varlen, p->varlen, "FJ_FEATURE_VARLEN", "batch + 1",
+         1},
+        {"cu_seqlens_k", in->cu_seqlens_k, p->varlen && !p->paged, p->varlen && !p->paged,
+         "FJ_FEATURE_VARLEN", "batch + 1", 1},
+        {"seqused_k", in->seqused_k, p->varlen || p->paged, p->paged,
+         p->paged ? "FJ_FEATURE_PAGED_KV" : both, "batch", 0},
+        {"block_table", in->block_table, p->paged, p->paged, "FJ_FEATURE_PAGED_KV",
+         "batch x block_table_stride", 0},
     };
-    for (int i = 0; i < 3; i++) {
-        if (!p->varlen && f[i].a)
+    for (int i = 0; i < 4; i++) {
+        if (!f[i].used && f[i].a) {
+            if (p->paged && i == 1)
+                return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                               "cu_seqlens_k is given but the desc's features have "
+                               "FJ_FEATURE_PAGED_KV: the keys are in the pages the block_table "
+                               "names and seqused_k counts them; leave it NULL");
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "%s is given but the desc's features lack FJ_FEATURE_VARLEN (it "
-                           "would be ignored)",
-                           f[i].name);
-        if (p->varlen && f[i].required && !f[i].a)
+                           "%s is given but the desc's features lack %s (it would be ignored)",
+                           f[i].name, f[i].flag);
+        }
+        if (f[i].required && !f[i].a) {
+            if (i == 3)
+                return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                               "block_table is NULL: the desc's features have "
+                               "FJ_FEATURE_PAGED_KV, so the execute needs int32 [batch = %d, "
+                               "block_table_stride = %d] in fj_execute_extras.block_table "
+                               "(fj_plan_execute_ex, fj_attention_ex)",
+                               p->batch, p->bt_stride);
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "%s is NULL: the desc's features have FJ_FEATURE_VARLEN, so the "
-                           "execute needs int32 [%s = %lld] in fj_execute_extras.%s "
-                           "(fj_plan_execute_ex, fj_attention_ex)",
-                           f[i].name, f[i].size, (long long)p->batch + f[i].extra, f[i].name);
+                           "%s is NULL: the desc's features have %s, so the execute needs "
+                           "int32 [%s = %lld] in fj_execute_extras.%s%s (fj_plan_execute_ex, "
+                           "fj_attention_ex)",
+                           f[i].name, f[i].flag, f[i].size, (long long)p->batch + f[i].extra,
+                           f[i].name, i == 2 ? ", each sequence's KV length" : "");
+        }
         if (f[i].a && ((uintptr_t)f[i].a & 3))
             return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s (%p) is not aligned to 4 bytes", f[i].name,
                            (const void *)f[i].a);
@@ -105,6 +127,12 @@ static fj_status check_varlen(const fj_problem *p, const fj_exec_inputs *in)
         int32_t v;
     } t[2] = {{"total_q", in->total_q}, {"total_k", in->total_k}};
     for (int i = 0; i < 2; i++) {
+        if (p->paged && i == 1 && t[i].v)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "total_k (%d) is given but the desc's features have "
+                           "FJ_FEATURE_PAGED_KV: k and v are the page pools (num_pages); leave "
+                           "it 0",
+                           (int)t[i].v);
         if (!p->varlen && t[i].v)
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                            "%s (%d) is given but the desc's features lack FJ_FEATURE_VARLEN (it "
@@ -129,6 +157,7 @@ fj_status fj_check_extras(const fj_problem *p, const fj_execute_extras *x, fj_ex
         in->seqused_k = x->seqused_k;
         in->total_q = x->total_q;
         in->total_k = x->total_k;
+        in->block_table = x->block_table;
     }
     for (int i = 0; x && i < (int)(sizeof x->reserved / sizeof x->reserved[0]); i++)
         if (x->reserved[i])

@@ -32,6 +32,13 @@ typedef struct fj_problem {
        batch strides are 0), seqlen_q and seqlen_k the longest a sequence
        may have; the execute's fj_exec_inputs place them. */
     bool varlen;
+    /* FJ_FEATURE_PAGED_KV: k and v are page pools [num_pages, page_size,
+       heads_kv, head_dim] (k_stride/v_stride: page, row, head), the
+       execute's block table [batch, bt_stride] (max_pages columns read at
+       most) and seqused_k place each sequence's keys; seqlen_k the most a
+       sequence may use. Zero without the feature. */
+    bool paged;
+    int page_size, num_pages, max_pages, bt_stride; /* bt_stride resolved (>= max_pages) */
 } fj_problem;
 
 /* The arrays of an execute beyond the tensors, checked by the core against
@@ -44,6 +51,7 @@ typedef struct fj_exec_inputs {
        buffers (0 when not varlen) */
     const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k;
     int32_t total_q, total_k;
+    const int32_t *block_table; /* paged: [batch, bt_stride], else NULL */
 } fj_exec_inputs;
 
 /* ALiBi's bias of row i, key j for slope s: -s |i + diag_offset - j|. */

@@ -10,7 +10,7 @@
  * shortest decimal that reads back as the same float, with 'p' for the
  * decimal point ('.' separates fields), e.g. "sc50", "sc2p5", "sc1e-05"
  * (softcap_text says which form); then, with the features, ".alibi",
- * ".sinks" and ".varlen", in that order. */
+ * ".sinks", ".varlen" and ".paged<page_size>", in that order. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +22,7 @@
 
 #define KEY_FORM                                                                              \
     "b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>" \
-    "[.sc<softcap>][.alibi][.sinks][.varlen]"
+    "[.sc<softcap>][.alibi][.sinks][.varlen][.paged<page_size>]"
 
 /* The mask fields after the dtype, as one string ("nomask", "causal_br.wl256"). */
 static void mask_text(fj_causal causal, int window_left, int window_right, char *buf, size_t n)
@@ -61,25 +61,26 @@ static void softcap_text(float v, char *buf, size_t n)
 
 static int key_text(int batch, int hq, int hkv, int sq, int sk, int d, fj_dtype dtype,
                     fj_causal causal, int wl, int wr, float softcap, bool alibi, bool sinks,
-                    bool varlen, char *buf, size_t n)
+                    bool varlen, int page_size, char *buf, size_t n)
 {
-    char mask[64], cap[40] = "";
+    char mask[64], cap[40] = "", paged[24] = "";
+    if (page_size > 0) snprintf(paged, sizeof paged, ".paged%d", page_size);
     mask_text(causal, wl, wr, mask, sizeof mask);
     if (softcap > 0.0f) {
         char v[32];
         softcap_text(softcap, v, sizeof v);
         snprintf(cap, sizeof cap, ".sc%s", v);
     }
-    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s%s", batch, hq, hkv, sq, sk, d,
-                    fj_dtype_name(dtype), mask, cap, alibi ? ".alibi" : "", sinks ? ".sinks" : "",
-                    varlen ? ".varlen" : "");
+    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s%s%s", batch, hq, hkv, sq, sk,
+                    d, fj_dtype_name(dtype), mask, cap, alibi ? ".alibi" : "",
+                    sinks ? ".sinks" : "", varlen ? ".varlen" : "", paged);
 }
 
 void fj_problem_key_of(const fj_problem *p, char *buf, size_t n)
 {
     key_text(p->batch, p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim, p->dtype,
              p->causal, p->window_left, p->window_right, p->softcap, p->alibi, p->sinks, p->varlen,
-             buf, n);
+             p->paged ? p->page_size : 0, buf, n);
 }
 
 void fj_problem_format(const fj_problem *p, char *buf, size_t n)
@@ -207,16 +208,20 @@ static bool parse_softcap(const char *f, float *out)
     "sc<softcap> (the softcap as the shortest decimal that reads back exactly, 'p' for the " \
     "point: sc50, sc2p5)"
 
-#define TAIL_FORM \
-    SOFTCAP_FORM ", then alibi, then sinks, then varlen, each at most once, in that order"
+#define TAIL_FORM                                                                              \
+    SOFTCAP_FORM ", then alibi, then sinks, then varlen, then paged<page_size>, each at most " \
+                 "once, in that order"
 
 /* The fields after the mask, each optional, in this order: sc<softcap>,
-   alibi, sinks, varlen. f holds the first (already read); after: what they
-   follow ("'nomask'", "the mask"), for messages. */
+   alibi, sinks, varlen, paged<N>. f holds the first (already read); after:
+   what they follow ("'nomask'", "the mask"), for messages. A paged key's
+   pools get the pages its sequences can use: ceil(sk / N) a sequence,
+   batch times that in all. */
 static fj_status tail_fields(cursor *c, fj_attention_desc *d, char *f, size_t n, const char *after)
 {
-    int stage = 0; /* 1: softcap seen, 2: alibi seen, 3: sinks seen, 4: varlen seen */
+    int stage = 0; /* 1: softcap seen, 2: alibi seen, 3: sinks seen, 4: varlen seen, 5: paged */
     do {
+        int page_size;
         if (stage < 1 && parse_softcap(f, &d->softcap)) {
             stage = 1;
         } else if (stage < 2 && !strcmp(f, "alibi")) {
@@ -228,12 +233,27 @@ static fj_status tail_fields(cursor *c, fj_attention_desc *d, char *f, size_t n,
         } else if (stage < 4 && !strcmp(f, "varlen")) {
             d->features |= FJ_FEATURE_VARLEN;
             stage = 4;
+        } else if (stage < 5 && !strncmp(f, "paged", 5) && parse_number(f + 5, &page_size)) {
+            if (page_size < 1) return bad(c, f, "paged<page_size> with page_size >= 1");
+            const int per_seq = (int)(((int64_t)d->seqlen_k + page_size - 1) / page_size);
+            int64_t pages = (int64_t)per_seq * d->batch;
+            if (pages > INT_MAX)
+                return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                               "problem key '%s': its pools would need batch (%d) x ceil(sk / "
+                               "%d) = %lld pages, more than num_pages (an int) holds",
+                               c->key, d->batch, page_size, (long long)pages);
+            d->features |= FJ_FEATURE_PAGED_KV;
+            d->page_size = page_size;
+            d->max_pages = per_seq;
+            d->num_pages = (int)pages;
+            stage = 5;
         } else {
             const char *what = stage == 0   ? after
                                : stage == 1 ? "the softcap"
                                : stage == 2 ? "alibi"
                                : stage == 3 ? "sinks"
-                                            : "varlen";
+                               : stage == 4 ? "varlen"
+                                            : "paged";
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                            "problem key '%s': nothing may follow %s but " TAIL_FORM
                            " (field %d is '%s')",
@@ -246,7 +266,7 @@ static fj_status tail_fields(cursor *c, fj_attention_desc *d, char *f, size_t n,
 }
 
 /* "nomask", or [causal_br|causal_tl][.wl<N>][.wr<N>] with at least one; then
-   the optional tail: sc<softcap>, alibi, sinks, varlen. */
+   the optional tail: sc<softcap>, alibi, sinks, varlen, paged<N>. */
 static fj_status mask_fields(cursor *c, fj_attention_desc *d)
 {
     char f[32];
@@ -267,8 +287,9 @@ static fj_status mask_fields(cursor *c, fj_attention_desc *d)
     int stage = 0; /* 1: causal seen, 2: wl seen, 3: wr seen */
     do {
         int v;
-        if (stage >= 1 && (parse_softcap(f, &d->softcap) || !strcmp(f, "alibi") ||
-                           !strcmp(f, "sinks") || !strcmp(f, "varlen"))) {
+        if (stage >= 1 &&
+            (parse_softcap(f, &d->softcap) || !strcmp(f, "alibi") || !strcmp(f, "sinks") ||
+             !strcmp(f, "varlen") || !strncmp(f, "paged", 5))) {
             d->softcap = 0.0f; /* tail_fields reads the field again */
             return tail_fields(c, d, f, sizeof f, "the mask");
         } else if (stage < 1 && (!strcmp(f, "causal_br") || !strcmp(f, "causal_tl"))) {

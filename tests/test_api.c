@@ -277,7 +277,8 @@ static void test_extras_bad_input(void **state)
     assert_null(x.seqused_k);
     assert_int_equal(x.total_q, 0);
     assert_int_equal(x.total_k, 0);
-    for (int i = 0; i < 2; i++) assert_int_equal(x.reserved[i], 0);
+    assert_null(x.block_table);
+    assert_int_equal(x.reserved[0], 0);
     struct {
         const float *alibi, *sinks;
         int64_t reserved;
@@ -471,16 +472,25 @@ static void test_context_options(void **state)
 static void test_reserved_room(void **state)
 {
     (void)state;
-    enum { SLOTS = 8, DESC_SLOTS = 7 };
-    /* fj_attention_desc's first slot holds softcap and features (1.0's
-       layout: 8 slots after o_stride, the size unchanged). */
+    enum { SLOTS = 8, DESC_SLOTS = 5 };
+    /* fj_attention_desc's first slot holds softcap and features, the next
+       two the paged KV cache's four ints (1.0's layout: 8 slots after
+       o_stride, the size unchanged). */
     assert_int_equal(sizeof((fj_attention_desc *)0)->reserved, DESC_SLOTS * sizeof(int64_t));
     assert_int_equal(offsetof(fj_attention_desc, softcap),
                      offsetof(fj_attention_desc, o_stride) + 3 * sizeof(int64_t));
     assert_int_equal(offsetof(fj_attention_desc, features),
                      offsetof(fj_attention_desc, softcap) + sizeof(float));
-    assert_int_equal(offsetof(fj_attention_desc, reserved),
+    assert_int_equal(offsetof(fj_attention_desc, page_size),
                      offsetof(fj_attention_desc, softcap) + sizeof(int64_t));
+    assert_int_equal(offsetof(fj_attention_desc, num_pages),
+                     offsetof(fj_attention_desc, page_size) + sizeof(int));
+    assert_int_equal(offsetof(fj_attention_desc, max_pages),
+                     offsetof(fj_attention_desc, softcap) + 2 * sizeof(int64_t));
+    assert_int_equal(offsetof(fj_attention_desc, block_table_stride),
+                     offsetof(fj_attention_desc, max_pages) + sizeof(int));
+    assert_int_equal(offsetof(fj_attention_desc, reserved),
+                     offsetof(fj_attention_desc, softcap) + 3 * sizeof(int64_t));
     assert_int_equal(sizeof(fj_attention_desc),
                      offsetof(fj_attention_desc, softcap) + SLOTS * sizeof(int64_t));
     assert_int_equal(sizeof((fj_context_options *)0)->reserved, SLOTS * sizeof(int64_t));
@@ -491,22 +501,28 @@ static void test_reserved_room(void **state)
         fj_attention_desc_init(&d, 1, 2, 1, 5, 7, 16, FJ_F32);
         assert_true(d.softcap == 0.0f);
         assert_int_equal(d.features, 0);
-        d.features = 1u << 3;
-        expect_invalid(&d, "features (0x8) has unknown bits");
+        d.features = 1u << 4;
+        expect_invalid(&d, "features (0x10) has unknown bits");
         d.features = 0x80000000u | FJ_FEATURE_ALIBI;
         expect_invalid(&d, "features (0x80000001) has unknown bits");
         d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN;
         assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+        assert_int_equal(d.page_size | d.num_pages | d.max_pages | d.block_table_stride, 0);
+        d.features |= FJ_FEATURE_PAGED_KV;
+        d.page_size = d.num_pages = d.max_pages = 1;
+        assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
     }
     /* fj_execute_extras (1.1.0: two pointers and six int64 slots): the
-       varlen fields took four slots, its size unchanged (LP64) */
+       varlen fields took four slots, the block table one, its size
+       unchanged (LP64) */
     if (sizeof(void *) == sizeof(int64_t)) {
         assert_int_equal(sizeof(fj_execute_extras), 8 * sizeof(int64_t));
         assert_int_equal(offsetof(fj_execute_extras, cu_seqlens_q), 2 * sizeof(int64_t));
         assert_int_equal(offsetof(fj_execute_extras, seqused_k), 4 * sizeof(int64_t));
         assert_int_equal(offsetof(fj_execute_extras, total_q), 5 * sizeof(int64_t));
         assert_int_equal(offsetof(fj_execute_extras, total_k), 5 * sizeof(int64_t) + 4);
-        assert_int_equal(offsetof(fj_execute_extras, reserved), 6 * sizeof(int64_t));
+        assert_int_equal(offsetof(fj_execute_extras, block_table), 6 * sizeof(int64_t));
+        assert_int_equal(offsetof(fj_execute_extras, reserved), 7 * sizeof(int64_t));
     }
     for (int i = 0; i < SLOTS; i++) {
         fj_attention_desc d;

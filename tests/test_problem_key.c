@@ -159,8 +159,15 @@ static void test_softcap_field(void **state)
     assert_true(strlen(key) < 128); /* 1.0's FJ_PROBLEM_KEY_MAX holds keys without features */
     d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN;
     if (fj_problem_key(&d, key, sizeof key)) fail_msg("longest key: %s", fj_last_error());
-    assert_true(strlen(key) < FJ_PROBLEM_KEY_MAX);
+    assert_true(strlen(key) < 160); /* FJ_PROBLEM_KEY_MAX before the paged KV cache */
     assert_non_null(strstr(key, ".alibi.sinks.varlen"));
+    /* and the longest page size */
+    d.features |= FJ_FEATURE_PAGED_KV;
+    d.page_size = 2147483647;
+    d.num_pages = d.max_pages = 1;
+    if (fj_problem_key(&d, key, sizeof key)) fail_msg("longest key: %s", fj_last_error());
+    assert_true(strlen(key) < FJ_PROBLEM_KEY_MAX);
+    assert_non_null(strstr(key, ".alibi.sinks.varlen.paged2147483647"));
 }
 
 /* ALiBi and sinks: ".alibi" then ".sinks" after the mask and the softcap,
@@ -187,6 +194,11 @@ static void test_features_field(void **state)
          FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN, 50.0f},
         {"b3.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.sinks.varlen",
          FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN, 0.0f},
+        {"b16.hq32.hkv8.sq1.sk8192.d128.bf16.causal_br.paged16", FJ_FEATURE_PAGED_KV, 0.0f},
+        {"b3.hq8.hkv8.sq1.sk4095.d64.bf16.nomask.sc50.alibi.sinks.varlen.paged1",
+         FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV, 50.0f},
+        {"b4.hq8.hkv2.sq7.sk100.d64.f16.causal_tl.wl3.varlen.paged7",
+         FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV, 0.0f},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         fj_attention_desc d;
@@ -211,6 +223,10 @@ static void test_features_field(void **state)
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.varlen.alibi", "nothing may follow varlen"},
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.varlen.varlen", "nothing may follow varlen"},
         {"b1.hq8.hkv8.sq1.sk4.d64.bf16.varlen", "field 8 ('varlen')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged16.sinks", "nothing may follow paged"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged", "nothing may follow 'nomask' but"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged-1", "nothing may follow 'nomask' but"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.paged16", "field 8 ('paged16')"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fj_attention_desc d;
@@ -229,9 +245,11 @@ static void test_features_field(void **state)
     fj_tuning_entry plain, featured;
     assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
     fj_tuning_key_for(&p, "NVIDIA H200", "sm_90", "flash_fwd", &plain);
-    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN;
+    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV;
+    d.page_size = 16;
+    d.num_pages = d.max_pages = 313;
     assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
-    assert_true(p.alibi && p.sinks && p.varlen);
+    assert_true(p.alibi && p.sinks && p.varlen && p.paged);
     fj_tuning_key_for(&p, "NVIDIA H200", "sm_90", "flash_fwd", &featured);
     assert_string_equal(plain.point, featured.point);
 }

@@ -50,7 +50,7 @@ static fj_status run_plan(fj_context *ctx, const fj_plan *plan, const fjt_proble
     const size_t es = elem_size(d->dtype), hb = sizeof(float) * (size_t)d->heads_q;
     const size_t lse_bytes = sizeof(float) * (p->lse_elems ? p->lse_elems : 1);
     void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL, *da = NULL, *ds = NULL;
-    void *vmem[3] = {NULL, NULL, NULL};
+    void *vmem[FJT_EXTRAS_MEM] = {NULL};
     void *ho = malloc(p->o_elems * es);
     float *hl = malloc(lse_bytes);
     fj_status s = FJ_ERR_OUT_OF_MEMORY;

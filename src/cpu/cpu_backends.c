@@ -27,7 +27,8 @@ static fj_status reference_probe(fj_context *ctx, void **state, fj_strbuf *facts
 }
 
 /* Every valid problem (the CPU backends compute f32, f16 and bf16, any
-   head dim, any strides, variable-length batches through varlen.c). */
+   head dim, any strides, variable-length batches and paged KV caches
+   through varlen.c). */
 static fj_status cpu_supports(const fj_context *ctx, const fj_problem *p)
 {
     (void)ctx;
@@ -85,7 +86,7 @@ const fj_backend_entry fj_cpu_tiled_backend_entry = {
     .tuning_target = tiled_tuning_target,
     .tuning = &fj_cpu_tiled_tuning,
     .ops = &fj_cpu_tiled_ops,
-    .varlen_ops = &fj_cpu_tiled_varlen_ops,
+    .sequence_ops = &fj_cpu_tiled_sequence_ops,
 };
 
 const fj_backend_entry fj_cpu_reference_backend_entry = {
@@ -97,5 +98,5 @@ const fj_backend_entry fj_cpu_reference_backend_entry = {
     .probe = reference_probe,
     .supports = cpu_supports,
     .ops = &fj_cpu_reference_ops,
-    .varlen_ops = &fj_cpu_reference_varlen_ops,
+    .sequence_ops = &fj_cpu_reference_sequence_ops,
 };

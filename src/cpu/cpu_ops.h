@@ -8,10 +8,11 @@
 extern const fj_backend_ops fj_cpu_tiled_ops;     /* src/cpu/tiled.c */
 extern const fj_backend_ops fj_cpu_reference_ops; /* src/cpu/reference.c */
 
-/* Their plans for variable-length batches (src/cpu/varlen.c): each sequence
-   through a plan of the ops above. */
-extern const fj_backend_ops fj_cpu_tiled_varlen_ops;
-extern const fj_backend_ops fj_cpu_reference_varlen_ops;
+/* Their plans for variable-length batches and paged KV caches
+   (src/cpu/varlen.c, src/cpu/paged.c): each sequence through a plan of the
+   ops above. */
+extern const fj_backend_ops fj_cpu_tiled_sequence_ops;
+extern const fj_backend_ops fj_cpu_reference_sequence_ops;
 
 /* The entries all four tables share (backend.h): host memory, copies that
    are memcpy, a synchronize with nothing to wait for, fj_merge on the CPU. */

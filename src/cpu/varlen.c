@@ -1,4 +1,5 @@
-/* Variable-length batches (FJ_FEATURE_VARLEN) on the two CPU backends.
+/* Variable-length batches (FJ_FEATURE_VARLEN) and the paged KV cache
+ * (FJ_FEATURE_PAGED_KV, with or without varlen) on the two CPU backends.
  *
  * A varlen plan holds the backend's plan for one sequence of the longest
  * lengths (batch 1, seqlen_q and seqlen_k the desc's, the packed strides)
@@ -25,7 +26,18 @@
  *
  * Before anything is written, every value of cu_seqlens_q, cu_seqlens_k and
  * seqused_k is checked against the rules of include/flashjit.h
- * (fj_execute_extras): a bad batch writes nothing. */
+ * (fj_execute_extras): a bad batch writes nothing.
+ *
+ * A paged plan runs the same way: each sequence a problem of its own
+ * lengths (seqlen_q query rows, or its cu_seqlens_q share with varlen too;
+ * seqused_k[b] keys), its keys and values those paged.c copies out of its
+ * pages into plan-owned dense buffers of seqlen_k keys (or the pools
+ * themselves when the pages are one run of a dense pool), which the one
+ * sequence's plan was made for. Dense queries (paged alone) place
+ * sequence b at q's and o's batch stride and its lse at [b, heads_q,
+ * seqlen_q], as a dense problem's. The buffers make a paged plan's
+ * executes take turns (the lock); the block table and the lengths are
+ * checked in full first (paged.c). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +46,7 @@
 #include "backend.h"
 #include "context.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/paged.h"
 #include "cpu/tiled_blocks.h"
 #include "pool.h"
 #include "status.h"
@@ -43,9 +56,13 @@ typedef struct varlen_plan {
     void *inner;                 /* its plan for one sequence of the longest lengths */
     fj_problem one;              /* that problem */
     bool tiled;                  /* the CPU tiled backend (its blocks chosen here) */
+    bool varlen, paged;          /* the features it runs */
     fj_tiles_source tiles_from;  /* where those blocks came from */
     float *lse_rows;             /* [heads_q, seqlen_q]: one sequence's lse before its place */
-    pthread_mutex_t lse_lock;    /* one execute at a time uses lse_rows */
+    pthread_mutex_t lse_lock;    /* one execute at a time uses lse_rows and the paged buffers */
+    fj_pool *pool;               /* paged: the copies' workers */
+    void *keys, *values;         /* paged: one sequence's [seqlen_k, heads_kv, head_dim] */
+    fj_paged_run *runs;          /* paged: [max_pages] runs of one sequence's pages */
 } varlen_plan;
 
 /* Every rule of the sequences (include/flashjit.h, fj_execute_extras), each
@@ -63,7 +80,10 @@ static fj_status check_sequences(const fj_problem *p, const fj_exec_inputs *in)
         {"cu_seqlens_k", "keys", "seqlen_k", "total_k", "k and v", in->cu_seqlens_k, p->seqlen_k,
          in->total_k},
     };
-    for (int s = 0; s < 2; s++) {
+    /* paged: no cu_seqlens_k (the keys are in the pages; paged.c checks
+       seqused_k and the block table); paged alone: no arrays here */
+    const int sides = p->varlen ? (p->paged ? 1 : 2) : 0;
+    for (int s = 0; s < sides; s++) {
         const int32_t *cu = side[s].cu;
         if (cu[0] != 0)
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
@@ -90,6 +110,7 @@ static fj_status check_sequences(const fj_problem *p, const fj_exec_inputs *in)
                            p->batch, (int)cu[p->batch], side[s].total_name, (int)side[s].total,
                            side[s].tensors);
     }
+    if (p->paged) return fj_cpu_paged_check(p, in);
     const int32_t *ck = in->cu_seqlens_k, *used = in->seqused_k;
     for (int b = 0; used && b < p->batch; b++) {
         const int64_t held = (int64_t)ck[b + 1] - ck[b];
@@ -116,26 +137,40 @@ static fj_status varlen_execute(const void *state, const fj_problem *p, const vo
     if (s) return s;
     const int64_t es = (int64_t)fj_dtype_size(p->dtype);
     const int32_t *cq = in->cu_seqlens_q, *ck = in->cu_seqlens_k, *used = in->seqused_k;
+    /* varlen's lse goes through lse_rows; paged's keys through the buffers */
+    const bool locked = (lse && p->varlen) || p->paged;
     pthread_mutex_t *lock = (pthread_mutex_t *)&vp->lse_lock;
-    if (lse) pthread_mutex_lock(lock);
+    if (locked) pthread_mutex_lock(lock);
     for (int b = 0; b < p->batch && !s; b++) {
-        const int64_t q0 = cq[b], k0 = ck[b];
-        const int sq = (int)(cq[b + 1] - q0), sk = used ? used[b] : (int)(ck[b + 1] - k0);
+        /* the sequence's first query row and output row: its token
+           (varlen), or its batch entry */
+        const int64_t q0 =
+            p->varlen ? cq[b] * p->q_stride[FJ_AXIS_SEQ] : (int64_t)b * p->q_stride[FJ_AXIS_BATCH];
+        const int64_t o0 =
+            p->varlen ? cq[b] * p->o_stride[FJ_AXIS_SEQ] : (int64_t)b * p->o_stride[FJ_AXIS_BATCH];
+        const int sq = p->varlen ? (int)(cq[b + 1] - cq[b]) : p->seqlen_q;
+        const int sk = used ? used[b] : (int)(ck[b + 1] - ck[b]);
         if (sq == 0) continue; /* no rows: nothing to write */
         fj_problem one = vp->one;
         one.seqlen_q = sq;
         one.seqlen_k = sk;
         one.diag_offset = one.causal == FJ_CAUSAL_TOP_LEFT ? 0 : (int64_t)sk - sq;
-        const int64_t qs = p->q_stride[FJ_AXIS_SEQ], ks = p->k_stride[FJ_AXIS_SEQ];
-        const int64_t vs = p->v_stride[FJ_AXIS_SEQ], os = p->o_stride[FJ_AXIS_SEQ];
-        s = vp->dense->execute(vp->inner, &one, (const char *)q + q0 * qs * es,
-                               (const char *)k + k0 * ks * es, (const char *)v + k0 * vs * es,
-                               (char *)o + q0 * os * es, lse ? vp->lse_rows : NULL, in, stream);
-        for (int h = 0; lse && !s && h < p->heads_q; h++)
-            memcpy(lse + (int64_t)h * in->total_q + q0, vp->lse_rows + (int64_t)h * sq,
+        const void *kb, *vb;
+        if (p->paged) {
+            fj_cpu_paged_keys(p, vp->pool, k, v, b, in->block_table, sk, vp->keys, vp->values,
+                              vp->runs, &kb, &vb);
+        } else {
+            kb = (const char *)k + ck[b] * p->k_stride[FJ_AXIS_SEQ] * es;
+            vb = (const char *)v + ck[b] * p->v_stride[FJ_AXIS_SEQ] * es;
+        }
+        float *lse_b = !lse ? NULL : p->varlen ? vp->lse_rows : lse + (int64_t)b * p->heads_q * sq;
+        s = vp->dense->execute(vp->inner, &one, (const char *)q + q0 * es, kb, vb,
+                               (char *)o + o0 * es, lse_b, in, stream);
+        for (int h = 0; lse && p->varlen && !s && h < p->heads_q; h++)
+            memcpy(lse + (int64_t)h * in->total_q + cq[b], vp->lse_rows + (int64_t)h * sq,
                    (size_t)sq * sizeof(float));
     }
-    if (lse) pthread_mutex_unlock(lock);
+    if (locked) pthread_mutex_unlock(lock);
     return s;
 }
 
@@ -146,6 +181,9 @@ static void varlen_plan_destroy(void *state)
     if (vp->inner) vp->dense->plan_destroy(vp->inner);
     pthread_mutex_destroy(&vp->lse_lock);
     free(vp->lse_rows);
+    free(vp->keys);
+    free(vp->values);
+    free(vp->runs);
     free(vp);
 }
 
@@ -171,10 +209,38 @@ static fj_status varlen_plan_create(fj_context *ctx, const fj_problem *p, const 
     pthread_mutex_init(&vp->lse_lock, NULL);
     vp->dense = dense;
     vp->tiled = tiled;
+    vp->varlen = p->varlen;
+    vp->paged = p->paged;
     vp->one = *p;
     vp->one.varlen = false;
     vp->one.batch = 1;
     vp->tiles_from = FJ_TILES_GIVEN;
+    size_t kv_bytes = 0;
+    if (p->paged) {
+        /* each sequence's keys and values: dense [seqlen_k, heads_kv,
+           head_dim] buffers (or a dense pool's pages in place) */
+        const int64_t row = (int64_t)p->heads_kv * p->head_dim;
+        vp->one.paged = false;
+        vp->one.page_size = vp->one.num_pages = vp->one.max_pages = vp->one.bt_stride = 0;
+        for (int t = 0; t < 2; t++) {
+            int64_t *st = t ? vp->one.v_stride : vp->one.k_stride;
+            st[FJ_AXIS_BATCH] = row * p->seqlen_k;
+            st[FJ_AXIS_SEQ] = row;
+            st[FJ_AXIS_HEAD] = p->head_dim;
+        }
+        vp->pool = ctx->pool;
+        if (__builtin_mul_overflow((size_t)row * fj_dtype_size(p->dtype), (size_t)p->seqlen_k,
+                                   &kv_bytes) ||
+            !(vp->keys = malloc(kv_bytes ? kv_bytes : 1)) ||
+            !(vp->values = malloc(kv_bytes ? kv_bytes : 1)) ||
+            !(vp->runs = malloc(sizeof *vp->runs * (size_t)p->max_pages))) {
+            varlen_plan_destroy(vp);
+            return fj_fail(FJ_ERR_OUT_OF_MEMORY,
+                           "%s: cannot allocate 2 x %zu MiB for one sequence's keys and values "
+                           "(seqlen_k %d x heads_kv %d x head_dim %d) copied out of the pages",
+                           dense->name, kv_bytes >> 20, p->seqlen_k, p->heads_kv, p->head_dim);
+        }
+    }
 
     /* The tiled backend: its tiled path with the blocks a plan of the one
        sequence would choose (config NULL would take the decode path for few
@@ -199,12 +265,26 @@ static fj_status varlen_plan_create(fj_context *ctx, const fj_problem *p, const 
     }
     char key[FJ_PROBLEM_KEY_MAX];
     fj_problem_key_of(&vp->one, key, sizeof key);
-    fj_strbuf_printf(describe,
-                     "varlen: %d sequences packed along the token axis, each run as its own "
-                     "problem (its lengths, at most those of %s) through the plan above%s%s%s; "
-                     "%zu bytes for one sequence's lse\n",
-                     p->batch, key, tiled ? " (its tiled path; blocks: " : "", tiled ? why : "",
-                     tiled ? ")" : "", lse_bytes);
+    if (p->varlen)
+        fj_strbuf_printf(describe,
+                         "varlen: %d sequences packed along the token axis, each run as its own "
+                         "problem (its lengths, at most those of %s) through the plan above%s%s%s; "
+                         "%zu bytes for one sequence's lse\n",
+                         p->batch, key, tiled ? " (its tiled path; blocks: " : "", tiled ? why : "",
+                         tiled ? ")" : "", lse_bytes);
+    else
+        fj_strbuf_printf(describe,
+                         "sequences: %d, each run as its own problem (%d query rows, its KV "
+                         "length of at most those of %s) through the plan above%s%s%s\n",
+                         p->batch, p->seqlen_q, key, tiled ? " (its tiled path; blocks: " : "",
+                         tiled ? why : "", tiled ? ")" : "");
+    if (p->paged)
+        fj_strbuf_printf(describe,
+                         "paged: K and V in pools of %d pages of %d keys, a block table of %d "
+                         "columns (row stride %d); each sequence's keys copied out of its pages, "
+                         "a run of consecutive pages at a time (none when they are one run of a "
+                         "dense pool), into 2 x %zu bytes\n",
+                         p->num_pages, p->page_size, p->max_pages, p->bt_stride, kv_bytes);
     *state = vp;
     return FJ_OK;
 }
@@ -226,11 +306,12 @@ static void varlen_info(const void *state, fj_plan_info *info)
     const varlen_plan *vp = state;
     vp->dense->info(vp->inner, info);
     size_t n = strlen(info->kernel);
-    snprintf(info->kernel + n, sizeof info->kernel - n, "_varlen");
+    snprintf(info->kernel + n, sizeof info->kernel - n, "%s%s", vp->varlen ? "_varlen" : "",
+             vp->paged ? "_paged" : "");
     if (vp->tiled) info->tiles_source = vp->tiles_from;
 }
 
-const fj_backend_ops fj_cpu_tiled_varlen_ops = {
+const fj_backend_ops fj_cpu_tiled_sequence_ops = {
     .kind = FJ_BACKEND_CPU,
     .name = "cpu",
     .plan_create = tiled_varlen_plan_create,
@@ -240,7 +321,7 @@ const fj_backend_ops fj_cpu_tiled_varlen_ops = {
     FJ_CPU_SHARED_OPS,
 };
 
-const fj_backend_ops fj_cpu_reference_varlen_ops = {
+const fj_backend_ops fj_cpu_reference_sequence_ops = {
     .kind = FJ_BACKEND_CPU_REFERENCE,
     .name = "cpu-reference",
     .plan_create = reference_varlen_plan_create,

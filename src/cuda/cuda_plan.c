@@ -113,6 +113,11 @@ fj_status fj_cuda_supports(const fj_context *ctx, const fj_problem *p)
 {
     (void)ctx;
     fj_status st;
+    if (p->paged)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "cuda: a paged KV cache (FJ_FEATURE_PAGED_KV) is not in the CUDA kernels "
+                       "yet: use the CPU backends (FJ_BACKEND_CPU) for such problems, or copy "
+                       "each sequence's keys out of its pages into a dense plan's k and v");
     if (p->varlen)
         return fj_fail(FJ_ERR_UNSUPPORTED,
                        "cuda: variable-length batches (FJ_FEATURE_VARLEN) are not in the CUDA "
@@ -607,7 +612,7 @@ fj_status fj_cuda_execute(const void *state, const fj_problem *p, const void *q,
                           void *stream)
 {
     (void)p;  /* the plan's parameters were made from it */
-    (void)in; /* fj_cuda_supports refuses ALiBi, sinks and varlen: all NULL */
+    (void)in; /* fj_cuda_supports refuses ALiBi, sinks, varlen, paged: all NULL */
     const cuda_plan *cp = state;
     fj_status st = check_pointers(q, k, v, o, lse);
     if (st) return st;

@@ -3,6 +3,8 @@
  * the winner becomes a "measured" entry of the context's tuning, which the
  * plan's lookup then finds. Measurements of one context take turns: two
  * timing at once would each measure the other's load. */
+#include <string.h>
+
 #include "tune/plan_measure.h"
 
 #include "context.h"
@@ -30,9 +32,17 @@ static fj_status measure(fj_context *ctx, const fj_attention_desc *desc, const f
        the plain problem's point and tiles: measure the plain problem. A
        varlen batch runs each sequence through a plan for one sequence of
        the longest lengths (src/cpu/varlen.c): measure that one (its batch
-       strides are 0, which with batch 1 is the same tensor). */
+       strides are 0, which with batch 1 is the same tensor). A paged one
+       too, its keys a dense [seqlen_k, heads_kv, head_dim] tensor (the
+       copy out of the pages, src/cpu/paged.c): its k and v strides are
+       the dense ones. */
     fj_attention_desc plain = *desc;
-    if (plain.features & FJ_FEATURE_VARLEN) plain.batch = 1;
+    if (plain.features & (FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV)) plain.batch = 1;
+    if (plain.features & FJ_FEATURE_PAGED_KV) {
+        plain.page_size = plain.num_pages = plain.max_pages = plain.block_table_stride = 0;
+        memset(plain.k_stride, 0, sizeof plain.k_stride);
+        memset(plain.v_stride, 0, sizeof plain.v_stride);
+    }
     plain.features = 0;
     const fj_attention_desc *d = &plain;
     fj_tune_observer obs = {.checked = log_wrong};

@@ -400,7 +400,7 @@ static bool oracle_varlen(fjt_problem *p);
 
 bool fjt_problem_oracle(fjt_problem *p)
 {
-    if (!p->ref_o || !p->ref_lse) return false;
+    if (!p->ref_o || !p->ref_lse || p->pg.page_size) return false;
     return p->vl.nseq ? oracle_varlen(p) : oracle(p, NULL, 0);
 }
 
@@ -585,36 +585,228 @@ void fjt_varlen_str(const fjt_varlen *v, char *buf, size_t n)
         snprintf(buf + len, n - len, "+pad%d/%d", v->pad_q, v->pad_k);
 }
 
-void fjt_varlen_free(fj_context *ctx, void *mem[3])
+void fjt_varlen_free(fj_context *ctx, void *mem[FJT_EXTRAS_MEM])
 {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < FJT_EXTRAS_MEM; i++) {
         fj_free(ctx, mem[i]);
         mem[i] = NULL;
     }
 }
 
-fj_status fjt_varlen_extras(fj_context *ctx, const fjt_problem *p, fj_execute_extras *x,
-                            void *mem[3])
+/* A copy of n int32 values in ctx's memory, into *mem. */
+static fj_status device_ints(fj_context *ctx, const int32_t *host, size_t n, void **mem)
 {
-    mem[0] = mem[1] = mem[2] = NULL;
-    if (!p->vl.nseq) return FJ_OK;
-    const size_t cu = sizeof(int32_t) * ((size_t)p->vl.nseq + 1);
-    const size_t used = sizeof(int32_t) * (size_t)p->vl.nseq;
+    fj_status s = fj_malloc(ctx, sizeof(int32_t) * n, mem);
+    return s ? s : fj_copy_to_device(ctx, *mem, host, sizeof(int32_t) * n);
+}
+
+fj_status fjt_varlen_extras(fj_context *ctx, const fjt_problem *p, fj_execute_extras *x,
+                            void *mem[FJT_EXTRAS_MEM])
+{
+    for (int i = 0; i < FJT_EXTRAS_MEM; i++) mem[i] = NULL;
+    const bool paged = p->pg.page_size > 0;
+    if (!p->vl.nseq && !paged) return FJ_OK;
+    const size_t n = (size_t)p->d.batch;
     fj_status s;
-    if ((s = fj_malloc(ctx, cu, &mem[0])) || (s = fj_malloc(ctx, cu, &mem[1])) ||
-        (s = fj_copy_to_device(ctx, mem[0], p->cu_q, cu)) ||
-        (s = fj_copy_to_device(ctx, mem[1], p->cu_k, cu)) ||
-        (p->used_k && ((s = fj_malloc(ctx, used, &mem[2])) ||
-                       (s = fj_copy_to_device(ctx, mem[2], p->used_k, used))))) {
+    if ((p->vl.nseq && (s = device_ints(ctx, p->cu_q, n + 1, &mem[0]))) ||
+        (p->vl.nseq && !paged && (s = device_ints(ctx, p->cu_k, n + 1, &mem[1]))) ||
+        (p->used_k && (s = device_ints(ctx, p->used_k, n, &mem[2]))) ||
+        (paged && (s = device_ints(ctx, p->block_table, n * (size_t)p->bt_stride, &mem[3])))) {
         fjt_varlen_free(ctx, mem);
         return s;
     }
     x->cu_seqlens_q = mem[0];
     x->cu_seqlens_k = mem[1];
     x->seqused_k = mem[2];
-    x->total_q = p->total_q;
-    x->total_k = p->total_k;
+    x->block_table = mem[3];
+    x->total_q = p->vl.nseq ? p->total_q : 0;
+    x->total_k = p->vl.nseq && !paged ? p->total_k : 0;
     return FJ_OK;
+}
+
+/* ---- paged KV caches ------------------------------------------------------ */
+
+/* The pool's strides (page, row, head) for pg's layout. */
+static void pool_strides(const fjt_paged *pg, int hkv, int D, int64_t s[3])
+{
+    const int P = pg->page_size;
+    switch (pg->layout) {
+    case FJT_POOL_DENSE:
+        s[2] = D;
+        s[1] = (int64_t)hkv * D;
+        s[0] = (int64_t)P * s[1];
+        break;
+    case FJT_POOL_PADDED:
+        s[2] = D + 3;
+        s[1] = (int64_t)hkv * (D + 3) + 5;
+        s[0] = (int64_t)P * s[1] + 7;
+        break;
+    case FJT_POOL_HEAD_MAJOR:
+    default:
+        s[1] = D;
+        s[2] = (int64_t)P * D;
+        s[0] = (int64_t)hkv * P * D;
+        break;
+    }
+}
+
+bool fjt_paged_desc(fj_attention_desc *d, const fjt_varlen *vl, const fjt_paged *pg)
+{
+    if (vl->nseq < 1 || vl->nseq > FJT_VARLEN_MAX_SEQS || pg->page_size < 1) return false;
+    int max_pages = 1, used_pages = 0;
+    for (int b = 0; b < vl->nseq; b++) {
+        const int need = (fjt_varlen_keys(vl, b) + pg->page_size - 1) / pg->page_size;
+        used_pages += need;
+        if (need > max_pages) max_pages = need;
+    }
+    d->page_size = pg->page_size;
+    d->num_pages = used_pages + pg->spare_pages > 0 ? used_pages + pg->spare_pages : 1;
+    d->max_pages = max_pages + pg->spare_cols;
+    d->block_table_stride = pg->stride_pad ? d->max_pages + pg->stride_pad : 0;
+    int64_t s[3];
+    pool_strides(pg, d->heads_kv, d->head_dim, s);
+    for (int t = 0; t < 2; t++) {
+        int64_t *st = t ? d->v_stride : d->k_stride;
+        if (pg->layout == FJT_POOL_DENSE) memset(st, 0, 3 * sizeof(int64_t));
+        else memcpy(st, s, sizeof s);
+    }
+    return true;
+}
+
+bool fjt_problem_make_paged(fjt_problem *p, const fj_attention_desc *d, const fjt_varlen *vl,
+                            const fjt_paged *pg, fjt_rng *rng, bool with_oracle)
+{
+    memset(p, 0, sizeof *p);
+    if (!(d->features & FJ_FEATURE_PAGED_KV) || pg->page_size < 1 || pg->spare_pages < 0 ||
+        pg->spare_cols < 0 || pg->stride_pad < 0 || vl->nseq != d->batch ||
+        !(d->features & FJ_FEATURE_VARLEN) != pg->dense_q)
+        return false;
+    const int n = vl->nseq, P = pg->page_size, D = d->head_dim, hkv = d->heads_kv;
+    /* the varlen problem of the same sequences, its keys packed and used
+       whole: the oracle's inputs, and the keys to page */
+    fjt_varlen v = *vl;
+    v.has_used = true;
+    v.pad_k = 0;
+    for (int b = 0; b < n; b++) v.len_k[b] = v.used_k[b] = fjt_varlen_keys(vl, b);
+    fj_attention_desc vd = *d;
+    vd.features = (d->features & ~(uint32_t)FJ_FEATURE_PAGED_KV) | FJ_FEATURE_VARLEN;
+    vd.page_size = vd.num_pages = vd.max_pages = vd.block_table_stride = 0;
+    memset(vd.k_stride, 0, sizeof vd.k_stride);
+    memset(vd.v_stride, 0, sizeof vd.v_stride);
+    if (pg->dense_q) {
+        if (vl->pad_q) return false;
+        for (int b = 0; b < n; b++)
+            if (vl->len_q[b] != d->seqlen_q) return false;
+        const int64_t *qo[2] = {d->q_stride, d->o_stride};
+        int64_t *vqo[2] = {vd.q_stride, vd.o_stride};
+        for (int t = 0; t < 2; t++) {
+            if (qo[t][0] || qo[t][1] || qo[t][2]) {
+                if (qo[t][0] != (int64_t)d->seqlen_q * qo[t][1]) return false;
+                vqo[t][0] = 0;
+            }
+        }
+    }
+    if (!fjt_problem_make_varlen(p, &vd, &v, rng, with_oracle)) return false;
+
+    /* the pages: ceil(len / P) a sequence, spare ones among them */
+    fj_attention_desc pd = *d;
+    if (!fjt_paged_desc(&pd, &v, pg)) goto fail;
+    int need[FJT_VARLEN_MAX_SEQS];
+    for (int b = 0; b < n; b++) need[b] = (v.len_k[b] + P - 1) / P;
+    const int num_pages = pd.num_pages;
+    p->bt_stride = pd.max_pages + pg->stride_pad;
+    int *order = malloc(sizeof(int) * (size_t)num_pages);
+    p->block_table = malloc(sizeof(int32_t) * (size_t)n * (size_t)p->bt_stride);
+    if (!order || !p->block_table) {
+        free(order);
+        goto fail;
+    }
+    for (int i = 0; i < num_pages; i++) order[i] = i;
+    if (pg->in_order) { /* the spare pages first, then each sequence's run */
+        for (int i = 0; i < num_pages; i++) order[i] = (i + pg->spare_pages) % num_pages;
+    } else {
+        for (int i = num_pages - 1; i > 0; i--) {
+            int j = fjt_range(rng, 0, i), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+    }
+    /* unused tail entries: outside the pool, so that a read of one shows */
+    const int32_t junk[4] = {-1, INT32_MIN, INT32_MAX, num_pages};
+    for (int b = 0, next = 0; b < n; b++)
+        for (int c = 0; c < p->bt_stride; c++)
+            p->block_table[(size_t)b * p->bt_stride + c] =
+                c < need[b] ? order[next++] : junk[(b + c) % 4];
+    free(order);
+
+    /* the pools, NaN but for the sequences' keys */
+    int64_t s[3];
+    pool_strides(pg, hkv, D, s);
+    const size_t es = elem_size(d->dtype), elems = span(s, num_pages, P, hkv, D);
+    void *pool[2] = {malloc(elems * es), malloc(elems * es)};
+    if (!pool[0] || !pool[1]) {
+        free(pool[0]);
+        free(pool[1]);
+        goto fail;
+    }
+    const void *packed[2] = {p->k, p->v};
+    const int64_t *ps[2] = {p->ks, p->vs};
+    for (int t = 0; t < 2; t++) {
+        fjt_poison(pool[t], d->dtype, elems);
+        for (int b = 0; b < n; b++)
+            for (int j = 0; j < v.len_k[b]; j++) {
+                const int32_t page = p->block_table[(size_t)b * p->bt_stride + j / P];
+                for (int h = 0; h < hkv; h++)
+                    memcpy((char *)pool[t] + off(s, page, j % P, h) * es,
+                           (const char *)packed[t] + off(ps[t], 0, p->cu_k[b] + j, h) * es,
+                           (size_t)D * es);
+            }
+        free(t ? p->v : p->k);
+    }
+    p->k = pool[0];
+    p->v = pool[1];
+    p->k_elems = p->v_elems = elems;
+    memcpy(p->ks, s, sizeof s);
+    memcpy(p->vs, s, sizeof s);
+    p->total_k = 0;
+    p->pg = *pg;
+    p->d = pd;
+    if (pg->dense_q) { /* the packed batch read as the dense problem it is */
+        const int sq = d->seqlen_q, hq = d->heads_q;
+        p->qs[0] = (int64_t)sq * p->qs[1];
+        p->os[0] = (int64_t)sq * p->os[1];
+        p->vl.nseq = 0;
+        p->total_q = 0;
+        double *re[2] = {p->ref_lse, p->ref_mag};
+        for (int r = 0; with_oracle && r < 2; r++) { /* [hq, total_q] -> [batch, hq, sq] */
+            double *t = malloc(sizeof(double) * p->lse_elems);
+            if (!t) goto fail;
+            for (int b = 0; b < n; b++)
+                for (int h = 0; h < hq; h++)
+                    for (int i = 0; i < sq; i++)
+                        t[((size_t)b * hq + h) * sq + i] = re[r][(size_t)h * n * sq + b * sq + i];
+            memcpy(re[r], t, sizeof(double) * p->lse_elems);
+            free(t);
+        }
+    }
+    return true;
+fail:
+    fjt_problem_free(p);
+    return false;
+}
+
+void fjt_paged_str(const fjt_paged *pg, const fj_attention_desc *d, char *buf, size_t n)
+{
+    static const char *const layouts[] = {"dense", "padded", "head-major"};
+    if (!pg->page_size) {
+        snprintf(buf, n, "%s", "");
+        return;
+    }
+    snprintf(buf, n, "page_size=%d pages=%d max_pages=%d bt_stride=%d %s pool=%s q=%s",
+             pg->page_size, d->num_pages, d->max_pages,
+             d->block_table_stride ? d->block_table_stride : d->max_pages,
+             pg->in_order ? "in-order" : "shuffled", layouts[pg->layout % 3],
+             pg->dense_q ? "dense" : "varlen");
 }
 
 void fjt_problem_free(fjt_problem *p)
@@ -630,6 +822,7 @@ void fjt_problem_free(fjt_problem *p)
     free(p->cu_q);
     free(p->cu_k);
     free(p->used_k);
+    free(p->block_table);
     memset(p, 0, sizeof *p);
 }
 
@@ -724,7 +917,7 @@ fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool wi
     const fj_attention_desc *d = &p->d;
     size_t es = elem_size(d->dtype);
     void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL, *da = NULL, *ds = NULL;
-    void *vmem[3] = {NULL, NULL, NULL};
+    void *vmem[FJT_EXTRAS_MEM] = {NULL};
     const size_t hb = sizeof(float) * (size_t)d->heads_q;
     void *ho = malloc(p->o_elems * es);
     float *hl = with_lse ? malloc(p->lse_elems * sizeof(float)) : NULL;

@@ -47,6 +47,30 @@ static inline int fjt_varlen_keys(const fjt_varlen *v, int b)
     return v->has_used ? v->used_k[b] : v->len_k[b];
 }
 
+/* A paged KV cache (FJ_FEATURE_PAGED_KV) made by fjt_problem_make_paged:
+ * the sequences' keys scattered over pools of pages, each sequence's pages
+ * named by its row of a block table. Pool pages and rows no sequence uses
+ * are NaN (a backend that reads them shows it); a row's entries past the
+ * sequence's pages (unused tail entries) hold values outside the pool. */
+typedef enum fjt_pool_layout {
+    FJT_POOL_DENSE,      /* [num_pages, page_size, heads_kv, dim], the desc's zero strides */
+    FJT_POOL_PADDED,     /* the same with 3 elements after each head's row, 5 after each
+                            row, 7 after each page */
+    FJT_POOL_HEAD_MAJOR, /* [num_pages, heads_kv, page_size, dim] */
+} fjt_pool_layout;
+
+typedef struct fjt_paged {
+    int page_size;   /* keys per page, >= 1 (0 in fjt_problem: not paged) */
+    int spare_pages; /* pool pages beyond those the sequences use */
+    int spare_cols;  /* block-table columns beyond the longest sequence's pages */
+    int stride_pad;  /* block_table_stride = max_pages + stride_pad (0: the desc's 0) */
+    bool in_order;   /* each sequence's pages consecutive in the pool, one run (else
+                        shuffled: pages out of order) */
+    fjt_pool_layout layout;
+    bool dense_q; /* q, o and lse dense [batch, seqlen_q, ...] (each sequence seqlen_q
+                     queries); else varlen-packed (FJ_FEATURE_VARLEN too) */
+} fjt_paged;
+
 typedef struct fjt_problem {
     fj_attention_desc d;
     int64_t qs[3], ks[3], vs[3], os[3]; /* resolved strides */
@@ -71,6 +95,15 @@ typedef struct fjt_problem {
     fjt_varlen vl;
     int32_t *cu_q, *cu_k, *used_k;
     int total_q, total_k;
+    /* FJ_FEATURE_PAGED_KV (fjt_problem_make_paged; pg.page_size 0
+       otherwise): k and v are then the pools (ks, vs their strides, k_elems
+       and v_elems their extents), block_table [batch, bt_stride] host int32,
+       used_k each sequence's KV length. With pg.dense_q the problem reads
+       as a dense one (vl.nseq 0; ref_o, ref_lse, ref_mag in the dense
+       layouts); else as a varlen one (total_k 0). */
+    fjt_paged pg;
+    int32_t *block_table;
+    int bt_stride;
 } fjt_problem;
 
 /* Whether query row i of the dense problem d sees at least one key under
@@ -80,7 +113,8 @@ typedef struct fjt_problem {
 bool fjt_row_sees_keys(const fj_attention_desc *d, int i);
 
 /* Runs the oracle again on every row (after a test changed the inputs,
-   e.g. the sinks). False on allocation failure. */
+   e.g. the sinks). False on allocation failure, and for a paged problem
+   (its oracle runs once, in fjt_problem_make_paged). */
 bool fjt_problem_oracle(fjt_problem *p);
 
 /* Allocates inputs for d (strides as given, zero = dense), fills them with
@@ -101,6 +135,30 @@ bool fjt_problem_make_rows(fjt_problem *p, const fj_attention_desc *d, fjt_rng *
  * those rules. */
 bool fjt_problem_make_varlen(fjt_problem *p, const fj_attention_desc *d, const fjt_varlen *vl,
                              fjt_rng *rng, bool with_oracle);
+
+/* A paged KV cache: d has FJ_FEATURE_PAGED_KV (and FJ_FEATURE_VARLEN
+ * unless pg->dense_q), batch = vl->nseq; vl gives each sequence's queries
+ * (with dense_q every len_q must be d's seqlen_q and there are no pad
+ * tokens) and its KV length (fjt_varlen_keys), all within d's maxima; d's
+ * page fields and k/v strides are ignored (the problem's desc, p->d, gets
+ * them from pg), its q/o strides with dense_q either zero or with the
+ * batch stride seqlen_q x the seq stride. The oracle runs on each sequence
+ * as the dense problem of its own lengths on the keys before they are
+ * paged (with_oracle false: the inputs alone). rng also draws the page
+ * order. False on allocation failure or inputs that break those rules. */
+bool fjt_problem_make_paged(fjt_problem *p, const fj_attention_desc *d, const fjt_varlen *vl,
+                            const fjt_paged *pg, fjt_rng *rng, bool with_oracle);
+
+/* The desc fjt_problem_make_paged gives its problem: d with the page
+ * fields (num_pages: the sequences' pages + spare_pages; max_pages: the
+ * longest's + spare_cols) and the pool's k/v strides of pg. False when the
+ * lengths are past FJT_VARLEN_MAX_SEQS. */
+bool fjt_paged_desc(fj_attention_desc *d, const fjt_varlen *vl, const fjt_paged *pg);
+
+/* "page_size=16 pages=9 max_pages=3 bt_stride=3 shuffled pool=dense
+ * q=dense": pg's pages in d (a paged desc), for messages ("" when
+ * pg->page_size is 0). */
+void fjt_paged_str(const fjt_paged *pg, const fj_attention_desc *d, char *buf, size_t n);
 
 /* The inputs alone, no oracle (ref_o and ref_lse NULL): for timing. */
 bool fjt_problem_make_inputs(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng);
@@ -146,12 +204,14 @@ double fjt_tolerance(fj_dtype t);
  * problem's arrays go into fj_execute_extras (fjt_varlen_extras). */
 fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool with_lse);
 
-/* The varlen fields of x for p (cu_seqlens, seqused_k: copies of p's in
- * ctx's memory, which *mem holds, three pointers for fjt_varlen_free;
- * total_q, total_k). Nothing for a dense problem. */
+/* The varlen and paged fields of x for p (cu_seqlens, seqused_k, the
+ * block table: copies of p's in ctx's memory, which *mem holds,
+ * FJT_EXTRAS_MEM pointers for fjt_varlen_free; total_q, total_k). Nothing
+ * for a dense problem. */
+#define FJT_EXTRAS_MEM 4
 fj_status fjt_varlen_extras(fj_context *ctx, const fjt_problem *p, fj_execute_extras *x,
-                            void *mem[3]);
-void fjt_varlen_free(fj_context *ctx, void *mem[3]);
+                            void *mem[FJT_EXTRAS_MEM]);
+void fjt_varlen_free(fj_context *ctx, void *mem[FJT_EXTRAS_MEM]);
 
 /* "17/17,0/5(3)": each sequence's queries/keys(used), for messages. */
 void fjt_varlen_str(const fjt_varlen *v, char *buf, size_t n);

@@ -95,8 +95,13 @@ void fjt_case_str(const fjt_case *c, char *buf, size_t n)
     if (c->knob && len > 0 && (size_t)len < n)
         len += snprintf(buf + len, n - (size_t)len, " %s", c->knob);
     if (c->varlen.nseq && len > 0 && (size_t)len + 8 < n) {
-        len += snprintf(buf + len, n - (size_t)len, " varlen=");
+        len += snprintf(buf + len, n - (size_t)len, c->paged.dense_q ? " kv=" : " varlen=");
         fjt_varlen_str(&c->varlen, buf + len, n - (size_t)len);
+        len += (int)strlen(buf + len);
+    }
+    if (c->paged.page_size && len > 0 && (size_t)len + 2 < n) {
+        buf[len++] = ' ';
+        fjt_paged_str(&c->paged, &c->d, buf + len, n - (size_t)len);
     }
 }
 

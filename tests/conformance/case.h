@@ -55,6 +55,11 @@ typedef struct fjt_case {
        seqlen_q and seqlen_k) and these are its sequences (the oracle runs
        on each; oracle_rows unused) */
     fjt_varlen varlen;
+    /* paged.page_size > 0: d has FJ_FEATURE_PAGED_KV (its page fields as
+       fjt_paged_desc gives them) and varlen holds the sequences (with
+       paged.dense_q each has seqlen_q queries and d lacks
+       FJ_FEATURE_VARLEN); the harness pages their keys */
+    fjt_paged paged;
 } fjt_case;
 
 /* A case of d with the layout applied, lse on, the CPU backends required,

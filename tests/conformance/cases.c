@@ -1062,6 +1062,129 @@ static void varlen(builder *b, uint64_t seed)
     }
 }
 
+/* ---- paged KV cache (issue 22) ------------------------------------------------- */
+
+/* A paged case: sequences of q[b] queries (dense_q: all the same, the
+   desc's seqlen_q) over kv[b] cached keys, paged as pg says (the desc's
+   page fields and pool strides from fjt_paged_desc). The CPU backends must
+   run them; CUDA refuses them (UNSUPPORTED: a SKIP). */
+static void add_paged(builder *b, const char *name, fj_attention_desc d, int n, const int *q,
+                      const int *kv, fjt_paged pg, int slack, bool lse)
+{
+    fjt_varlen v;
+    memset(&v, 0, sizeof v);
+    v.nseq = n;
+    int mq = 1, mk = 1;
+    for (int i = 0; i < n; i++) {
+        v.len_q[i] = q[i];
+        v.len_k[i] = v.used_k[i] = kv[i];
+        if (q[i] > mq) mq = q[i];
+        if (kv[i] > mk) mk = kv[i];
+    }
+    d.batch = n;
+    d.seqlen_q = mq;
+    d.seqlen_k = mk + slack;
+    d.features |= FJ_FEATURE_PAGED_KV | (pg.dense_q ? 0 : FJ_FEATURE_VARLEN);
+    fjt_case c =
+        fjt_case_make("paged", name, &d, pg.layout == FJT_POOL_DENSE ? FJT_DENSE : FJT_CUSTOM, lse);
+    if (!fjt_paged_desc(&c.d, &v, &pg)) b->ok = false;
+    c.varlen = v;
+    c.paged = pg;
+    add(b, &c);
+}
+
+/* Decode (GQA, MQA), speculative decode (rows past a short cache see no
+   key), chunked prefill against a cache (varlen queries), pages out of
+   order and in order (one run: no copy), page sizes 1, primes, 16, 64,
+   lengths not a multiple of the page size, unused tail entries and padded
+   table rows, empty sequences, every mask, every dtype, odd head dims,
+   three pool layouts, ALiBi, sinks, a softcap; then random ones from the
+   suite's seed. */
+static void paged(builder *b, uint64_t seed)
+{
+    static const int d1[] = {1, 1, 1, 1, 1, 1}, k1[] = {300, 1, 0, 77, 16, 33};
+    static const int d4[] = {4, 4, 4, 4, 4}, k4[] = {5, 2, 40, 0, 17};
+    static const int d16[] = {16, 16, 16}, k16[] = {16, 100, 3};
+    static const int q7[] = {17, 0, 64, 1}, k7[] = {117, 30, 64, 200};
+    static const int q8[] = {13, 2, 61, 7}, k8[] = {31, 2, 7, 13};
+    static const int q9[] = {0, 3, 0, 1, 2}, k9[] = {0, 0, 9, 1, 33};
+    static const int d3[] = {3, 3, 3, 3}, k3[] = {29, 3, 64, 65};
+    const fjt_paged shuffled16 = {.page_size = 16, .spare_pages = 3, .spare_cols = 2, .dense_q = 1};
+    const fjt_paged ordered64 = {.page_size = 64, .in_order = true, .dense_q = true};
+    const fjt_paged head_major7 = {.page_size = 7,
+                                   .stride_pad = 3,
+                                   .layout = FJT_POOL_HEAD_MAJOR,
+                                   .dense_q = true};
+    const fjt_paged padded1 = {.page_size = 1, .in_order = true, .layout = FJT_POOL_PADDED};
+    const fjt_paged prefill5 = {.page_size = 5, .spare_pages = 2, .spare_cols = 1};
+    const fjt_paged prefill16 = {.page_size = 16, .spare_cols = 4, .stride_pad = 2};
+    fjt_paged pg;
+    fj_attention_desc d;
+    d = desc(1, 8, 2, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    add_paged(b, "decode-gqa-shuffled-bf16", d, 6, d1, k1, shuffled16, 0, true);
+    add_paged(b, "decode-gqa-in-order-bf16", d, 6, d1, k1, ordered64, 0, true);
+    d = desc(1, 4, 1, 1, 1, 40, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    add_paged(b, "speculative-mqa-head-major-f16", d, 5, d4, k4, head_major7, 3, true);
+    d = desc(1, 3, 3, 1, 1, 64, FJ_F32, FJ_CAUSAL_TOP_LEFT, -1, -1);
+    pg = padded1;
+    pg.dense_q = true;
+    add_paged(b, "speculative-16-tl-page1-f32", d, 3, d16, k16, pg, 0, true);
+    d = desc(1, 2, 2, 1, 1, 32, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, 5, -1);
+    add_paged(b, "decode-window-f32", d, 4, d3, k3, shuffled16, 1, true);
+    d = desc(1, 4, 1, 1, 1, 13, FJ_F32, FJ_CAUSAL_NONE, -1, -1);
+    add_paged(b, "nomask-odd-dim-f32", d, 4, d3, k3, head_major7, 0, false);
+    d = desc(1, 4, 2, 1, 1, 16, FJ_F32, FJ_CAUSAL_NONE, 3, 2);
+    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+    add_paged(b, "band-alibi-sinks-f32", d, 4, d3, k3, shuffled16, 0, true);
+    d = desc(1, 4, 1, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    add_paged(b, "chunked-prefill-bf16", d, 4, q7, k7, prefill16, 0, true);
+    d = desc(1, 6, 3, 1, 1, 80, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1);
+    add_paged(b, "prefill-primes-tl-f16", d, 4, q8, k8, prefill5, 2, true);
+    d = desc(1, 8, 2, 1, 1, 96, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 20, -1);
+    d.features = FJ_FEATURE_SINKS;
+    d.softcap = 30.0f;
+    add_paged(b, "prefill-window-softcap-sinks-bf16", d, 4, q7, k7, padded1, 0, true);
+    d = desc(1, 2, 1, 1, 1, 16, FJ_F32, FJ_CAUSAL_NONE, -1, -1);
+    add_paged(b, "empty-sequences-f32", d, 5, q9, k9, prefill5, 0, true);
+
+    fjt_rng rng;
+    fjt_rng_init(&rng, seed ^ 0x70616765642dull);
+    static const int menu[] = {0, 1, 2, 3, 5, 7, 13, 15, 16, 17, 31, 61, 64, 65, 127, 129, 257};
+    static const int dims[] = {8, 13, 40, 64, 128, 200};
+    static const int heads[][2] = {{1, 1}, {4, 4}, {8, 1}, {8, 2}, {6, 3}};
+    for (int i = 0; i < 10; i++) {
+        int n = fjt_range(&rng, 1, 8), q[8], k[8];
+        pg = (fjt_paged){0};
+        pg.dense_q = fjt_range(&rng, 0, 1);
+        const int rows = fjt_range(&rng, 1, 16);
+        for (int j = 0; j < n; j++) {
+            q[j] = pg.dense_q ? rows : menu[fjt_range(&rng, 0, NELEMS(menu) - 1)];
+            k[j] = menu[fjt_range(&rng, 0, NELEMS(menu) - 1)];
+        }
+        pg.page_size = fjt_range(&rng, 0, 1) ? 16 : fjt_range(&rng, 1, 70);
+        pg.in_order = fjt_range(&rng, 0, 2) == 0;
+        pg.layout = (fjt_pool_layout)fjt_range(&rng, 0, 2);
+        pg.spare_pages = fjt_range(&rng, 0, 4);
+        pg.spare_cols = fjt_range(&rng, 0, 2);
+        pg.stride_pad = fjt_range(&rng, 0, 1) * fjt_range(&rng, 1, 3);
+        /* one draw per statement: argument evaluation order is unspecified */
+        const int g = fjt_range(&rng, 0, NELEMS(heads) - 1);
+        const int dim = dims[fjt_range(&rng, 0, NELEMS(dims) - 1)];
+        const fj_causal causal = (fj_causal)fjt_range(&rng, 0, 2);
+        int wl = -1, wr = -1;
+        if (fjt_range(&rng, 0, 2) == 0) wl = fjt_range(&rng, 0, 40);
+        if (fjt_range(&rng, 0, 3) == 0) wr = fjt_range(&rng, 0, 40);
+        d = desc(1, heads[g][0], heads[g][1], 1, 1, dim, all_dtypes[i % 3], causal, wl, wr);
+        if (fjt_range(&rng, 0, 3) == 0) d.features |= FJ_FEATURE_ALIBI;
+        if (fjt_range(&rng, 0, 3) == 0) d.features |= FJ_FEATURE_SINKS;
+        const int slack = fjt_range(&rng, 0, 20);
+        const bool lse = fjt_range(&rng, 0, 3) != 0;
+        char name[48];
+        snprintf(name, sizeof name, "random-%d", i);
+        add_paged(b, name, d, n, q, k, pg, slack, lse);
+    }
+}
+
 /* `flashjit bench --grid smoke`'s problems, in bench's order (dtype, then
  * shape): --perf prints the rows bench prints for them. */
 static void bench_smoke(builder *b)
@@ -1108,6 +1231,7 @@ bool fjt_cases_build(fjt_case_list *l, uint64_t seed)
     softcap(&b);
     alibi_sinks(&b);
     varlen(&b, seed);
+    paged(&b, seed);
     bench_smoke(&b);
     return b.ok;
 }

@@ -11,6 +11,8 @@ bool fjt_case_problem(const fjt_case *c, uint64_t suite_seed, fjt_problem *p)
 {
     fjt_rng rng;
     fjt_rng_init(&rng, fjt_case_seed(c, suite_seed));
+    if (c->paged.page_size)
+        return fjt_problem_make_paged(p, &c->d, &c->varlen, &c->paged, &rng, true);
     if (c->varlen.nseq) return fjt_problem_make_varlen(p, &c->d, &c->varlen, &rng, true);
     if (c->oracle_rows)
         return fjt_problem_make_rows(p, &c->d, &rng, c->oracle_rows, c->n_oracle_rows);
@@ -83,7 +85,8 @@ fj_status fjt_case_run(const fjt_case *c, const fjt_problem *p, fj_context *ctx,
                  info.tiles);
 
     void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL, *da = NULL, *ds = NULL;
-    void *vmem[3] = {NULL, NULL, NULL};                   /* varlen: cu_seqlens_q, _k, seqused_k */
+    void *vmem[FJT_EXTRAS_MEM] = {
+        NULL}; /* varlen, paged: cu_seqlens_q, _k, seqused_k, block_table */
     const size_t hb = sizeof(float) * (size_t)d->heads_q; /* ALiBi slopes, sinks */
     fj_execute_extras x;
     fj_execute_extras_init(&x);

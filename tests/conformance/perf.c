@@ -31,8 +31,10 @@ fj_status fjt_perf_row(const fjt_case *c, fj_context *ctx, uint64_t suite_seed, 
     fjt_rng_init(&rng, fjt_case_seed(c, suite_seed));
     fjt_problem p;
     double *ms = calloc((size_t)repeat, sizeof *ms);
-    const bool made = c->varlen.nseq ? fjt_problem_make_varlen(&p, d, &c->varlen, &rng, false)
-                                     : fjt_problem_make_inputs(&p, d, &rng);
+    const bool made = c->paged.page_size
+                          ? fjt_problem_make_paged(&p, d, &c->varlen, &c->paged, &rng, false)
+                      : c->varlen.nseq ? fjt_problem_make_varlen(&p, d, &c->varlen, &rng, false)
+                                       : fjt_problem_make_inputs(&p, d, &rng);
     if (!ms || !made) {
         snprintf(why, why_n, "out of host memory for the inputs");
         free(ms);
@@ -41,7 +43,7 @@ fj_status fjt_perf_row(const fjt_case *c, fj_context *ctx, uint64_t suite_seed, 
     }
     size_t es = elem_size(d->dtype);
     void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL;
-    void *vmem[3] = {NULL, NULL, NULL};
+    void *vmem[FJT_EXTRAS_MEM] = {NULL};
     fj_execute_extras x; /* a varlen case's sequences */
     fj_execute_extras_init(&x);
     if (!(s = fj_malloc(ctx, p.q_elems * es, &dq)) && !(s = fj_malloc(ctx, p.k_elems * es, &dk)) &&

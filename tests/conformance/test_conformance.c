@@ -74,7 +74,7 @@ static void test_families(void **state)
         {"seqlens", 63},     {"masks", 24},      {"heads-layouts", 16}, {"scales", 6},
         {"sampled", 88},     {"split", 13},      {"decode", 18},        {"broadcast", 6},
         {"odd", 24},         {"softcap", 36},    {"softcap-cpu", 19},   {"alibi-sinks", 54},
-        {"varlen", 22},      {"bench-smoke", 9},
+        {"varlen", 22},      {"paged", 21},      {"bench-smoke", 9},
     };
     fjt_case_list l = {0};
     assert_true(fjt_cases_build(&l, fjt_seed()));
@@ -129,6 +129,30 @@ static void test_coverage(void **state)
     }
     assert_true(vl >= 20 && vl_no_q >= 3 && vl_no_k >= 3 && vl_one >= 5 && vl_used >= 1 &&
                 vl_pad >= 5);
+    /* paged: cases with dense and with varlen queries, shuffled pages,
+       unused table columns, a length not a multiple of its page size, a
+       sequence without keys, every pool layout, GQA, every causal kind */
+    int pg = 0, pg_dense = 0, pg_varlen = 0, pg_shuffled = 0, pg_tail = 0, pg_partial = 0;
+    int pg_empty = 0, pg_layout[3] = {0}, pg_gqa = 0, pg_causal[3] = {0};
+    for (int i = 0; i < l.n; i++) {
+        const fjt_case *c = &l.cases[i];
+        if (!c->paged.page_size) continue;
+        pg++;
+        pg_dense += c->paged.dense_q;
+        pg_varlen += !c->paged.dense_q;
+        pg_shuffled += !c->paged.in_order;
+        pg_tail += c->paged.spare_cols > 0 || c->paged.stride_pad > 0;
+        pg_layout[c->paged.layout]++;
+        pg_gqa += c->d.heads_q > c->d.heads_kv;
+        pg_causal[c->d.causal]++;
+        for (int b = 0; b < c->varlen.nseq; b++) {
+            pg_partial += c->varlen.len_k[b] % c->paged.page_size != 0;
+            pg_empty += c->varlen.len_k[b] == 0;
+        }
+    }
+    assert_true(pg >= 20 && pg_dense >= 5 && pg_varlen >= 4 && pg_shuffled >= 5 && pg_tail >= 5 &&
+                pg_partial >= 10 && pg_empty >= 3 && pg_layout[0] && pg_layout[1] && pg_layout[2] &&
+                pg_gqa >= 5 && pg_causal[0] && pg_causal[1] && pg_causal[2]);
     for (int i = 0; i < l.n; i++) {
         const fj_attention_desc *d = &l.cases[i].d;
         causal[d->causal]++;

@@ -273,7 +273,7 @@ static void test_primary_ctx_retain_fails(void **state)
 
 /* ---- plans and launches -------------------------------------------------------- */
 
-/* ALiBi, sinks and variable-length batches are not in the CUDA kernels
+/* ALiBi, sinks, variable-length batches and paged KV caches are not in the CUDA kernels
  * yet: plan creation (and fj_attention_ex) refuse them as UNSUPPORTED
  * naming the feature. */
 static void test_features_unsupported(void **state)
@@ -310,6 +310,27 @@ static void test_features_unsupported(void **state)
     assert_int_equal(fj_attention_ex(ctx, &d, cu, cu, cu, (void *)cu, NULL, &x, NULL),
                      FJ_ERR_UNSUPPORTED);
     assert_contains(fj_last_error(), "FJ_FEATURE_VARLEN");
+    /* a paged KV cache, alone, with varlen, and through the one-shot call:
+       refused at plan creation, naming the feature */
+    d.page_size = 16;
+    d.num_pages = 4;
+    d.max_pages = 1;
+    const uint32_t paged[] = {FJ_FEATURE_PAGED_KV, FJ_FEATURE_PAGED_KV | FJ_FEATURE_VARLEN,
+                              FJ_FEATURE_PAGED_KV | FJ_FEATURE_SINKS};
+    for (int i = 0; i < 3; i++) {
+        d.features = paged[i];
+        fj_plan *plan = (fj_plan *)&d;
+        assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+        assert_null(plan);
+        assert_contains(fj_last_error(),
+                        "a paged KV cache (FJ_FEATURE_PAGED_KV) is not in the CUDA kernels");
+    }
+    fj_execute_extras_init(&x);
+    x.seqused_k = x.block_table = cu;
+    d.features = FJ_FEATURE_PAGED_KV;
+    assert_int_equal(fj_attention_ex(ctx, &d, cu, cu, cu, (void *)cu, NULL, &x, NULL),
+                     FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(), "FJ_FEATURE_PAGED_KV");
     fj_context_destroy(ctx);
 }
 

@@ -5,7 +5,9 @@
  *   bit 7 set   validation: every size, window, stride and the scale taken
  *               raw from the input (INT_MAX, negative, overflowing, NaN);
  *               with bit 5 also the softcap (any float bits), with bit 4
- *               the features (any 32 bits: unknown ones refused).
+ *               the features (any 32 bits: unknown ones refused; with
+ *               FJ_FEATURE_PAGED_KV the four page fields, raw, after the
+ *               strides).
  *               The rules must hold without a crash: an invalid desc is
  *               FJ_ERR_INVALID_ARGUMENT with a message, for validate, plan
  *               creation and fj_attention alike, and fj_attention writes
@@ -102,6 +104,14 @@ static void validation(fuzz_input *in, uint8_t flags)
     for (int t = 0; t < 4; t++)
         if (fuzz_u8(in) & 1)
             for (int a = 0; a < 3; a++) strides[t][a] = raw_stride(in);
+    /* a paged KV cache's fields, after the strides (inputs without the
+       feature read none) */
+    if (d.features & FJ_FEATURE_PAGED_KV) {
+        d.page_size = raw_size(in);
+        d.num_pages = raw_size(in);
+        d.max_pages = raw_size(in);
+        d.block_table_stride = fuzz_u8(in) < 128 ? 0 : raw_size(in);
+    }
 
     fj_status s = fj_attention_desc_validate(&d);
     if (getenv("FUZZ_VERBOSE"))

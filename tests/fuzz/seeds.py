@@ -130,7 +130,16 @@ def attention_seeds():
                                                     b"", 0, softcap=u8(1) + rng_range(1, 100, 30),
                                                     features=u8(2))
     s["unknown-features"] = (u8(0x90) + size(0, 1) * 3 + size(0, 8) * 2 + size(0, 64) + u8(0) +
-                             u8(0) + u32(1) + u8(0) + u8(0) + u32(0x9) + u8(0) * 4)
+                             u8(0) + u32(1) + u8(0) + u8(0) + u32(0x11) + u8(0) * 4)
+    # a paged KV cache (features bit 3): the page fields after the strides
+    # (page_size 16, num_pages 9, max_pages 3, block_table_stride 0), then
+    # a page size past INT_MAX - 4200 with a table row shorter than max_pages
+    s["paged-valid"] = (u8(0x90) + size(0, 2) + size(0, 4) + size(0, 2) + size(0, 3) +
+                        size(0, 40) + size(0, 64) + u8(1) + u8(1) + u32(1) + u8(0) + u8(0) +
+                        u32(0xC) + u8(0) * 4 + size(0, 16) + size(0, 9) + size(0, 3) + u8(0))
+    s["paged-huge-page"] = (u8(0x90) + size(0, 1) * 3 + size(0, 8) * 2 + size(0, 64) + u8(0) +
+                            u8(0) + u32(1) + u8(0) + u8(0) + u32(0x8) + u8(0) * 4 + size(1, 0) +
+                            size(2, 20) + size(0, 5) + u8(200) + size(0, 2))
     return s
 
 
