@@ -225,6 +225,116 @@ static void test_run_varlen(void **state)
     }
 }
 
+/* `run --page-size`: a paged KV cache on both CPU backends, checked
+ * sequence by sequence against the reference's dense runs on the keys
+ * before paging (pages shuffled, empty sequences, a page size that divides
+ * nothing, GQA, a window; the pools' unused rows are NaN and unused table
+ * entries -1, so a read of either fails the check): by --kv-lens with dense
+ * queries, by --varlen's Q:K items with packed ones, and --batch sequences
+ * of --seqlen-k keys. Bad combinations are refused naming the flags; a
+ * length past --seqlen-k gets the library's message. */
+static void test_run_paged(void **state)
+{
+    fixture *fx = *state;
+    static const char *const backends[] = {"cpu", "reference"};
+    for (int i = 0; i < 2; i++) {
+        run_cli(fx, NULL, NULL, "run", "--backend", backends[i], "--page-size", "7", "--kv-lens",
+                "100,1,0,37,300", "--seqlen-q", "3", "--heads-q", "8", "--heads-kv", "2",
+                "--head-dim", "64", "--window", "40,-1", "--causal", "--dtype", "f16", "--check",
+                "--lse", "--shuffle-pages", "--seed", "5", "--repeat", "2", "--warmup", "0", NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        expect_in(fx->r.out, "b5.hq8.hkv2.sq3.sk300.d64.f16.causal_br.wl40.paged7 ", "stdout");
+        /* 15 + 1 + 0 + 6 + 43 pages; the table's columns for 300 keys */
+        expect_in(fx->r.out,
+                  "paged: 5 sequences, 438 keys in 65 pages of 7 keys (shuffled), pools of 65 "
+                  "pages, block table 5 x 43",
+                  "stdout");
+        expect_in(fx->r.out, i ? "cpu_reference_paged" : "cpu_tiled_paged", "stdout");
+
+        run_cli(fx, NULL, NULL, "run", "--backend", backends[i], "--page-size", "16", "--varlen",
+                "17,1:40,0:5,3:0,300:301", "--heads-q", "4", "--head-dim", "32", "--causal",
+                "--sinks", "--dtype", "bf16", "--check", "--repeat", "2", "--warmup", "0", NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        expect_in(fx->r.out, "b5.hq4.hkv4.sq300.sk301.d32.bf16.causal_br.sinks.varlen.paged16 ",
+                  "stdout");
+        expect_in(fx->r.out, "varlen: 5 sequences, 321 query and 363 key tokens", "stdout");
+        expect_in(fx->r.out, "paged: 5 sequences, 363 keys in 25 pages of 16 keys (in pool order)",
+                  "stdout");
+        expect_in(fx->r.out, i ? "cpu_reference_varlen_paged" : "cpu_tiled_varlen_paged", "stdout");
+    }
+    run_cli(fx, NULL, NULL, "run", "--backend", "cpu", "--page-size", "13", "--batch", "3",
+            "--seqlen-q", "1", "--seqlen-k", "97", "--heads-q", "4", "--heads-kv", "1",
+            "--head-dim", "16", "--dtype", "f32", "--check", "--repeat", "1", "--warmup", "0",
+            NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in(fx->r.out, "b3.hq4.hkv1.sq1.sk97.d16.f32.nomask.paged13 ", "stdout");
+    expect_in(fx->r.out, "paged: 3 sequences, 291 keys in 24 pages of 13 keys", "stdout");
+
+    static const struct {
+        const char *args[14];
+        int status;
+        const char *message;
+    } bad[] = {
+        {{"run", "--kv-lens", "4,5"}, 2, "--kv-lens needs --page-size"},
+        {{"run", "--shuffle-pages"}, 2, "--shuffle-pages needs --page-size"},
+        {{"run", "--page-size", "0"}, 2, "--page-size: '0' is not an integer in [1, "},
+        {{"run", "--page-size", "16", "--kv-lens", "4,-5"},
+         2,
+         "--kv-lens: '4,-5': item 2 is not a KV length in [0, 2^30]"},
+        {{"run", "--page-size", "16", "--kv-lens", "4,"}, 2, "--kv-lens: '4,': item 2 is not"},
+        {{"run", "--page-size", "16", "--kv-lens", "4,5", "--varlen", "1,2"},
+         2,
+         "--kv-lens and --varlen: with --page-size, --varlen's Q:K items are the sequences' KV "
+         "lengths"},
+        {{"run", "--batch", "2", "--page-size", "16", "--kv-lens", "4,5"},
+         2,
+         "--batch and --kv-lens: --kv-lens sets batch"},
+        {{"run", "--backend", "cpu", "--page-size", "16", "--kv-lens", "10,40", "--seqlen-k", "32",
+          "--repeat", "1", "--warmup", "0"},
+         1,
+         "FJ_ERR_INVALID_ARGUMENT: seqused_k[1] (40) must be in [0, seqlen_k = 32]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *const *a = bad[i].args; /* ends at its first NULL */
+        run_cli(fx, NULL, NULL, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
+                a[11], a[12], a[13], NULL);
+        fjt_cli_expect_status(&fx->r, bad[i].status);
+        expect_in(fx->r.err, bad[i].message, "stderr");
+    }
+}
+
+/* `bench --grid` runs a grid's paged and varlen keys (each sequence of the
+ * key's full lengths, pages in pool order) and checks them, as its dense
+ * rows; they failed for want of a block table and cu_seqlens before. */
+static void test_bench_paged_grid(void **state)
+{
+    fixture *fx = *state;
+    char grid[4200];
+    snprintf(grid, sizeof grid, "%s/paged.txt", fx->dir);
+    FILE *f = fopen(grid, "w");
+    assert_non_null(f);
+    fputs("b2.hq4.hkv2.sq1.sk100.d64.bf16.nomask.paged16\n"
+          "b3.hq4.hkv2.sq20.sk50.d64.bf16.causal_br.sinks.varlen.paged7\n"
+          "b2.hq4.hkv2.sq20.sk50.d64.bf16.causal_br.varlen\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    run_cli(fx, NULL, NULL, "bench", "--grid", grid, "--backends", "cpu,reference", "--check",
+            "--repeat", "2", "--warmup", "0", "--quiet", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    static const char *const rows[] = {
+        "cpu            b2.hq4.hkv2.sq1.sk100.d64.bf16.nomask.paged16",
+        "cpu-reference  b2.hq4.hkv2.sq1.sk100.d64.bf16.nomask.paged16",
+        "cpu_tiled_paged",
+        "cpu            b3.hq4.hkv2.sq20.sk50.d64.bf16.causal_br.sinks.varlen.paged7",
+        "cpu_tiled_varlen_paged",
+        "cpu            b2.hq4.hkv2.sq20.sk50.d64.bf16.causal_br.varlen",
+        "cpu_tiled_varlen ",
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        expect_in(fx->r.out, rows[i], "stdout");
+    assert_null(strstr(fx->r.out, "!")); /* no row failed its check */
+}
+
 /* FLASHJIT_LOG: an unknown value stops the program with the accepted ones
  * named (it was silently off); the known ones work. */
 static void test_log_values(void **state)
@@ -309,6 +419,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_source_bad_shape_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gnu_option_syntax, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_varlen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_paged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bench_paged_grid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_info_reports_nvrtc, setup, teardown),
     };

@@ -20,11 +20,19 @@ void cli_problem_flags_init(cli_problem_flags *f)
     f->seed = 1;
 }
 
+void cli_varlen_free(cli_varlen *v)
+{
+    free(v->len_q);
+    free(v->len_k);
+    memset(v, 0, sizeof *v);
+}
+
 void cli_problem_flags_free(cli_problem_flags *f)
 {
-    free(f->varlen.len_q);
-    free(f->varlen.len_k);
-    memset(&f->varlen, 0, sizeof f->varlen);
+    cli_varlen_free(&f->varlen);
+    free(f->kv_lens);
+    f->kv_lens = NULL;
+    f->nkv = 0;
 }
 
 const char *cli_problem_flags_help(void)
@@ -41,6 +49,14 @@ const char *cli_problem_flags_help(void)
            "  --varlen L,L,... (a variable-length batch, one item per sequence: N for N\n"
            "    queries and N keys, Q:K for Q queries and K keys, 0 allowed; sets batch,\n"
            "    seqlen-q and seqlen-k to the count and the longest; CPU backends)\n"
+           "  --page-size N (a paged KV cache: K and V in pools of pages of N keys, a\n"
+           "    block table naming each sequence's pages; CPU backends). Its sequences:\n"
+           "    --batch of --seqlen-k keys each; or --kv-lens L,L,... (one KV length per\n"
+           "    sequence, 0 allowed, each with --seqlen-q queries; sets batch, and\n"
+           "    seqlen-k to the longest unless --seqlen-k gives the plan's bound); or\n"
+           "    --varlen's Q:K items (packed queries, K the KV length in the pages)\n"
+           "  --shuffle-pages (with --page-size: the pages in a random order from --seed;\n"
+           "    otherwise each sequence's pages follow each other in the pool)\n"
            "  --backend auto|reference|cpu|cuda (auto)\n"
            "  --repeat N (20)  --warmup N (3)  --check  --lse  --seed N (1)\n";
 }
@@ -184,10 +200,10 @@ static int set_varlen(const char *cmd, const char *flag, const char *val, cli_pr
     enum { MOST = 1 << 20 };
     int n = 1;
     for (const char *c = val ? val : ""; *c; c++) n += *c == ',';
-    cli_problem_flags_free(f);
+    cli_varlen_free(&f->varlen);
     if (!val || !*val || n > MOST || !(f->varlen.len_q = malloc(sizeof(int) * (size_t)n)) ||
         !(f->varlen.len_k = malloc(sizeof(int) * (size_t)n))) {
-        cli_problem_flags_free(f);
+        cli_varlen_free(&f->varlen);
         cli_usage_error(cmd, "%s: '%s' is not a list of at most %d lengths", flag, val ? val : "",
                         MOST);
         return -1;
@@ -204,7 +220,7 @@ static int set_varlen(const char *cmd, const char *flag, const char *val, cli_pr
         }
         if (end == at || q < 0 || k < 0 || q > 1 << 30 || k > 1 << 30 ||
             (*end != ',' && *end != '\0') || (*end == ',') != (i + 1 < n)) {
-            cli_problem_flags_free(f);
+            cli_varlen_free(&f->varlen);
             cli_usage_error(cmd,
                             "%s: '%s': item %d is not N (queries and keys) or Q:K, each a "
                             "length in [0, 2^30], separated by commas",
@@ -225,6 +241,61 @@ static int set_varlen(const char *cmd, const char *flag, const char *val, cli_pr
     return 0;
 }
 
+/* --page-size N: the paged KV cache's feature and page size (the pools'
+   page counts follow from the sequences: cli_paged_layout) */
+static int set_page_size(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                         const problem_flag *row)
+{
+    if (!cli_parse_int(cmd, flag, val, row->lo, row->hi, &f->d.page_size)) return -1;
+    f->d.features |= FJ_FEATURE_PAGED_KV;
+    return 0;
+}
+
+/* --kv-lens 4096,17,0: each sequence's KV length in the paged cache */
+static int set_kv_lens(const char *cmd, const char *flag, const char *val, cli_problem_flags *f,
+                       const problem_flag *row)
+{
+    (void)row;
+    enum { MOST = 1 << 20 };
+    int n = 1;
+    for (const char *c = val ? val : ""; *c; c++) n += *c == ',';
+    free(f->kv_lens);
+    f->kv_lens = NULL;
+    f->nkv = 0;
+    if (!val || !*val || n > MOST || !(f->kv_lens = malloc(sizeof(int) * (size_t)n))) {
+        cli_usage_error(cmd, "%s: '%s' is not a list of at most %d lengths", flag, val ? val : "",
+                        MOST);
+        return -1;
+    }
+    const char *at = val;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        long k = strtol(at, &end, 10);
+        if (end == at || k < 0 || k > 1 << 30 || (*end != ',' && *end != '\0') ||
+            (*end == ',') != (i + 1 < n)) {
+            free(f->kv_lens);
+            f->kv_lens = NULL;
+            cli_usage_error(cmd,
+                            "%s: '%s': item %d is not a KV length in [0, 2^30] (one per "
+                            "sequence, separated by commas)",
+                            flag, val, i + 1);
+            return -1;
+        }
+        f->kv_lens[i] = (int)k;
+        at = end + 1;
+    }
+    f->nkv = n;
+    return 0;
+}
+
+static int set_shuffle_pages(const char *cmd, const char *flag, const char *val,
+                             cli_problem_flags *f, const problem_flag *row)
+{
+    (void)cmd, (void)flag, (void)val, (void)row;
+    f->shuffle_pages = true;
+    return 0;
+}
+
 #define DESC(field) offsetof(fj_attention_desc, field)
 static const problem_flag problem_flags[] = {
     {"batch", required_argument, set_desc_int, DESC(batch), 1, 1 << 20},
@@ -242,6 +313,9 @@ static const problem_flag problem_flags[] = {
     {"alibi", no_argument, set_feature, 0, FJ_FEATURE_ALIBI, 0},
     {"sinks", no_argument, set_feature, 0, FJ_FEATURE_SINKS, 0},
     {"varlen", required_argument, set_varlen, 0, 0, 0},
+    {"page-size", required_argument, set_page_size, 0, 1, 1 << 30},
+    {"kv-lens", required_argument, set_kv_lens, 0, 0, 0},
+    {"shuffle-pages", no_argument, set_shuffle_pages, 0, 0, 0},
     {"repeat", required_argument, set_int, offsetof(cli_problem_flags, repeat), 1, 100000},
     {"warmup", required_argument, set_int, offsetof(cli_problem_flags, warmup), 0, 100000},
     {"seed", required_argument, set_seed, 0, 0, 2147483647},
@@ -266,6 +340,57 @@ int cli_problem_option(const char *cmd, int id, const char *flag, const char *va
     size_t k = (size_t)(id - CLI_PROBLEM_OPTION_ID);
     if (id < CLI_PROBLEM_OPTION_ID || k >= NPROBLEM_FLAGS) return 0;
     return problem_flags[k].set(cmd, flag, val, f, &problem_flags[k]) ? -1 : 1;
+}
+
+/* n sequences of sq queries; keys: len_k's (NULL: sk each). */
+static bool make_sequences(cli_varlen *v, int n, int sq, const int *len_k, int sk)
+{
+    memset(v, 0, sizeof *v);
+    size_t bytes = sizeof(int) * (size_t)(n > 0 ? n : 1);
+    if (!(v->len_q = malloc(bytes)) || !(v->len_k = malloc(bytes))) {
+        cli_varlen_free(v);
+        return false;
+    }
+    for (int b = 0; b < n; b++) {
+        v->len_q[b] = sq;
+        v->len_k[b] = len_k ? len_k[b] : sk;
+    }
+    v->n = n;
+    return true;
+}
+
+bool cli_problem_sequences(const cli_problem_flags *f, cli_varlen *seqs)
+{
+    memset(seqs, 0, sizeof *seqs);
+    const fj_attention_desc *d = &f->d;
+    if (!(d->features & (FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV))) return true;
+    if (f->varlen.n) {
+        if (!make_sequences(seqs, f->varlen.n, 0, f->varlen.len_k, 0)) return false;
+        memcpy(seqs->len_q, f->varlen.len_q, sizeof(int) * (size_t)f->varlen.n);
+        return true;
+    }
+    if (f->nkv) return make_sequences(seqs, f->nkv, d->seqlen_q, f->kv_lens, 0);
+    return make_sequences(seqs, d->batch, d->seqlen_q, NULL, d->seqlen_k);
+}
+
+static int64_t pages_of(int64_t keys, int page_size) { return (keys + page_size - 1) / page_size; }
+
+void cli_paged_layout(fj_attention_desc *d, const cli_varlen *vl)
+{
+    if (d->page_size < 1) return; /* the desc's check names it */
+    int64_t pages = 0, longest = d->seqlen_k;
+    if (vl && vl->n) {
+        for (int b = 0; b < vl->n; b++) {
+            pages += pages_of(vl->len_k[b], d->page_size);
+            if (vl->len_k[b] > longest) longest = vl->len_k[b];
+        }
+    } else {
+        pages = (int64_t)d->batch * pages_of(d->seqlen_k, d->page_size);
+    }
+    const int64_t cols = pages_of(longest, d->page_size);
+    d->num_pages = pages < 1 ? 1 : pages > INT32_MAX ? INT32_MAX : (int)pages;
+    d->max_pages = cols < 1 ? 1 : cols > INT32_MAX ? INT32_MAX : (int)cols;
+    d->block_table_stride = 0;
 }
 
 void cli_shape_str(const fj_attention_desc *d, char *buf, size_t n)
@@ -430,23 +555,27 @@ static void dev_free(dev_tensors *t)
     memset(t, 0, sizeof *t);
 }
 
-/* Uploads the inputs, and poisons o and lse (0xff: NaN) so unwritten
+/* Uploads the inputs (k and v only with_kv: a paged run has pools of its
+ * own), and poisons o and lse (0xff: NaN) so unwritten
  * elements show up in the check. */
-static fj_status dev_make(dev_tensors *t, fj_context *ctx, const host_tensors *h, fj_dtype dt)
+static fj_status dev_make(dev_tensors *t, fj_context *ctx, const host_tensors *h, fj_dtype dt,
+                          bool with_kv)
 {
     memset(t, 0, sizeof *t);
     t->ctx = ctx;
     size_t es = elem_size(dt);
     fj_status s;
-    if ((s = fj_malloc(ctx, h->nq * es, &t->q)) || (s = fj_malloc(ctx, h->nk * es, &t->k)) ||
-        (s = fj_malloc(ctx, h->nk * es, &t->v)) || (s = fj_malloc(ctx, h->no * es, &t->o)) ||
+    if ((s = fj_malloc(ctx, h->nq * es, &t->q)) ||
+        (with_kv && (s = fj_malloc(ctx, h->nk * es, &t->k))) ||
+        (with_kv && (s = fj_malloc(ctx, h->nk * es, &t->v))) ||
+        (s = fj_malloc(ctx, h->no * es, &t->o)) ||
         (s = fj_malloc(ctx, h->nlse * sizeof(float), (void **)&t->lse)))
         goto fail;
     memset(h->o, 0xff, h->ho * es);
     memset(h->lse, 0xff, h->hlse * sizeof(float));
     if ((s = upload_repeated(ctx, t->q, h->q, h->nq, h->hq, es)) ||
-        (s = upload_repeated(ctx, t->k, h->k, h->nk, h->hk, es)) ||
-        (s = upload_repeated(ctx, t->v, h->v, h->nk, h->hk, es)) ||
+        (with_kv && (s = upload_repeated(ctx, t->k, h->k, h->nk, h->hk, es))) ||
+        (with_kv && (s = upload_repeated(ctx, t->v, h->v, h->nk, h->hk, es))) ||
         (s = upload_repeated(ctx, t->o, h->o, h->no, h->ho, es)) ||
         (s = upload_repeated(ctx, t->lse, h->lse, h->nlse, h->hlse, sizeof(float))))
         goto fail;
@@ -498,7 +627,7 @@ static fj_status run_once_on(fj_context *ctx, const fj_attention_desc *d, host_t
 {
     dev_tensors t;
     size_t es = elem_size(d->dtype);
-    fj_status s = dev_make(&t, ctx, h, d->dtype);
+    fj_status s = dev_make(&t, ctx, h, d->dtype, true);
     if (s) return s;
     if (!(s = fj_attention_ex(ctx, d, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, &t.x, NULL)) &&
         !(s = fj_synchronize(ctx, NULL)) && !(s = fj_copy_to_host(ctx, o_out, t.o, h->no * es)))
@@ -507,10 +636,11 @@ static fj_status run_once_on(fj_context *ctx, const fj_attention_desc *d, host_t
     return s;
 }
 
-/* The varlen batch vl run on ctx one sequence at a time, each as the dense
- * problem of its own lengths (batch 1; the packed tensors' rows from its
- * first token on are dense [1, seq, heads, head_dim]), into o_out: the
- * check's yardstick, independent of the library's varlen path. A sequence
+/* The varlen batch or paged cache vl run on ctx one sequence at a time, each
+ * as the dense problem of its own lengths (batch 1; the packed tensors' rows
+ * from its first token on are dense [1, seq, heads, head_dim]; a paged
+ * problem's keys as they were before paging), into o_out: the check's
+ * yardstick, independent of the library's varlen and paged paths. A sequence
  * without keys is no dense problem: its rows are 0, as the rule for rows
  * that see no key says. */
 static fj_status run_sequences_on(fj_context *ctx, const fj_attention_desc *d, const cli_varlen *vl,
@@ -518,7 +648,7 @@ static fj_status run_sequences_on(fj_context *ctx, const fj_attention_desc *d, c
 {
     dev_tensors t;
     const size_t es = elem_size(d->dtype);
-    fj_status s = dev_make(&t, ctx, h, d->dtype);
+    fj_status s = dev_make(&t, ctx, h, d->dtype, true);
     if (s) return s;
     size_t q0 = 0, k0 = 0;
     const size_t qrow = (size_t)d->heads_q * d->head_dim, krow = (size_t)d->heads_kv * d->head_dim;
@@ -532,7 +662,8 @@ static fj_status run_sequences_on(fj_context *ctx, const fj_attention_desc *d, c
             free(zeros);
         } else if (sq) {
             fj_attention_desc one = *d;
-            one.features &= ~(uint32_t)FJ_FEATURE_VARLEN;
+            one.features &= ~(uint32_t)(FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV);
+            one.page_size = one.num_pages = one.max_pages = one.block_table_stride = 0;
             one.batch = 1;
             one.seqlen_q = sq;
             one.seqlen_k = sk;
@@ -549,7 +680,7 @@ static fj_status run_sequences_on(fj_context *ctx, const fj_attention_desc *d, c
 }
 
 /* A varlen batch's sequence offsets in ctx's memory, and the extras that
- * name them (x's other fields kept). */
+ * name them (x's other fields kept; paged: cu_seqlens_q alone). */
 typedef struct dev_varlen {
     fj_context *ctx;
     int32_t *cu_q, *cu_k;
@@ -564,7 +695,7 @@ static void dev_varlen_free(dev_varlen *v)
     memset(v, 0, sizeof *v);
 }
 
-static fj_status dev_varlen_make(dev_varlen *v, fj_context *ctx, const cli_varlen *vl,
+static fj_status dev_varlen_make(dev_varlen *v, fj_context *ctx, const cli_varlen *vl, bool paged,
                                  fj_execute_extras *x)
 {
     memset(v, 0, sizeof *v);
@@ -581,19 +712,134 @@ static fj_status dev_varlen_make(dev_varlen *v, fj_context *ctx, const cli_varle
             hq[b + 1] = (int32_t)(tq < INT32_MAX ? tq : INT32_MAX);
             hk[b + 1] = (int32_t)(tk < INT32_MAX ? tk : INT32_MAX);
         }
+        /* paged: the keys are in the pages, named by the block table */
         if (!(s = fj_malloc(ctx, bytes, (void **)&v->cu_q)) &&
-            !(s = fj_malloc(ctx, bytes, (void **)&v->cu_k)) &&
             !(s = fj_copy_to_device(ctx, v->cu_q, hq, bytes)) &&
-            !(s = fj_copy_to_device(ctx, v->cu_k, hk, bytes))) {
+            (paged || (!(s = fj_malloc(ctx, bytes, (void **)&v->cu_k)) &&
+                       !(s = fj_copy_to_device(ctx, v->cu_k, hk, bytes))))) {
             x->cu_seqlens_q = v->cu_q;
-            x->cu_seqlens_k = v->cu_k;
+            x->cu_seqlens_k = paged ? NULL : v->cu_k;
             x->total_q = hq[vl->n];
-            x->total_k = hk[vl->n];
+            x->total_k = paged ? 0 : hk[vl->n];
         }
     }
     free(hq);
     free(hk);
     if (s) dev_varlen_free(v);
+    return s;
+}
+
+/* A paged problem's pools, block table and KV lengths in ctx's memory. */
+typedef struct dev_paged {
+    fj_context *ctx;
+    void *k, *v;
+    int32_t *table, *used;
+} dev_paged;
+
+static void dev_paged_free(dev_paged *p)
+{
+    if (p->ctx) {
+        fj_free(p->ctx, p->k);
+        fj_free(p->ctx, p->v);
+        fj_free(p->ctx, p->table);
+        fj_free(p->ctx, p->used);
+    }
+    memset(p, 0, sizeof *p);
+}
+
+/* Pages each sequence's keys (vl->len_k[b], packed in h's k and v from
+ * sequence 0 on) into pools of d's num_pages pages: sequence b takes the
+ * next ceil(L_b / page_size) logical pages, logical page g is pool page
+ * perm[g] (g itself, or shuffled from seed). With h's whole k and v held
+ * (a checked run) the pools get those keys and every row no sequence uses
+ * (a last page's tail, spare pages) is NaN, so a read past L_b shows in the
+ * check; otherwise (timing alone) the pools are h's random block repeated.
+ * Block-table entries past a sequence's pages are -1 (never read). */
+static fj_status dev_paged_make(dev_paged *p, fj_context *ctx, const fj_attention_desc *d,
+                                const cli_varlen *vl, const host_tensors *h, bool shuffle,
+                                uint64_t seed, fj_execute_extras *x)
+{
+    memset(p, 0, sizeof *p);
+    p->ctx = ctx;
+    const int P = d->page_size, cols = d->max_pages;
+    int64_t used = 0;
+    for (int b = 0; b < vl->n; b++) {
+        const int64_t n = pages_of(vl->len_k[b], P);
+        if (n > cols) {
+            fprintf(stderr,
+                    "flashjit: sequence %d's %d keys need %lld pages of %d, more than the block "
+                    "table's max_pages (%d) columns\n",
+                    b, vl->len_k[b], (long long)n, P, cols);
+            return FJ_ERR_INVALID_ARGUMENT;
+        }
+        used += n;
+    }
+    if (used > d->num_pages) {
+        fprintf(stderr,
+                "flashjit: the sequences' keys fill %lld pages of %d, more than num_pages "
+                "(%d)\n",
+                (long long)used, P, d->num_pages);
+        return FJ_ERR_INVALID_ARGUMENT;
+    }
+    const size_t es = elem_size(d->dtype), row = (size_t)d->heads_kv * d->head_dim;
+    const size_t page_elems = (size_t)P * row, pool_elems = (size_t)d->num_pages * page_elems;
+    const size_t table_n = (size_t)vl->n * (size_t)cols;
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)d->num_pages);
+    int32_t *table = malloc(sizeof(int32_t) * (table_n ? table_n : 1));
+    int32_t *lens = malloc(sizeof(int32_t) * (size_t)(vl->n ? vl->n : 1));
+    const bool exact = h->hk == h->nk;
+    char *pool = exact ? malloc(pool_elems * es) : NULL;
+    fj_status s = FJ_ERR_OUT_OF_MEMORY;
+    if (!perm || !table || !lens || (exact && !pool)) goto out;
+    for (int g = 0; g < d->num_pages; g++) perm[g] = g;
+    uint64_t st = seed * 0x9e3779b97f4a7c15ull + 0x5851f42d4c957f2dull;
+    for (int g = d->num_pages - 1; shuffle && g > 0; g--) {
+        int j = (int)(next_random(&st) % (uint64_t)(g + 1)), t = perm[g];
+        perm[g] = perm[j];
+        perm[j] = t;
+    }
+    for (size_t i = 0; i < table_n; i++) table[i] = -1;
+    int g = 0;
+    for (int b = 0; b < vl->n; b++) {
+        lens[b] = vl->len_k[b];
+        for (int j = 0; j < pages_of(vl->len_k[b], P); j++) table[(size_t)b * cols + j] = perm[g++];
+    }
+    if ((s = fj_malloc(ctx, pool_elems * es, &p->k)) ||
+        (s = fj_malloc(ctx, pool_elems * es, &p->v)) ||
+        (s = fj_malloc(ctx, sizeof(int32_t) * (table_n ? table_n : 1), (void **)&p->table)) ||
+        (s = fj_malloc(ctx, sizeof(int32_t) * (size_t)(vl->n ? vl->n : 1), (void **)&p->used)) ||
+        (s = fj_copy_to_device(ctx, p->table, table, sizeof(int32_t) * table_n)) ||
+        (s = fj_copy_to_device(ctx, p->used, lens, sizeof(int32_t) * (size_t)vl->n)))
+        goto out;
+    for (int t = 0; t < 2 && !s; t++) {
+        void *src = t ? h->v : h->k, *dst = t ? p->v : p->k;
+        if (!exact) {
+            s = upload_repeated(ctx, dst, src, pool_elems, h->hk, es);
+            continue;
+        }
+        memset(pool, 0xff, pool_elems * es); /* NaN in every dtype */
+        size_t k0 = 0;
+        for (int b = 0; b < vl->n; b++) {
+            const int L = vl->len_k[b];
+            for (int j = 0; j * P < L; j++) {
+                const size_t rows = (size_t)(L - j * P < P ? L - j * P : P);
+                memcpy(pool + (size_t)table[(size_t)b * cols + j] * page_elems * es,
+                       (const char *)src + (k0 + (size_t)j * P) * row * es, rows * row * es);
+            }
+            k0 += (size_t)L;
+        }
+        s = fj_copy_to_device(ctx, dst, pool, pool_elems * es);
+    }
+    if (!s) {
+        x->block_table = p->table;
+        x->seqused_k = p->used;
+    }
+out:
+    free(perm);
+    free(table);
+    free(lens);
+    free(pool);
+    if (s) dev_paged_free(p);
     return s;
 }
 
@@ -617,26 +863,38 @@ void cli_result_free(cli_result *r)
 fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc *d, int warmup,
                       int repeat, bool with_lse, uint64_t seed, cli_result *r)
 {
-    return cli_measure_ex(ctx, ref, d, NULL, warmup, repeat, with_lse, seed, r);
+    return cli_measure_ex(ctx, ref, d, NULL, false, warmup, repeat, with_lse, seed, r);
 }
 
 fj_status cli_measure_ex(fj_context *ctx, fj_context *ref, const fj_attention_desc *d,
-                         const cli_varlen *vl, int warmup, int repeat, bool with_lse, uint64_t seed,
-                         cli_result *r)
+                         const cli_varlen *vl, bool shuffle_pages, int warmup, int repeat,
+                         bool with_lse, uint64_t seed, cli_result *r)
 {
-    if (vl && !vl->n) vl = NULL;
     memset(r, 0, sizeof *r);
     r->rel_err = -1;
     r->ok = true;
     snprintf(r->backend, sizeof r->backend, "%s", fj_backend_name(fj_context_backend(ctx)));
+    const bool paged = (d->features & FJ_FEATURE_PAGED_KV) != 0;
+    cli_varlen full = {0}; /* a key's sequences: all of its lengths */
+    if (!(d->features & (FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV))) {
+        vl = NULL;
+    } else if (!vl || !vl->n) {
+        if (!make_sequences(&full, d->batch, d->seqlen_q, NULL, d->seqlen_k))
+            return FJ_ERR_OUT_OF_MEMORY;
+        vl = &full;
+    }
     fj_plan *plan = NULL;
     double t0 = cli_now();
     fj_status s = fj_plan_create(ctx, d, &plan);
-    if (s) return s;
+    if (s) {
+        cli_varlen_free(&full);
+        return s;
+    }
     r->plan_ms = (cli_now() - t0) * 1e3;
     fj_plan_info info;
     if ((s = fj_plan_get_info(plan, &info))) {
         fj_plan_destroy(plan);
+        cli_varlen_free(&full);
         return s;
     }
     /* For people: the describe text's words on where the image came from. */
@@ -651,18 +909,23 @@ fj_status cli_measure_ex(fj_context *ctx, fj_context *ref, const fj_attention_de
     host_tensors h;
     dev_tensors t = {0};
     dev_varlen dv = {0};
+    dev_paged dp = {0};
     double *ms = calloc((size_t)repeat, sizeof *ms);
     if (!ms) {
         fj_plan_destroy(plan);
+        cli_varlen_free(&full);
         return FJ_ERR_OUT_OF_MEMORY;
     }
     /* Without a check, the host holds one block of each tensor, repeated on
        upload: decode shapes have K and V of many GB. */
     if ((s = host_make(&h, d, vl, seed, ref ? 0 : HOST_BLOCK_ELEMS))) goto out_plan;
-    if ((s = dev_make(&t, ctx, &h, d->dtype))) goto out_host;
-    fj_execute_extras x = t.x; /* with a varlen batch's sequences */
-    if (vl && (s = dev_varlen_make(&dv, ctx, vl, &x))) goto out_dev;
-    if ((s = fj_plan_time_ex(plan, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, &x, warmup, repeat,
+    if ((s = dev_make(&t, ctx, &h, d->dtype, !paged))) goto out_host;
+    fj_execute_extras x = t.x; /* with a varlen batch's sequences, a paged cache's table */
+    if ((d->features & FJ_FEATURE_VARLEN) && (s = dev_varlen_make(&dv, ctx, vl, paged, &x)))
+        goto out_dev;
+    if (paged && (s = dev_paged_make(&dp, ctx, d, vl, &h, shuffle_pages, seed, &x))) goto out_dev;
+    void *k = paged ? dp.k : t.k, *v = paged ? dp.v : t.v;
+    if ((s = fj_plan_time_ex(plan, t.q, k, v, t.o, with_lse ? t.lse : NULL, &x, warmup, repeat,
                              ms)))
         goto out_dev;
     if (fj_context_backend(ctx) == FJ_BACKEND_CUDA) {
@@ -670,7 +933,7 @@ fj_status cli_measure_ex(fj_context *ctx, fj_context *ref, const fj_attention_de
         int n = 50;
         double h0 = cli_now();
         for (int i = 0; i < n && !s; i++)
-            s = fj_plan_execute_ex(plan, t.q, t.k, t.v, t.o, with_lse ? t.lse : NULL, &x, NULL);
+            s = fj_plan_execute_ex(plan, t.q, k, v, t.o, with_lse ? t.lse : NULL, &x, NULL);
         r->host_us = (cli_now() - h0) * 1e6 / n;
         if (!s) s = fj_synchronize(ctx, NULL);
         if (s) goto out_dev;
@@ -729,6 +992,7 @@ fj_status cli_measure_ex(fj_context *ctx, fj_context *ref, const fj_attention_de
         free(lse_ref);
     }
 out_dev:
+    dev_paged_free(&dp);
     dev_varlen_free(&dv);
     dev_free(&t);
 out_host:
@@ -736,5 +1000,6 @@ out_host:
 out_plan:
     free(ms);
     fj_plan_destroy(plan);
+    cli_varlen_free(&full);
     return s;
 }

@@ -24,13 +24,34 @@ typedef struct cli_problem_flags {
     bool check, lse;
     uint64_t seed;
     cli_varlen varlen; /* --varlen: d is varlen (batch, seqlen_q, seqlen_k set from it) */
+    /* --page-size sets d's FJ_FEATURE_PAGED_KV and page_size (the pools'
+       page counts: cli_paged_layout); --kv-lens, each sequence's KV length
+       (nkv of them, 0: not given); --shuffle-pages */
+    int *kv_lens, nkv;
+    bool shuffle_pages;
 } cli_problem_flags;
 
 /* Defaults: batch 1, heads 8/8, seqlen 1024/1024, head_dim 128, bf16, no mask,
- * backend auto, 20 repeats after 3 warm-up runs, no check, not varlen. */
+ * backend auto, 20 repeats after 3 warm-up runs, no check, not varlen, not
+ * paged. */
 void cli_problem_flags_init(cli_problem_flags *f);
-/* Frees what the flags' parsing allocated (--varlen's lengths). */
+/* Frees what the flags' parsing allocated (--varlen's and --kv-lens's
+ * lengths). */
 void cli_problem_flags_free(cli_problem_flags *f);
+
+/* The sequences of a varlen or paged problem into seqs (malloc'd; free with
+ * cli_varlen_free): --varlen's items; else --kv-lens's lengths, each with
+ * seqlen_q queries; else batch sequences of seqlen_q queries and seqlen_k
+ * keys. n 0 for a problem that is neither. false when out of memory. */
+bool cli_problem_sequences(const cli_problem_flags *f, cli_varlen *seqs);
+void cli_varlen_free(cli_varlen *v);
+
+/* A paged desc's pools for the sequences vl (NULL or none: batch sequences
+ * of seqlen_k keys): num_pages the pages they use (each sequence's keys
+ * from a page of its own, at least 1), max_pages the table's columns for
+ * the longest of seqlen_k and the sequences' KV lengths (so a length past
+ * seqlen_k reaches the library, which names it), block_table_stride 0. */
+void cli_paged_layout(fj_attention_desc *d, const cli_varlen *vl);
 
 /* The problem flags as a cli_option table (cli.h), their ids from
  * CLI_PROBLEM_OPTION_ID up: a command chains it after its own table. */
@@ -75,14 +96,21 @@ void cli_result_free(cli_result *r);
 fj_status cli_measure(fj_context *ctx, fj_context *ref, const fj_attention_desc *d, int warmup,
                       int repeat, bool with_lse, uint64_t seed, cli_result *r);
 
-/* cli_measure of a variable-length batch (vl NULL or vl->n 0: dense; else d
- * has FJ_FEATURE_VARLEN and batch vl->n): the packed tensors, cu_seqlens
- * from vl; TFLOP/s and GB/s from each sequence's own lengths; the check runs
- * each sequence on ref as the dense problem of its lengths (a sequence
+/* cli_measure of a variable-length batch or a paged KV cache (d has
+ * FJ_FEATURE_VARLEN, FJ_FEATURE_PAGED_KV or both, and batch vl->n; vl NULL
+ * or vl->n 0: batch sequences of seqlen_q queries and seqlen_k keys, as a
+ * problem key names; a dense d: vl is not read). Varlen: the packed tensors,
+ * cu_seqlens_q (and cu_seqlens_k unless paged) from vl. Paged: sequence b's
+ * keys vl->len_k[b] (seqused_k), in pages of its own from the pools (tail
+ * rows of a last page NaN when checked, unused block-table entries -1),
+ * those pages in pool order, or shuffled from seed with shuffle_pages;
+ * queries dense [batch, seqlen_q] unless varlen too. TFLOP/s and GB/s from
+ * each sequence's own lengths; the check runs each sequence on ref as the
+ * dense problem of its lengths, from the keys before paging (a sequence
  * without keys: its rows are 0). */
 fj_status cli_measure_ex(fj_context *ctx, fj_context *ref, const fj_attention_desc *d,
-                         const cli_varlen *vl, int warmup, int repeat, bool with_lse, uint64_t seed,
-                         cli_result *r);
+                         const cli_varlen *vl, bool shuffle_pages, int warmup, int repeat,
+                         bool with_lse, uint64_t seed, cli_result *r);
 
 /* fj_attention_flops of a varlen batch, counted per sequence (each halved
  * when causal with as many queries as keys, as fj_attention_flops). */

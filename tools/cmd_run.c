@@ -9,7 +9,8 @@ static void help(void)
 {
     printf("usage: flashjit run [problem flags] [--verbose]\n\n"
            "Plans and runs one problem on the chosen backend, timing --repeat runs after\n"
-           "--warmup runs, and with --check compares the output with the CPU reference.\n\n%s"
+           "--warmup runs, and with --check compares the output with the CPU reference\n"
+           "(a varlen or paged problem: each sequence as the dense problem of its lengths).\n\n%s"
            "  --verbose: also print the context's and the plan's describe text\n",
            cli_problem_flags_help());
 }
@@ -18,7 +19,7 @@ int cmd_run(int argc, char **argv)
 {
     cli_problem_flags f;
     cli_problem_flags_init(&f);
-    bool verbose = false, heads_kv_set = false, seqlen_k_set = false;
+    bool verbose = false, heads_kv_set = false, seqlen_k_set = false, batch_set = false;
     char shape_flag[64] = ""; /* --batch, --seqlen-q or --seqlen-k, which --varlen sets */
     enum { OPT_VERBOSE = 1 };
     static const cli_option own[] = {{"verbose", no_argument, OPT_VERBOSE}, {NULL, 0, 0}};
@@ -38,6 +39,7 @@ int cmd_run(int argc, char **argv)
         }
         if (!strcmp(p.flag, "--heads-kv")) heads_kv_set = true;
         if (!strcmp(p.flag, "--seqlen-k")) seqlen_k_set = true;
+        if (!strcmp(p.flag, "--batch")) batch_set = true;
         if (!strcmp(p.flag, "--batch") || !strcmp(p.flag, "--seqlen-q") ||
             !strcmp(p.flag, "--seqlen-k"))
             snprintf(shape_flag, sizeof shape_flag, "%s", p.flag);
@@ -53,15 +55,46 @@ int cmd_run(int argc, char **argv)
                                "number of sequences and the longest lengths)",
                                shape_flag);
     }
+    const bool paged = (f.d.features & FJ_FEATURE_PAGED_KV) != 0;
+    const char *bad = !paged && f.nkv             ? "--kv-lens needs --page-size (the KV lengths "
+                                                    "of a paged cache's sequences)"
+                      : !paged && f.shuffle_pages ? "--shuffle-pages needs --page-size (it "
+                                                    "orders a paged cache's pages)"
+                      : f.nkv && f.varlen.n       ? "--kv-lens and --varlen: with --page-size, "
+                                                    "--varlen's Q:K items are the sequences' KV "
+                                                    "lengths"
+                      : f.nkv && batch_set        ? "--batch and --kv-lens: --kv-lens sets batch "
+                                                    "(the number of sequences)"
+                                                  : NULL;
+    if (bad) {
+        cli_problem_flags_free(&f);
+        return cli_usage_error("run", "%s", bad);
+    }
     if (cli_no_arguments(&p)) {
         cli_problem_flags_free(&f);
         return 2;
     }
     if (!heads_kv_set) f.d.heads_kv = f.d.heads_q;
-    if (!seqlen_k_set && !f.varlen.n) f.d.seqlen_k = f.d.seqlen_q;
+    if (f.nkv) {
+        f.d.batch = f.nkv;
+        if (!seqlen_k_set) { /* the longest; else --seqlen-k bounds them (the library checks) */
+            f.d.seqlen_k = 1;
+            for (int b = 0; b < f.nkv; b++)
+                if (f.kv_lens[b] > f.d.seqlen_k) f.d.seqlen_k = f.kv_lens[b];
+        }
+    }
+    if (!seqlen_k_set && !f.varlen.n && !f.nkv) f.d.seqlen_k = f.d.seqlen_q;
+    cli_varlen seqs; /* a varlen or paged problem's sequences */
+    if (!cli_problem_sequences(&f, &seqs)) {
+        cli_problem_flags_free(&f);
+        fprintf(stderr, "flashjit run: out of memory for the sequences' lengths\n");
+        return 1;
+    }
+    if (paged) cli_paged_layout(&f.d, &seqs);
 
     fj_status s = fj_attention_desc_validate(&f.d);
     if (s) {
+        cli_varlen_free(&seqs);
         cli_problem_flags_free(&f);
         return cli_fail("run", s);
     }
@@ -70,6 +103,7 @@ int cmd_run(int argc, char **argv)
     o.backend = f.backend;
     fj_context *ctx = NULL, *ref = NULL;
     if ((s = fj_context_create(&o, &ctx))) {
+        cli_varlen_free(&seqs);
         cli_problem_flags_free(&f);
         return cli_fail("run", s);
     }
@@ -77,13 +111,15 @@ int cmd_run(int argc, char **argv)
         o.backend = FJ_BACKEND_CPU_REFERENCE;
         if ((s = fj_context_create(&o, &ref))) {
             fj_context_destroy(ctx);
+            cli_varlen_free(&seqs);
             cli_problem_flags_free(&f);
             return cli_fail("run", s);
         }
     }
     if (verbose) printf("%s\n", fj_context_describe(ctx));
     cli_result r;
-    s = cli_measure_ex(ctx, ref, &f.d, &f.varlen, f.warmup, f.repeat, f.lse, f.seed, &r);
+    s = cli_measure_ex(ctx, ref, &f.d, &seqs, f.shuffle_pages, f.warmup, f.repeat, f.lse, f.seed,
+                       &r);
     int rc = 0;
     if (s) {
         rc = cli_fail("run", s);
@@ -112,6 +148,18 @@ int cmd_run(int argc, char **argv)
                    "from each sequence's lengths)\n",
                    f.varlen.n, tq, tk);
         }
+        if (paged) {
+            long long keys = 0, pages = 0;
+            for (int b = 0; b < seqs.n; b++) {
+                keys += seqs.len_k[b];
+                pages += (seqs.len_k[b] + f.d.page_size - 1) / f.d.page_size;
+            }
+            printf("paged: %d sequences, %lld keys in %lld pages of %d keys (%s), pools of %d "
+                   "pages, block table %d x %d\n",
+                   seqs.n, keys, pages, f.d.page_size,
+                   f.shuffle_pages ? "shuffled" : "in pool order", f.d.num_pages, seqs.n,
+                   f.d.max_pages);
+        }
         printf("%-14s %-46s %10s %10s %9s %9s %s\n", "backend", "problem", "ms", "TFLOP/s", "GB/s",
                "rel.err", "kernel");
         char err[32] = "-";
@@ -129,6 +177,7 @@ int cmd_run(int argc, char **argv)
     cli_result_free(&r);
     fj_context_destroy(ref);
     fj_context_destroy(ctx);
+    cli_varlen_free(&seqs);
     cli_problem_flags_free(&f);
     return rc;
 }

@@ -99,6 +99,9 @@ def grid(names):
     for name in names.split(","):
         shapes, _ = shapes_and_dtypes(read_grid("anchors" if name == "all" else name))
         for p in shapes:
+            if p.page_size or p.varlen:
+                sys.exit("grid %s: %s: compare_torch.py runs dense batches only (no varlen "
+                         "batch, no paged KV cache)" % (name, format_key(p)))
             if p.window_left >= 0 or p.window_right >= 0 or (p.causal == "top-left" and p.seqlen_q != p.seqlen_k):
                 sys.exit("grid %s: %s: compare_torch.py runs no window and bottom-right causal "
                          "only where PyTorch's is_causal agrees" % (name, format_key(p)))

@@ -9,11 +9,14 @@ so they name and list problems exactly as `flashjit bench` does:
 <mask>: "nomask", or causal_br|causal_tl, wl<N>, wr<N> in that order, each at
 most once; then, with a softcap, sc<value> (the shortest decimal that reads
 back as the same float32, 'p' for the point: sc50, sc2p5, sc1e-05); then
-"alibi", "sinks" and "varlen" (FJ_FEATURE_ALIBI, FJ_FEATURE_SINKS,
-FJ_FEATURE_VARLEN), in that order, each at most once. The C library's fj_problem_key_parse is the definition; this reader
-follows it, and `problem_key.py --check path/to/flashjit` (a meson test)
-compares the two on every grid: the keys this module lists for a grid must be
-those `flashjit bench --grid NAME --list` prints.
+"alibi", "sinks", "varlen" and "paged<page_size>" (FJ_FEATURE_ALIBI,
+FJ_FEATURE_SINKS, FJ_FEATURE_VARLEN, FJ_FEATURE_PAGED_KV with its page size),
+in that order, each at most once. The C library's fj_problem_key_parse is the
+definition; this reader follows it, and `problem_key.py --check
+path/to/flashjit` (a meson test) compares the two on every grid and on a grid
+of keys with every tail field: the keys this module lists for a grid must be
+those `flashjit bench --grid NAME --list` prints, and the keys it refuses
+must be those flashjit refuses.
 
 usage: problem_key.py --check FLASHJIT   (exit 0 when C and Python agree)
 """
@@ -32,8 +35,9 @@ DTYPES = ("f32", "f16", "bf16")
 Problem = collections.namedtuple(
     "Problem",
     "batch heads_q heads_kv seqlen_q seqlen_k head_dim dtype causal window_left window_right softcap alibi "
-    "sinks varlen")
-Problem.__new__.__defaults__ = ("none", -1, -1, 0.0, False, False, False)
+    "sinks varlen page_size")
+# page_size 0: not paged
+Problem.__new__.__defaults__ = ("none", -1, -1, 0.0, False, False, False, 0)
 
 
 def _f32(x):
@@ -77,10 +81,11 @@ def format_key(p):
         mask.append("wl%d" % p.window_left)
     if p.window_right >= 0:
         mask.append("wr%d" % p.window_right)
-    return "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s%s" % (
+    return "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s%s%s" % (
         p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, p.dtype,
         ".".join(mask) or "nomask", ".sc" + softcap_text(p.softcap) if p.softcap > 0 else "",
-        ".alibi" if p.alibi else "", ".sinks" if p.sinks else "", ".varlen" if p.varlen else "")
+        ".alibi" if p.alibi else "", ".sinks" if p.sinks else "", ".varlen" if p.varlen else "",
+        ".paged%d" % p.page_size if p.page_size else "")
 
 
 def _number(field, prefix, what):
@@ -104,6 +109,11 @@ def parse_key(key):
             raise ValueError("field '%s' is not a dtype" % fields[6])
         causal, wl, wr, cap = "none", -1, -1, 0.0
         mask = fields[7:]
+        page_size = 0
+        if len(mask) > 1 and mask[-1].startswith("paged"):
+            page_size = _number(mask.pop(), "paged", "page_size")
+            if page_size < 1:
+                raise ValueError("field 'paged0' is not paged<page_size> with page_size >= 1")
         varlen = len(mask) > 1 and mask[-1] == "varlen"
         if varlen:
             mask.pop()
@@ -130,7 +140,10 @@ def parse_key(key):
                     raise ValueError("field '%s' is not the next mask field" % f)
     except ValueError as e:
         raise ValueError("problem key '%s': %s" % (key, e)) from None
-    p = Problem(*n, fields[6], causal, wl, wr, cap, alibi, sinks, varlen)
+    p = Problem(*n, fields[6], causal, wl, wr, cap, alibi, sinks, varlen, page_size)
+    if page_size and p.batch * -(-p.seqlen_k // page_size) > INT_MAX:
+        raise ValueError("problem key '%s': its pools would need batch x ceil(sk / %d) pages, "
+                         "more than num_pages (an int) holds" % (key, page_size))
     if min(n) < 1 or p.head_dim > MAX_HEAD_DIM or p.heads_q % p.heads_kv:
         raise ValueError("problem key '%s' breaks a rule of the desc (sizes >= 1, head_dim <= %d, "
                          "heads_q a multiple of heads_kv)" % (key, MAX_HEAD_DIM))
@@ -208,18 +221,74 @@ def check(flashjit):
                 bad += 1
         if bad == before:
             print("grid %-12s %3d rows, C and Python agree" % (name, len(read_grid(name))))
-    for key in ("b01.hq1.hkv1.sq1.sk1.d8.f32.nomask", "b1.hq1.hkv1.sq1.sk1.d8.f32.wl1.causal_br",
-                "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.wl1", "b1.hq2.hkv3.sq1.sk1.d8.f32.nomask",
-                "b1.hq1.hkv1.sq1.sk1.d8.fp16.nomask", "b1.hq1.hkv1.sq1.sk1.d8.f32",
-                "b1.hq1.hkv1.sq1.sk1.d8.f32.sc50", "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.sc50p0",
-                "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.sc5e+01", "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.sc0"):
-        try:
-            parse_key(key)
-            print("'%s' parsed" % key)
-            bad += 1
-        except ValueError:
-            pass
+    bad += check_tail_fields(flashjit)
     return 1 if bad else 0
+
+
+# Keys with every tail field, in each combination the grammar allows.
+GOOD_KEYS = (
+    "b2.hq4.hkv2.sq1.sk100.d64.bf16.nomask.paged16",
+    "b16.hq32.hkv8.sq1.sk8192.d128.bf16.causal_br.paged16",
+    "b3.hq4.hkv2.sq20.sk50.d64.f16.causal_br.sinks.varlen.paged7",
+    "b1.hq8.hkv8.sq512.sk512.d128.f32.causal_tl.wl64.wr0.sc2p5.alibi.sinks.varlen.paged1",
+    "b1.hq2.hkv2.sq1.sk1.d8.f32.wr3.sc50.paged2147483647",
+    "b2.hq4.hkv2.sq20.sk50.d64.f16.nomask.varlen",
+    "b2.hq4.hkv2.sq20.sk50.d64.f16.causal_br.alibi.paged64",
+)
+BAD_KEYS = (
+    "b01.hq1.hkv1.sq1.sk1.d8.f32.nomask", "b1.hq1.hkv1.sq1.sk1.d8.f32.wl1.causal_br",
+    "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.wl1", "b1.hq2.hkv3.sq1.sk1.d8.f32.nomask",
+    "b1.hq1.hkv1.sq1.sk1.d8.fp16.nomask", "b1.hq1.hkv1.sq1.sk1.d8.f32",
+    "b1.hq1.hkv1.sq1.sk1.d8.f32.sc50", "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.sc50p0",
+    "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.sc5e+01", "b1.hq1.hkv1.sq1.sk1.d8.f32.nomask.sc0",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged0", "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged016",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged", "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged-4",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged16.varlen",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged16.paged16",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged16.sinks",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.paged16", "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged16.",
+    "b100000.hq8.hkv8.sq1.sk2147483647.d64.bf16.nomask.paged1",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged2147483648",
+)
+
+
+def check_tail_fields(flashjit):
+    """GOOD_KEYS read and printed back alike by C and Python (a grid file of
+    them through `flashjit bench --list`); each of BAD_KEYS refused by both."""
+    import tempfile
+    bad = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        grid = os.path.join(tmp, "tails.txt")
+        with open(grid, "w", encoding="utf-8") as f:
+            f.write("\n".join(GOOD_KEYS) + "\n")
+        c = subprocess.run([flashjit, "bench", "--grid", grid, "--list"], capture_output=True,
+                           text=True, check=True).stdout.split()
+        py = bench_keys(grid)
+        if c != py:
+            print("tail fields: flashjit lists %s, Python %s" % (c, py))
+            bad += 1
+        for key in GOOD_KEYS:
+            if format_key(parse_key(key)) != key:
+                print("'%s' does not print back as written" % key)
+                bad += 1
+        for key in BAD_KEYS:
+            try:
+                parse_key(key)
+                print("'%s' parsed" % key)
+                bad += 1
+            except ValueError:
+                pass
+            with open(grid, "w", encoding="utf-8") as f:
+                f.write(key + "\n")
+            r = subprocess.run([flashjit, "bench", "--grid", grid, "--list"], capture_output=True,
+                               text=True)
+            if r.returncode != 2 or "problem key" not in r.stderr:
+                print("'%s': flashjit bench --list exits %d: %s" % (key, r.returncode,
+                                                                    r.stderr.strip()))
+                bad += 1
+    if not bad:
+        print("tail fields: %d keys read alike, %d refused by both" % (len(GOOD_KEYS), len(BAD_KEYS)))
+    return bad
 
 
 if __name__ == "__main__":
