@@ -9,12 +9,15 @@ and cached on disk; on the CPU it computes with OpenBLAS. See docs/python.md.
     out = flashjit.attention(q, k, v, causal="bottom-right")   # BSHD
     out = flashjit.sdpa(query, key, value, is_causal=True)      # BHSD, torch's signature
     print(flashjit.describe(q, k, v))                           # what the plan chose, and why
+    out = flashjit.varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k)   # packed sequences
+    out = flashjit.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table)
 
 flashjit.transformers registers attn_implementation="flashjit" with Hugging
 Face transformers.
 """
-from ._api import attention, describe, info, sdpa
+from ._api import attention, attention_with_kvcache, describe, info, sdpa, varlen_attention
 from ._lib import ArgumentError, Error, version as _library_version
 
 __version__ = _library_version()
-__all__ = ["attention", "sdpa", "describe", "info", "Error", "ArgumentError"]
+__all__ = ["attention", "sdpa", "varlen_attention", "attention_with_kvcache", "describe", "info",
+           "Error", "ArgumentError"]

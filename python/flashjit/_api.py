@@ -1,7 +1,8 @@
 """The public functions: attention (BSHD, torch tensors or DLPack arrays),
 sdpa (torch's scaled_dot_product_attention signature, BHSD), describe and
-info."""
-from . import _dlpack, _execute, _lib, _problem
+info; varlen_attention and attention_with_kvcache (packed variable-length
+batches, a paged or dense KV cache)."""
+from . import _dlpack, _execute, _lib, _problem, _seq
 
 try:
     import torch
@@ -100,6 +101,175 @@ def _attention_dlpack(q, k, v, causal, window, scale, return_lse, out, backend, 
     _execute.run(problem, ops[0].ptr, ops[1].ptr, ops[2].ptr, eo.operand.ptr, lse_ptr, None, where)
     del exported  # now the producers may free their exports
     return (out, lse) if return_lse else out
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                     seqused_k=None, causal=None, window=(-1, -1), scale=None, return_lse=False,
+                     out=None, backend="auto"):
+    """Attention over a batch of sequences of different lengths packed one
+    after another along the token axis (flash_attn_varlen_func's layout).
+
+    q: [total_q, heads_q, head_dim]; k, v: [total_k, heads_kv, head_dim]
+    (heads_q a multiple of heads_kv). cu_seqlens_q, cu_seqlens_k: int32
+    [batch + 1] on q's device (host memory for numpy): sequence b's queries
+    are the tokens cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q (and of out), its
+    keys and values the tokens cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k and
+    v; cu[0] is 0 and the offsets do not decrease. max_seqlen_q,
+    max_seqlen_k: the most queries and keys a sequence has (ints, as
+    flash_attn's; 0 counts as 1). seqused_k: None, or int32 [batch]: sequence
+    b uses only its first seqused_k[b] keys. Empty sequences are allowed:
+    one without queries writes nothing, one without keys gets zeros (lse
+    -inf).
+
+    Each sequence is computed as its own attention problem, its causal
+    mask and window aligned on its own lengths. Where flash_attn_varlen_func
+    differs: causal names the alignment, None, "bottom-right"
+    (flash_attn's causal=True) or "top-left" (torch's is_causal=True), and
+    causal=True is refused as ambiguous; window is flash_attn's
+    window_size; scale its softmax_scale; return_lse its
+    return_attn_probs' softmax_lse only; no dropout, softcap, ALiBi or
+    block table here.
+
+    return_lse: also return the float32 [heads_q, total_q] lse
+    (flash_attn's varlen layout). out: write the result there ([total_q,
+    heads_q, head_dim], q's dtype and device, rows not overlapping, not
+    sharing memory with q, k or v). Rows and lse entries of tokens past
+    cu_seqlens_q[batch] are not written (left as allocated).
+
+    torch tensors (through the operators flashjit::varlen_attention and
+    flashjit::varlen_attention_out, so torch.compile traces a call) or
+    DLPack arrays in host memory (numpy). The CPU backends compute it;
+    CUDA tensors raise flashjit.ArgumentError (a ValueError, status
+    "FJ_ERR_UNSUPPORTED"): the CUDA kernels have no varlen batches yet.
+
+    Raises TypeError or ValueError naming the argument and the rule before
+    anything is written; the values in cu_seqlens_* and seqused_k are
+    checked by the library before it writes anything (flashjit.ArgumentError
+    naming the array, the index and the rule). Returns out, or (out, lse)."""
+    where = _seq.VARLEN
+    if not isinstance(return_lse, bool):
+        raise TypeError("%s: return_lse must be a bool, not %s" % (where, type(return_lse).__name__))
+    if _is_torch(q):
+        return _torch_ops.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                           max_seqlen_k, seqused_k, causal, window, scale,
+                                           return_lse, out, backend)
+    arrays = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+              ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k))
+    ex, eo = _export_all(q, arrays, out, where)
+    ops = [None if e is None else e.operand for e in ex]
+
+    def check(o):
+        return _seq.check_varlen(ops[0], ops[1], ops[2], o, ops[3], ops[4], ops[5], max_seqlen_q,
+                                 max_seqlen_k, causal=causal, window=window, scale=scale,
+                                 backend=backend, where=where)
+
+    return _seq_dlpack(q, check, eo, ops, return_lse, out, where)
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, causal=None,
+                           window=(-1, -1), scale=None, return_lse=False, out=None,
+                           backend="auto"):
+    """Attention of new queries over a KV cache, dense or paged
+    (flash_attn_with_kvcache's layout, without its appending).
+
+    q: [batch, seqlen_q, heads_q, head_dim]. cache_seqlens: int32 [batch]
+    on q's device: sequence b's KV length L_b. Without block_table, k_cache
+    and v_cache are dense [batch, seqlen_k_max, heads_kv, head_dim] and
+    sequence b's keys are k_cache[b, :L_b]. With block_table, int32
+    [batch, max_pages], they are page pools [num_pages, page_size, heads_kv,
+    head_dim] and sequence b's key j is row j % page_size of page
+    block_table[b, j // page_size] (pages in any order, shared or not; only
+    the first ceil(L_b / page_size) entries of a row are read, the tail may
+    hold anything). L_b is at most seqlen_k_max, or max_pages x page_size.
+
+    Each sequence is its own problem with seqlen_k = L_b: with
+    causal="bottom-right" (flash_attn's causal=True) its query i sees keys
+    j <= i + L_b - seqlen_q, so new queries whose keys are already in the
+    cache see the cache and themselves. "top-left" is torch's alignment,
+    causal=True is refused as ambiguous; window is flash_attn's
+    window_size, scale its softmax_scale. Unlike flash_attn_with_kvcache it
+    does not append new keys (no k=, v=, no rotary, no cache_batch_idx):
+    write them into the cache first (k_cache[b, L_b:L_b + n] = k_new) and
+    pass the lengths including them. A sequence with L_b = 0 gets zeros
+    (lse -inf).
+
+    return_lse: also return the float32 [batch, heads_q, seqlen_q] lse.
+    out: write the result there (q's shape, dtype and device).
+
+    torch tensors (through the operators flashjit::attention_with_kvcache
+    and flashjit::attention_with_kvcache_out, so torch.compile traces a
+    call) or DLPack arrays in host memory (numpy). The CPU backends
+    compute it; CUDA tensors raise flashjit.ArgumentError (a ValueError,
+    status "FJ_ERR_UNSUPPORTED"): the CUDA kernels have no KV-cache
+    problems yet.
+
+    Raises TypeError or ValueError naming the argument and the rule before
+    anything is written; the values of cache_seqlens and block_table are
+    checked by the library before it writes anything (flashjit.ArgumentError
+    naming the array, the index and the rule). Returns out, or (out, lse)."""
+    where = _seq.KVCACHE
+    if not isinstance(return_lse, bool):
+        raise TypeError("%s: return_lse must be a bool, not %s" % (where, type(return_lse).__name__))
+    if _is_torch(q):
+        return _torch_ops.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
+                                                 causal, window, scale, return_lse, out, backend)
+    arrays = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
+              ("cache_seqlens", cache_seqlens), ("block_table", block_table))
+    ex, eo = _export_all(q, arrays, out, where)
+    ops = [None if e is None else e.operand for e in ex]
+
+    def check(o):
+        return _seq.check_kvcache(ops[0], ops[1], ops[2], o, ops[3], ops[4], causal=causal,
+                                  window=window, scale=scale, backend=backend, where=where)
+
+    return _seq_dlpack(q, check, eo, ops, return_lse, out, where)
+
+
+def _export_all(q, arrays, out, where):
+    """The DLPack exports of the arrays (None stays None) and of out."""
+    if not _dlpack.is_array(q):
+        raise TypeError("%s: q must be a torch.Tensor or an array with __dlpack__ (numpy, ...), "
+                        "not %s" % (where, type(q).__name__))
+    for n, x in arrays[1:] + (("out", out),):
+        if _is_torch(x):
+            raise TypeError("%s: %s is a torch.Tensor but q is a %s: pass arrays of one kind"
+                            % (where, n, type(q).__name__))
+    ex = [None if x is None else _dlpack.export(x, n, where) for n, x in arrays]
+    eo = None
+    if out is not None:
+        eo = _dlpack.export(out, "out", where)
+        if eo.read_only:
+            raise ValueError("%s: out is read-only" % where)
+    return ex, eo
+
+
+def _seq_dlpack(q, check, eo, ops, return_lse, out, where):
+    call = check(eo.operand if eo is not None else None)
+    if out is None:
+        out = _dlpack.empty_like_namespace(q, call.out_shape, None, where, "the output")
+        eo = _dlpack.export(out, "out", where)
+        call = check(eo.operand)  # with the new array's own strides
+    lse, lse_ptr, el = None, None, None
+    if return_lse:
+        lse = _dlpack.empty_like_namespace(q, call.lse_shape, "float32", where, "lse")
+        el = _dlpack.export(lse, "lse", where)
+        n = call.lse_shape
+        dense = tuple(int(_prod(n[i + 1:])) for i in range(len(n)))
+        if el.operand.itemsize != 4 or (_prod(n) and el.operand.strides != dense):
+            raise TypeError("%s: the lse array made by %s is not dense float32"
+                            % (where, type(q).__name__))
+        lse_ptr = el.operand.ptr
+    index = [None if o is None else o.ptr for o in ops[3:]]
+    _seq.run(call, ops[0].ptr, ops[1].ptr, ops[2].ptr, eo.operand.ptr, lse_ptr, index, None, where)
+    del eo, el
+    return (out, lse) if return_lse else out
+
+
+def _prod(xs):
+    n = 1
+    for x in xs:
+        n *= x
+    return n
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,

@@ -37,6 +37,11 @@ def desc_for(problem, where):
     d.k_stride[:] = problem.k_stride
     d.v_stride[:] = problem.v_stride
     d.o_stride[:] = problem.o_stride
+    d.features = problem.features
+    d.page_size = problem.page_size
+    d.num_pages = problem.num_pages
+    d.max_pages = problem.max_pages
+    d.block_table_stride = problem.block_table_stride
     _lib.check(_lib.lib.fj_attention_desc_validate(ctypes.byref(d)), where)
     with _descs_lock:
         if len(_descs) >= _DESC_CACHE_MAX:
@@ -55,6 +60,26 @@ def run(problem, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, stream, where):
     ctx = _lib.context(problem.backend, problem.device_index)
     _lib.check(_lib.lib.fj_attention(ctx, ctypes.byref(d), q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
                                      stream), where)
+
+
+def run_ex(problem, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, stream, where, *, cu_seqlens_q=None,
+           cu_seqlens_k=None, seqused_k=None, total_q=0, total_k=0, block_table=None,
+           rename=None):
+    """run with the varlen and paged inputs of fj_execute_extras (pointers
+    to int32 arrays in the backend's memory, or None). The caller decides
+    when there is nothing to compute. rename: the library's names of the
+    caller's arguments in its messages (_lib.check)."""
+    d = desc_for(problem, where)
+    ctx = _lib.context(problem.backend, problem.device_index)
+    x = _lib.ExecuteExtras()
+    x.cu_seqlens_q = cu_seqlens_q
+    x.cu_seqlens_k = cu_seqlens_k
+    x.seqused_k = seqused_k
+    x.total_q = total_q
+    x.total_k = total_k
+    x.block_table = block_table
+    _lib.check(_lib.lib.fj_attention_ex(ctx, ctypes.byref(d), q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+                                        ctypes.byref(x), stream), where, rename)
 
 
 def describe(problem, where):

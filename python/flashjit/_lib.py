@@ -12,6 +12,7 @@ compile does not block other Python threads.
 import ctypes
 import glob
 import os
+import re
 import sys
 import threading
 
@@ -22,6 +23,7 @@ F32, F16, BF16 = 0, 1, 2
 CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = 0, 1, 2
 BACKEND_AUTO, BACKEND_CPU_REFERENCE, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2, 3
 STATUS_OK, STATUS_INVALID_ARGUMENT, STATUS_UNSUPPORTED = 0, 1, 2
+FEATURE_VARLEN, FEATURE_PAGED_KV = 1 << 2, 1 << 3
 
 BACKENDS = {"cpu": BACKEND_CPU, "cpu-reference": BACKEND_CPU_REFERENCE, "cuda": BACKEND_CUDA}
 
@@ -57,7 +59,18 @@ class Desc(ctypes.Structure):
                 ("q_stride", ctypes.c_int64 * 3), ("k_stride", ctypes.c_int64 * 3),
                 ("v_stride", ctypes.c_int64 * 3), ("o_stride", ctypes.c_int64 * 3),
                 ("softcap", ctypes.c_float), ("features", ctypes.c_uint32),
-                ("reserved", ctypes.c_int64 * 7)]
+                ("page_size", ctypes.c_int), ("num_pages", ctypes.c_int),
+                ("max_pages", ctypes.c_int), ("block_table_stride", ctypes.c_int),
+                ("reserved", ctypes.c_int64 * 5)]
+
+
+class ExecuteExtras(ctypes.Structure):
+    """fj_execute_extras"""
+    _fields_ = [("alibi_slopes", ctypes.c_void_p), ("sinks", ctypes.c_void_p),
+                ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
+                ("seqused_k", ctypes.c_void_p), ("total_q", ctypes.c_int32),
+                ("total_k", ctypes.c_int32), ("block_table", ctypes.c_void_p),
+                ("reserved", ctypes.c_int64 * 1)]
 
 
 class ContextOptions(ctypes.Structure):
@@ -89,6 +102,8 @@ def _load():
         "fj_plan_describe": (cstr, [P]),
         "fj_plan_destroy": (None, [P]),
         "fj_attention": (I, [P, ctypes.POINTER(Desc), P, P, P, P, P, P]),
+        "fj_attention_ex": (I, [P, ctypes.POINTER(Desc), P, P, P, P, P,
+                                ctypes.POINTER(ExecuteExtras), P]),
     }
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name)
@@ -106,13 +121,20 @@ def version():
     return "%d.%d.%d" % (v // 10000, v // 100 % 100, v % 100)
 
 
-def check(status, what):
+def check(status, what, rename=None):
     """Raises the exception for a failed C call (status != FJ_OK): the
-    library's own message, which names the field and the rule."""
+    library's own message, which names the field and the rule. rename:
+    {library name: the caller's argument name} applied to whole words of
+    the message, for the Python functions whose arguments the library knows
+    by other names (cache_seqlens is its seqused_k)."""
     if status == STATUS_OK:
         return
     name = lib.fj_status_name(status).decode()
-    message = "%s: %s: %s" % (what, name, lib.fj_last_error().decode(errors="replace"))
+    detail = lib.fj_last_error().decode(errors="replace")
+    if rename:
+        detail = re.sub(r"\b(%s)\b" % "|".join(map(re.escape, rename)),
+                        lambda m: rename[m.group(1)], detail)
+    message = "%s: %s: %s" % (what, name, detail)
     if status in (STATUS_INVALID_ARGUMENT, STATUS_UNSUPPORTED):
         raise ArgumentError(message, name)
     raise Error(message, name)

@@ -63,6 +63,13 @@ class Problem(NamedTuple):
     k_stride: Tuple[int, int, int]
     v_stride: Tuple[int, int, int]
     o_stride: Tuple[int, int, int]
+    # FJ_FEATURE_VARLEN / FJ_FEATURE_PAGED_KV and the paged fields
+    # (flashjit.varlen_attention, flashjit.attention_with_kvcache: _seq.py)
+    features: int = 0
+    page_size: int = 0
+    num_pages: int = 0
+    max_pages: int = 0
+    block_table_stride: int = 0
 
     @property
     def empty(self):

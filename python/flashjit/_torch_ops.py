@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _execute, _lib, _problem
+from . import _execute, _lib, _problem, _seq
 
 DTYPES = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
 CAUSAL_NAMES = {_lib.CAUSAL_NONE: "none", _lib.CAUSAL_BOTTOM_RIGHT: "bottom-right",
@@ -143,6 +143,227 @@ def attention(q, k, v, causal, window, scale, return_lse, out, backend, api):
     else:
         lse = attention_out_op(q, k, v, out, causal_name, window_left, window_right, scale,
                                return_lse, backend, api)
+    return (out, lse) if return_lse else out
+
+
+# ---- variable-length batches and the KV cache ---------------------------------
+#
+# flashjit.varlen_attention and flashjit.attention_with_kvcache go through
+# operators of their own (no fast path): flashjit::varlen_attention(_out)
+# and flashjit::attention_with_kvcache(_out), each with a fake kernel that
+# checks the metadata as the real one does (_seq), so torch.compile traces
+# them as one node and a bad call fails before anything is written.
+
+
+def _ops(tensors, with_ptr):
+    return [None if t is None else operand(t, n, with_ptr) for n, t in tensors]
+
+
+def _stream(call, q):
+    return torch.cuda.current_stream(q.device).cuda_stream if call.problem.backend == "cuda" \
+        else None
+
+
+def _varlen_checked(q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                    max_seqlen_k, causal, window_left, window_right, scale, backend, with_ptr):
+    q_, k_, v_, o_, cq, ck, used = _ops(
+        (("q", q), ("k", k), ("v", v), ("out", out), ("cu_seqlens_q", cu_seqlens_q),
+         ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k)), with_ptr)
+    call = _seq.check_varlen(q_, k_, v_, o_, cq, ck, used, max_seqlen_q, max_seqlen_k,
+                             causal=causal, window=(window_left, window_right), scale=scale,
+                             backend=backend)
+    return call, (q_, k_, v_, o_, cq, ck, used)
+
+
+def _varlen_run(call, ops, q, out, lse):
+    q_, k_, v_, o_, cq, ck, used = ops
+    _seq.run(call, q_.ptr, k_.ptr, v_.ptr, out.data_ptr(),
+             lse.data_ptr() if lse is not None else None,
+             (cq.ptr, ck.ptr, used.ptr if used is not None else None), _stream(call, q),
+             _seq.VARLEN)
+
+
+@torch.library.custom_op("flashjit::varlen_attention", mutates_args=())
+def varlen_op(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+              seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, causal: str,
+              window_left: int, window_right: int, scale: Optional[float], return_lse: bool,
+              backend: str) -> Tuple[Tensor, Tensor]:
+    """flashjit.varlen_attention as an operator: returns out (dense
+    [total_q, Hq, D]) and lse (float32 [Hq, total_q], or empty unless
+    return_lse)."""
+    call, ops = _varlen_checked(q, k, v, None, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                max_seqlen_q, max_seqlen_k, causal, window_left, window_right,
+                                scale, backend, True)
+    out = q.new_empty(call.out_shape)
+    lse = q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32)
+    _varlen_run(call, ops, q, out, lse if return_lse else None)
+    return out, lse
+
+
+@varlen_op.register_fake
+def _varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+                 causal, window_left, window_right, scale, return_lse, backend):
+    call, _ = _varlen_checked(q, k, v, None, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                              max_seqlen_k, causal, window_left, window_right, scale, backend,
+                              False)
+    return (q.new_empty(call.out_shape),
+            q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashjit::varlen_attention_out", mutates_args=("out",))
+def varlen_out_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, cu_seqlens_q: Tensor,
+                  cu_seqlens_k: Tensor, seqused_k: Optional[Tensor], max_seqlen_q: int,
+                  max_seqlen_k: int, causal: str, window_left: int, window_right: int,
+                  scale: Optional[float], return_lse: bool, backend: str) -> Tensor:
+    """flashjit.varlen_attention with out=: writes out [total_q, Hq, D];
+    returns lse (empty unless return_lse)."""
+    call, ops = _varlen_checked(q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                max_seqlen_q, max_seqlen_k, causal, window_left, window_right,
+                                scale, backend, True)
+    lse = q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32)
+    _varlen_run(call, ops, q, out, lse if return_lse else None)
+    return lse
+
+
+@varlen_out_op.register_fake
+def _varlen_out_fake(q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                     max_seqlen_k, causal, window_left, window_right, scale, return_lse, backend):
+    call, _ = _varlen_checked(q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                              max_seqlen_k, causal, window_left, window_right, scale, backend,
+                              False)
+    return q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32)
+
+
+def _kvcache_checked(q, k_cache, v_cache, out, cache_seqlens, block_table, causal, window_left,
+                     window_right, scale, backend, with_ptr):
+    ops = _ops((("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out),
+                ("cache_seqlens", cache_seqlens), ("block_table", block_table)), with_ptr)
+    call = _seq.check_kvcache(ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], causal=causal,
+                              window=(window_left, window_right), scale=scale, backend=backend)
+    return call, ops
+
+
+def _kvcache_run(call, ops, q, out, lse):
+    q_, k_, v_, o_, seqlens, table = ops
+    keep = None
+    if table is not None:
+        table_ptr = table.ptr
+    elif call.problem.backend == "cuda" and not call.empty:  # the dense cache's table, on the GPU
+        keep = torch.arange(q.shape[0], dtype=torch.int32, device=q.device)
+        table_ptr = keep.data_ptr()
+    else:
+        table_ptr = None  # made on the host by _seq.run
+    _seq.run(call, q_.ptr, k_.ptr, v_.ptr, out.data_ptr(),
+             lse.data_ptr() if lse is not None else None, (seqlens.ptr, table_ptr),
+             _stream(call, q), _seq.KVCACHE)
+    del keep
+
+
+@torch.library.custom_op("flashjit::attention_with_kvcache", mutates_args=())
+def kvcache_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Tensor,
+               block_table: Optional[Tensor], causal: str, window_left: int, window_right: int,
+               scale: Optional[float], return_lse: bool, backend: str) -> Tuple[Tensor, Tensor]:
+    """flashjit.attention_with_kvcache as an operator: returns out (dense
+    [B, Sq, Hq, D]) and lse (float32 [B, Hq, Sq], or empty unless
+    return_lse)."""
+    call, ops = _kvcache_checked(q, k_cache, v_cache, None, cache_seqlens, block_table, causal,
+                                 window_left, window_right, scale, backend, True)
+    out = q.new_empty(call.out_shape)
+    lse = q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32)
+    _kvcache_run(call, ops, q, out, lse if return_lse else None)
+    return out, lse
+
+
+@kvcache_op.register_fake
+def _kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table, causal, window_left,
+                  window_right, scale, return_lse, backend):
+    call, _ = _kvcache_checked(q, k_cache, v_cache, None, cache_seqlens, block_table, causal,
+                               window_left, window_right, scale, backend, False)
+    return (q.new_empty(call.out_shape),
+            q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashjit::attention_with_kvcache_out", mutates_args=("out",))
+def kvcache_out_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, out: Tensor, cache_seqlens: Tensor,
+                   block_table: Optional[Tensor], causal: str, window_left: int,
+                   window_right: int, scale: Optional[float], return_lse: bool,
+                   backend: str) -> Tensor:
+    """flashjit.attention_with_kvcache with out=: writes out [B, Sq, Hq, D];
+    returns lse (empty unless return_lse)."""
+    call, ops = _kvcache_checked(q, k_cache, v_cache, out, cache_seqlens, block_table, causal,
+                                 window_left, window_right, scale, backend, True)
+    lse = q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32)
+    _kvcache_run(call, ops, q, out, lse if return_lse else None)
+    return lse
+
+
+@kvcache_out_op.register_fake
+def _kvcache_out_fake(q, k_cache, v_cache, out, cache_seqlens, block_table, causal, window_left,
+                      window_right, scale, return_lse, backend):
+    call, _ = _kvcache_checked(q, k_cache, v_cache, out, cache_seqlens, block_table, causal,
+                               window_left, window_right, scale, backend, False)
+    return q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32)
+
+
+torch.library.register_autograd("flashjit::varlen_attention", _no_backward,
+                                setup_context=_keep_nothing)
+torch.library.register_autograd("flashjit::attention_with_kvcache", _no_backward,
+                                setup_context=_keep_nothing)
+
+
+def _keywords(q, causal, window, scale, backend, where):
+    """What the operators' schemas cannot carry, checked here: the
+    keyword arguments as the operators take them."""
+    _problem.parse_backend(backend, where)
+    causal_name = CAUSAL_NAMES[_problem.parse_causal(causal, where)]
+    wl, wr = _problem.parse_window(window, where)
+    if scale is not None:
+        scale = _problem.parse_scale(scale, q.shape[-1], where)
+    return causal_name, wl, wr, scale
+
+
+def _tensors(where, first, pairs):
+    for n, t, optional in pairs:
+        if t is None and optional:
+            continue
+        if not isinstance(t, Tensor):
+            raise TypeError("%s: %s is a torch.Tensor, so %s must be one too%s, not %s"
+                            % (where, first, n, " (or None)" if optional else "",
+                               type(t).__name__))
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                     causal, window, scale, return_lse, out, backend):
+    """The torch path of flashjit.varlen_attention."""
+    where = _seq.VARLEN
+    _tensors(where, "q", (("k", k, False), ("v", v, False), ("cu_seqlens_q", cu_seqlens_q, False),
+                          ("cu_seqlens_k", cu_seqlens_k, False), ("seqused_k", seqused_k, True),
+                          ("out", out, True)))
+    for n, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        _seq._check_count(x, n, where)
+    c, wl, wr, s = _keywords(q, causal, window, scale, backend, where)
+    args = (cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q), int(max_seqlen_k), c, wl,
+            wr, s, return_lse, backend)
+    if out is None:
+        out, lse = varlen_op(q, k, v, *args)
+    else:
+        lse = varlen_out_op(q, k, v, out, *args)
+    return (out, lse) if return_lse else out
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, scale,
+                           return_lse, out, backend):
+    """The torch path of flashjit.attention_with_kvcache."""
+    where = _seq.KVCACHE
+    _tensors(where, "q", (("k_cache", k_cache, False), ("v_cache", v_cache, False),
+                          ("cache_seqlens", cache_seqlens, False),
+                          ("block_table", block_table, True), ("out", out, True)))
+    c, wl, wr, s = _keywords(q, causal, window, scale, backend, where)
+    args = (cache_seqlens, block_table, c, wl, wr, s, return_lse, backend)
+    if out is None:
+        out, lse = kvcache_op(q, k_cache, v_cache, *args)
+    else:
+        lse = kvcache_out_op(q, k_cache, v_cache, out, *args)
     return (out, lse) if return_lse else out
 
 
