@@ -218,45 +218,68 @@ __device__ __forceinline__ void rs(float *d, const unsigned (&a)[4], unsigned lo
 #define FJ_SS_OF_(n) FJ_SS_OF(n)
 #define ss_tile FJ_SS_OF_(FJ_BLOCK_N)
 
-/* Q K^T for one key tile: A is the consumer's 64 rows of Q, B the BN keys;
-   k16 step kk reads 32 bytes into a row of its column block. Not committed. */
-/* q_tile: the Q tile; c: the consumer, whose rows 64c..64c+63 of each
-   column block start 64c rows into the block. */
-__device__ __forceinline__ void issue_scores(unsigned q_tile, int c, unsigned k_tile, float *s)
+/* Descriptors (wgmma.cuh's desc) built from their low word: the start
+   address in 16-byte units, computed once per tile base (q16, k16, v16:
+   shared address / 16), plus each k step's constant offset, so a step's
+   descriptor is one add to a word already in a uniform register, where
+   building it from the address costs a mask, shifts and ors per wgmma.
+   Shared addresses are below 256 KiB: the 14-bit address field never
+   carries into the leading offset's bits. */
+__device__ __forceinline__ unsigned long long desc_of(unsigned addr16, unsigned lbo, unsigned sbo,
+                                                      unsigned mode)
+{
+    return ((unsigned long long)((sbo >> 4) | (mode << 30)) << 32) | (addr16 + ((lbo >> 4) << 16));
+}
+
+/* The column block holding column col: its first column and width. */
+__host__ __device__ constexpr int block_col0(int col)
+{
+    return col < COL32 ? col / 64 * 64 : (HAS32 && col < COL16 ? COL32 : COL16);
+}
+__host__ __device__ constexpr int block_width(int col)
+{
+    return col < COL32 ? 64 : (HAS32 && col < COL16 ? 32 : 16);
+}
+/* Which of the three widths (64, 32, 16): q16's index. */
+__host__ __device__ constexpr int width_index(int width) { return width == 64 ? 0 : width == 32 ? 1 : 2; }
+
+/* Q K^T for one key tile: A is this consumer's 64 rows of Q (q16[w]: their
+   start in the column blocks of width index w), B the BN keys (k16: the K
+   tile); k16 step kk reads 32 bytes into a row of its column block. Not
+   committed. */
+__device__ __forceinline__ void issue_scores(const unsigned (&q16)[3], unsigned k16, float *s)
 {
 #pragma unroll
     for (int kk = 0; kk < KQ; ++kk) {
-        const int col = 16 * kk;
-        const int col0 = col < COL32 ? col / 64 * 64 : (HAS32 && col < COL16 ? COL32 : COL16);
-        const int width = col < COL32 ? 64 : (HAS32 && col < COL16 ? 32 : 16);
+        const int col = 16 * kk, col0 = block_col0(col), width = block_width(col);
         const unsigned mode = wg::swizzle_of(width * 2), sbo = 8u * width * 2;
         const unsigned in_row = (unsigned)(col - col0) * 2;
-        const unsigned long long a = wg::desc(
-            q_tile + block_offset(BM, col0) + (unsigned)(64 * c * width * 2) + in_row, 16u, sbo, mode);
-        const unsigned long long b = wg::desc(k_tile + block_offset(BN, col0) + in_row, 16u, sbo, mode);
+        const unsigned long long a =
+            desc_of(q16[width_index(width)] + (block_offset(BM, col0) + in_row) / 16, 16u, sbo, mode);
+        const unsigned long long b = desc_of(k16 + (block_offset(BN, col0) + in_row) / 16, 16u, sbo, mode);
         ss_tile(s, a, b, kk > 0);
     }
 }
 
-/* O += P V for one key tile: the C fragments of n tiles 2kk, 2kk+1 of S are
-   the A fragment of k step kk; B is 16 keys of V in each column block: one
-   wgmma for the 64-wide blocks together (their stride is BN * 128 bytes),
-   one for each narrower block. Not committed. */
-__device__ __forceinline__ void issue_pv(unsigned v_tile, float *o, const unsigned (&pa)[KV][4])
+/* O += P V for one key tile (v16: the V tile): the C fragments of n tiles
+   2kk, 2kk+1 of S are the A fragment of k step kk; B is 16 keys of V in
+   each column block: one wgmma for the 64-wide blocks together (their
+   stride is BN * 128 bytes), one for each narrower block. Not committed. */
+__device__ __forceinline__ void issue_pv(unsigned v16, float *o, const unsigned (&pa)[KV][4])
 {
 #pragma unroll
     for (int kk = 0; kk < KV; ++kk) {
         if constexpr (NB64 > 0)
-            rs<64 * NB64>(o, pa[kk], wg::desc(v_tile + (unsigned)kk * 16u * 128u, BN * 128u, 1024u,
-                                               wg::SWIZZLE_128B));
+            rs<64 * NB64>(o, pa[kk], desc_of(v16 + (unsigned)kk * 16u * 128u / 16u, BN * 128u, 1024u,
+                                             wg::SWIZZLE_128B));
         if constexpr (HAS32)
             rs<32>(o + COL32 / 2, pa[kk],
-                   wg::desc(v_tile + block_offset(BN, COL32) + (unsigned)kk * 16u * 64u, BN * 64u,
-                            512u, wg::SWIZZLE_64B));
+                   desc_of(v16 + (block_offset(BN, COL32) + (unsigned)kk * 16u * 64u) / 16u, BN * 64u,
+                           512u, wg::SWIZZLE_64B));
         if constexpr (HAS16)
             rs<16>(o + COL16 / 2, pa[kk],
-                   wg::desc(v_tile + block_offset(BN, COL16) + (unsigned)kk * 16u * 32u, BN * 32u,
-                            256u, wg::SWIZZLE_32B));
+                   desc_of(v16 + (block_offset(BN, COL16) + (unsigned)kk * 16u * 32u) / 16u, BN * 32u,
+                           256u, wg::SWIZZLE_32B));
     }
 }
 
@@ -380,6 +403,10 @@ __device__ __forceinline__ void produce(const fj_fwd_params &p, const fj_tma_par
 struct State {
     float m[1][2], l[1][2];
     float o[1][NDT][4];
+    /* the rescale of O that the last softmax owes (its max moved): applied
+       just before the next P V accumulates into O */
+    float alpha[1][2];
+    bool owed;
 };
 
 /* The flat views wgmma writes. */
@@ -397,6 +424,8 @@ __device__ __forceinline__ void fence_regs(float (&x)[1][A][B])
 struct Consumer {
     unsigned base;   /* the shared layout */
     int c;           /* consumer index, 0..CONSUMERS-1 */
+    unsigned q16[3]; /* this consumer's Q rows / 16 by column width (issue_scores) */
+    unsigned k16, v16; /* stage 0's K and V tiles / 16 */
     int lane, warp;  /* warp within the consumer */
     unsigned it;     /* K/V tiles consumed (the pipeline's position) */
     unsigned q_uses; /* Q tiles consumed */
@@ -480,7 +509,7 @@ __device__ __forceinline__ void first_step(const fj_fwd_params &p, Consumer &k, 
     mbar_wait(bar(k.base, BAR_K_FULL + (int)stage), parity_of(k.it));
     turn_begin(k);
     wg::fence();
-    issue_scores(k.base + SMEM_Q, k.c, k.base + SMEM_K + stage * KV_BYTES, flat(s));
+    issue_scores(k.q16, k.k16 + stage * (KV_BYTES / 16), flat(s));
     wg::commit();
     turn_end(k);
     wg::wait<0>();
@@ -491,8 +520,9 @@ __device__ __forceinline__ void first_step(const fj_fwd_params &p, Consumer &k, 
 }
 
 /* S of key tile n and O += P V of the tile before it (pa), issued in one
-   turn; the softmax of S runs while P V does; then O is rescaled and pa
-   repacked. */
+   turn, with O rescaled between the two (what the previous softmax owes)
+   while S runs; then the softmax of S, and P of tile n packed into pa once
+   P V has read it. */
 template <bool MASKED>
 __device__ __forceinline__ void next_step(const fj_fwd_params &p, Consumer &k, State &st, long long row0,
                                           int n, bool last, unsigned (&pa)[KV][4])
@@ -502,23 +532,23 @@ __device__ __forceinline__ void next_step(const fj_fwd_params &p, Consumer &k, S
     mbar_wait(bar(k.base, BAR_K_FULL + (int)stage), parity_of(k.it + 1));
     mbar_wait(bar(k.base, BAR_V_FULL + (int)prev), parity_of(k.it));
     turn_begin(k);
+    wg::fence();
+    issue_scores(k.q16, k.k16 + stage * (KV_BYTES / 16), flat(s));
+    wg::commit();
+    if (st.owed) fja::rescale_o(st.o, st.alpha);
     fence_regs(st.o);
     wg::fence();
-    issue_scores(k.base + SMEM_Q, k.c, k.base + SMEM_K + stage * KV_BYTES, flat(s));
-    wg::commit();
-    issue_pv(k.base + SMEM_V + prev * KV_BYTES, flat_o(st), pa);
+    issue_pv(k.v16 + prev * (KV_BYTES / 16), flat_o(st), pa);
     wg::commit();
     turn_end(k);
     wg::wait<1>();
     fence_regs(s);
     release(k, BAR_K_EMPTY + (int)stage);
     if (last && O_SEPARATE) release(k, BAR_Q_EMPTY);
-    float alpha[1][2];
-    const bool rescale = scores_to_p<MASKED>(p, k, st, row0, n, s, pa, alpha, true);
+    st.owed = scores_to_p<MASKED>(p, k, st, row0, n, s, pa, st.alpha, true);
     wg::wait<0>();
     fence_regs(st.o);
     release(k, BAR_V_EMPTY + (int)prev);
-    if (rescale) fja::rescale_o(st.o, alpha);
     pack(s, pa);
     ++k.it;
 }
@@ -529,9 +559,10 @@ __device__ __forceinline__ void last_pv(Consumer &k, State &st, const unsigned (
     const unsigned stage = stage_of(k.it);
     mbar_wait(bar(k.base, BAR_V_FULL + (int)stage), parity_of(k.it));
     turn_begin(k);
+    if (st.owed) fja::rescale_o(st.o, st.alpha);
     fence_regs(st.o);
     wg::fence();
-    issue_pv(k.base + SMEM_V + stage * KV_BYTES, flat_o(st), pa);
+    issue_pv(k.v16 + stage * (KV_BYTES / 16), flat_o(st), pa);
     wg::commit();
     turn_end(k);
     wg::wait<0>();
@@ -547,8 +578,7 @@ __device__ __forceinline__ void last_pv(Consumer &k, State &st, const unsigned (
    swizzled by its row width). */
 __device__ __forceinline__ unsigned stage_addr(unsigned tile, int c, int r, int col)
 {
-    const int col0 = col < COL32 ? col / 64 * 64 : (HAS32 && col < COL16 ? COL32 : COL16);
-    const int width = col < COL32 ? 64 : (HAS32 && col < COL16 ? 32 : 16);
+    const int col0 = block_col0(col), width = block_width(col);
     const int pitch = width * 2, chunks = pitch / 16;
     const int x = (col - col0) * 2; /* byte within the row */
     const int chunk = (x >> 4) ^ ((r * pitch >> 7) & (chunks - 1));
@@ -620,6 +650,10 @@ __device__ __forceinline__ void consume(const fj_fwd_params &p, const fj_tma_par
     Consumer k;
     k.base = base;
     k.c = c;
+    for (int w = 0; w < 3; ++w) /* the consumer's rows start 64 c rows into each block */
+        k.q16[w] = (base + SMEM_Q) / 16 + (unsigned)(64 * c * (64 >> w) * 2) / 16;
+    k.k16 = (base + SMEM_K) / 16;
+    k.v16 = (base + SMEM_V) / 16;
     k.lane = (int)(threadIdx.x & 31u);
     k.warp = (int)((threadIdx.x >> 5) & 3u);
     k.it = 0;
@@ -633,6 +667,7 @@ __device__ __forceinline__ void consume(const fj_fwd_params &p, const fj_tma_par
         const Tile w = tile_of(p, t, tile);
         State st;
         fja::softmax_init(st.m, st.l, st.o);
+        st.owed = false;
         /* this consumer's rows' own unmasked key tiles */
         const long long row0 = (long long)w.m0 + 64 * c + 16 * k.warp + (k.lane >> 2);
         int u0, u1;
@@ -677,7 +712,10 @@ extern "C" __global__ void __launch_bounds__(fjt::THREADS, 1)
 {
     using namespace fjt;
     const unsigned base = smem_base();
-    const int wg_index = (int)(threadIdx.x >> 7);
+    /* through a shuffle, so the compiler knows it is the same in the warp:
+       what derives from it (the consumer's descriptors) stays in uniform
+       registers */
+    const int wg_index = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
     if (threadIdx.x == 0) {
         mbar_init(bar(base, BAR_Q_FULL), 1u);
         mbar_init(bar(base, BAR_Q_EMPTY), 4u * CONSUMERS);
