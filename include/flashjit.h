@@ -100,7 +100,9 @@ extern "C" {
  *        the seven reserved int64 slots softcap and features left) and
  *        fj_execute_extras.block_table (the first of its two reserved
  *        slots left; seqused_k is each sequence's KV length); no new
- *        symbol. */
+ *        symbol. FJ_MAX_HEAD_DIM grew from 256 to 512 (the CPU
+ *        backends; CUDA still takes up to 256): a program that sizes
+ *        buffers by the macro gets larger ones. */
 #define FLASHJIT_VERSION_MAJOR 1
 #define FLASHJIT_VERSION_MINOR 1
 #define FLASHJIT_VERSION_PATCH 0
@@ -242,11 +244,16 @@ FJ_API const char *fj_context_describe(const fj_context *ctx);
 /* ------------------------------------------------------------------------ */
 /* Problem description                                                       */
 
-#define FJ_MAX_HEAD_DIM 256
+/* The largest head_dim any backend takes (512 since 1.1; 256 in 1.0). The
+ * CPU backends take every head dim 1..FJ_MAX_HEAD_DIM; the CUDA backend a
+ * multiple of 8 in 8..256 and refuses the rest with FJ_ERR_UNSUPPORTED at
+ * plan creation. A 1.0 library refuses head dims above 256 with
+ * FJ_ERR_INVALID_ARGUMENT, whatever the header a program was built with. */
+#define FJ_MAX_HEAD_DIM 512
 
 typedef struct fj_attention_desc {
     int batch, heads_q, heads_kv;     /* heads_q % heads_kv == 0: GQA and MQA */
-    int seqlen_q, seqlen_k, head_dim; /* head_dim 1..FJ_MAX_HEAD_DIM (CUDA: a multiple of 8) */
+    int seqlen_q, seqlen_k, head_dim; /* head_dim 1..FJ_MAX_HEAD_DIM (CUDA: 8..256, by 8) */
     fj_dtype dtype;                   /* q, k, v and o share it */
     fj_causal causal;
     int window_left, window_right; /* sliding window; -1 = unbounded */

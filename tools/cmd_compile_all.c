@@ -34,6 +34,10 @@
 #include "paths.h"
 #include "problem.h"
 #include "tune/tuning.h"
+#include "tune.h"
+
+_Static_assert(TUNE_CUDA_MAX_HEAD_DIM == FJ_CUDA_MAX_HEAD_DIM,
+               "flashjit tune checks --head-dims against the CUDA kernels' limit");
 
 #define USAGE_TEXT                                                                          \
     "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n"      \
@@ -99,7 +103,7 @@ typedef struct flags {
     int narchs;
     bool dtype[3]; /* by fj_dtype */
     bool mask[4];  /* by fj_mask_kind */
-    bool head_dim[FJ_MAX_HEAD_DIM + 1];
+    bool head_dim[FJ_CUDA_MAX_HEAD_DIM + 1];
     bool kind[KIND_COUNT]; /* by variant_kind */
     int jobs;
     int max_spill;         /* stack frame bytes per thread a kernel may have */
@@ -155,7 +159,7 @@ static bool head_dim_item(const char *t, flags *f)
 {
     char *end;
     long d = strtol(t, &end, 10);
-    if (*end || d < 8 || d > FJ_MAX_HEAD_DIM || d % 8) return false;
+    if (*end || d < 8 || d > FJ_CUDA_MAX_HEAD_DIM || d % 8) return false;
     return f->head_dim[d] = true;
 }
 
@@ -210,7 +214,7 @@ static int parse_flags(int argc, char **argv, flags *f)
             if (!each_token(val, head_dim_item, f))
                 return cli_usage_error("compile-all",
                                        "--head-dims: '%s' is not a list of multiples of 8 in 8..%d",
-                                       val ? val : "", FJ_MAX_HEAD_DIM);
+                                       val ? val : "", FJ_CUDA_MAX_HEAD_DIM);
             any_dim = true;
         } else if (!strcmp(a, "--kinds")) {
             if (!each_token(val, kind_item, f))
@@ -234,7 +238,7 @@ static int parse_flags(int argc, char **argv, flags *f)
     if (!any_mask)
         for (int m = 0; m < 4; m++) f->mask[m] = true;
     if (!any_dim)
-        for (int d = 8; d <= FJ_MAX_HEAD_DIM; d += 8) f->head_dim[d] = true;
+        for (int d = 8; d <= FJ_CUDA_MAX_HEAD_DIM; d += 8) f->head_dim[d] = true;
     if (!any_kind) f->kind[KIND_PREFILL] = f->kind[KIND_DECODE] = true;
     return 0;
 }
@@ -311,7 +315,7 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
                                                     : FJ_F32;
         int mask = mask_index(e->mask);
         if (strcmp(e->arch, arch_name) || strcmp(e->template_name, "flash_fwd") ||
-            dtype == FJ_F32 || mask < 0 || e->head_dim < 8 || e->head_dim > FJ_MAX_HEAD_DIM ||
+            dtype == FJ_F32 || mask < 0 || e->head_dim < 8 || e->head_dim > FJ_CUDA_MAX_HEAD_DIM ||
             !f->head_dim[e->head_dim] || !f->dtype[dtype] || !f->mask[mask])
             continue;
         for (int cap = 0; cap <= (int)f->kind[KIND_SOFTCAP]; cap++) {
@@ -363,14 +367,14 @@ static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mas
 
 static fj_status make_variants(const flags *f, variant **out, size_t *count)
 {
-    size_t n = 0, cap = ((size_t)f->narchs * 2 * 4 * (FJ_MAX_HEAD_DIM / 8) * 6 +
+    size_t n = 0, cap = ((size_t)f->narchs * 2 * 4 * (FJ_CUDA_MAX_HEAD_DIM / 8) * 6 +
                          (size_t)f->narchs * fj_tuning_count(fj_tuning_shipped()) * 4) *
                         (f->kind[KIND_SOFTCAP] ? 2 : 1);
     variant *v = calloc(cap, sizeof *v);
     if (!v) return FJ_ERR_OUT_OF_MEMORY;
     static const fj_dtype dtypes[2] = {FJ_F16, FJ_BF16};
     for (int a = 0; a < f->narchs; a++)
-        for (int d = 8; d <= FJ_MAX_HEAD_DIM; d += 8)
+        for (int d = 8; d <= FJ_CUDA_MAX_HEAD_DIM; d += 8)
             for (int t = 0; t < 2; t++)
                 for (int m = 0; m < 4; m++) {
                     if (!f->head_dim[d] || !f->dtype[dtypes[t]] || !f->mask[m]) continue;

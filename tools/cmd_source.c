@@ -115,7 +115,7 @@ static int parse_flags(int argc, char **argv, source_flags *f)
         } else if (c >= OPT_DIM && c < OPT_DIM + 4) {
             if (!cli_parse_int("source", a, val, 1, 1 << 30, shape[c - OPT_DIM])) return 2;
         } else if (c == OPT_HEAD_DIM) {
-            if (!cli_parse_int("source", a, val, 1, FJ_MAX_HEAD_DIM, &f->head_dim)) return 2;
+            if (!cli_parse_int("source", a, val, 1, FJ_CUDA_MAX_HEAD_DIM, &f->head_dim)) return 2;
         } else if (c == OPT_DTYPE) {
             if (!cli_parse_dtype("source", a, val, &f->dtype)) return 2;
         } else if (c == OPT_ARCH) {

@@ -17,6 +17,10 @@
 #define TUNE_MAX_CONFIGS 64          /* candidates */
 #define TUNE_CONFIG_LEN 32           /* as fj_plan_info.tiles */
 #define TUNE_DEFAULT_MAX_SPREAD 50.0 /* --max-spread, % */
+/* The largest head dim the CUDA kernels take: src/cuda/jit/kernel_desc.h's
+   FJ_CUDA_MAX_HEAD_DIM (which the CLI may not include; cmd_compile_all.c,
+   which may, asserts they agree). The CPU backends take FJ_MAX_HEAD_DIM. */
+#define TUNE_CUDA_MAX_HEAD_DIM 256
 
 /* ---- flags (tune_flags.c) ------------------------------------------------- */
 

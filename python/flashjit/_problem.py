@@ -16,7 +16,8 @@ from typing import NamedTuple, Optional, Tuple
 from . import _lib
 
 INT_MAX = 2**31 - 1
-MAX_HEAD_DIM = 256  # FJ_MAX_HEAD_DIM
+MAX_HEAD_DIM = 512  # FJ_MAX_HEAD_DIM (the CPU backends)
+CUDA_MAX_HEAD_DIM = 256  # src/cuda/jit/kernel_desc.h's FJ_CUDA_MAX_HEAD_DIM
 CUDA_ROW_ALIGN_ELEMS = 8  # the CUDA kernels move 16-byte rows of 2-byte elements
 CUDA_PTR_ALIGN = 16
 
@@ -273,11 +274,16 @@ def check(q, k, v, out=None, *, causal=None, window=(-1, -1), scale=None, backen
         if q.dtype == _lib.F32:
             _fail(TypeError, where, "%s is %s and the CUDA backend computes float16 and bfloat16: "
                   "convert the tensors, or use CPU tensors for float32" % (q.name, q.dtype_label))
+        if D > CUDA_MAX_HEAD_DIM:
+            _fail(ValueError, where,
+                  "head_dim %d is not supported by the CUDA backend, which takes head dims up to "
+                  "%d (a multiple of 8); CPU tensors take up to %d"
+                  % (D, CUDA_MAX_HEAD_DIM, MAX_HEAD_DIM))
         if D % 8:
             _fail(ValueError, where,
                   "head_dim %d is not supported by the CUDA backend, which needs a multiple of 8 "
                   "in 8..%d (zero-pad %s and %s to %d, or use CPU tensors)"
-                  % (D, MAX_HEAD_DIM, q.name, k.name, (D // 8 + 1) * 8))
+                  % (D, CUDA_MAX_HEAD_DIM, q.name, k.name, (D // 8 + 1) * 8))
 
     q_strides, k_strides, v_strides = (_check_row_layout(t, where, cuda) for t in (q, k, v))
     if out is not None:

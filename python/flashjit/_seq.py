@@ -21,8 +21,9 @@ import numbers
 from typing import NamedTuple, Tuple
 
 from . import _execute, _lib
-from ._problem import (INT_MAX, MAX_HEAD_DIM, Problem, _check_row_layout, _extent, _fail,
-                       _resolve_backend, _rows_overlap, parse_causal, parse_scale, parse_window)
+from ._problem import (CUDA_MAX_HEAD_DIM, INT_MAX, MAX_HEAD_DIM, Problem, _check_row_layout,
+                       _extent, _fail, _resolve_backend, _rows_overlap, parse_causal, parse_scale,
+                       parse_window)
 
 VARLEN = "flashjit.varlen_attention"
 KVCACHE = "flashjit.attention_with_kvcache"
@@ -106,10 +107,14 @@ def _check_cuda(q, D, where):
     if q.dtype == _lib.F32:
         _fail(TypeError, where, "%s is %s and the CUDA backend computes float16 and bfloat16: "
               "convert the tensors, or use CPU tensors for float32" % (q.name, q.dtype_label))
+    if D > CUDA_MAX_HEAD_DIM:
+        _fail(ValueError, where,
+              "head_dim %d is not supported by the CUDA backend, which takes head dims up to %d "
+              "(a multiple of 8); CPU tensors take up to %d" % (D, CUDA_MAX_HEAD_DIM, MAX_HEAD_DIM))
     if D % 8:
         _fail(ValueError, where,
               "head_dim %d is not supported by the CUDA backend, which needs a multiple of 8 in "
-              "8..%d (or use CPU tensors)" % (D, MAX_HEAD_DIM))
+              "8..%d (or use CPU tensors)" % (D, CUDA_MAX_HEAD_DIM))
 
 
 def _packed_layout(t, where, cuda):

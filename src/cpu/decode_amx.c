@@ -49,12 +49,14 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
-/* Scratch layout (floats): B tiles for up to 8 chunks (256 columns), then C
-   (16 x 16), then the bounce tile (16 x 32 bf16), then a second C. */
+/* Scratch layout (floats): B tiles for up to 16 chunks (512 columns, every
+   head dim), then C (16 x 16), then the bounce tile (16 x 32 bf16), then a
+   second C 768 floats past the first (1024 floats in all after the B
+   tiles). */
 #define B_TILE_FLOATS 256
-#define MAX_CHUNKS 8
+#define MAX_CHUNKS (FJ_MAX_HEAD_DIM / 32)
 _Static_assert(MAX_CHUNKS * 32 >= FJ_MAX_HEAD_DIM, "B tiles for every column");
-_Static_assert(FJ_DECODE_MAX_BLOCK *FJ_DECODE_PAD >= MAX_CHUNKS * B_TILE_FLOATS + 3 * 256,
+_Static_assert(FJ_DECODE_MAX_BLOCK *FJ_DECODE_PAD >= MAX_CHUNKS * B_TILE_FLOATS + 4 * 256,
                "the scratch buffer holds the B tiles, two C tiles and the bounce tile");
 /* The values' A and B tiles, bf16: (nk / 32) x 16 x 32 + nk x dpad, within
    the scratch's FJ_DECODE_MAX_BLOCK x dpad floats for any dpad >= 32. */

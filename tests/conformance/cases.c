@@ -679,6 +679,62 @@ static void odd_shapes(builder *b, uint64_t seed)
     }
 }
 
+/* ---- head dims above CUDA's 256 (issue 22) ---------------------------------- */
+
+/* Head dims 257..FJ_MAX_HEAD_DIM, which only the CPU backends take (CUDA
+ * answers UNSUPPORTED, which these cases allow it): odd and even, around the
+ * decode kernels' 32-column chunks (257, 511) and at the limit (512).
+ * Prefill ("rows": more than FJ_CPU_DECODE_MAX_ROWS rows per kv head, the
+ * tiled path; bf16 with GQA groups up to 16 goes to the AMX row blocks
+ * where the CPU has them) with seqlen_q above and below seqlen_k and keys
+ * past the tiled path's 256-key blocks, and bf16 with a GQA group of 18
+ * (the tiled path on every CPU); the decode path (1..16 rows per kv
+ * head: one query row, GQA groups, long keys split into chunks, a row that
+ * sees no key). Every dtype, every mask kind, windows, lse on and off. */
+static void large_head_dims(builder *b)
+{
+    static const struct {
+        const char *path;
+        int batch, hq, hkv, sq, sk, dim;
+        fj_dtype t;
+        fj_causal causal;
+        int wl, wr;
+        fjt_layout layout;
+        bool lse;
+    } c[] = {
+        /* prefill: rows per kv head above 16 */
+        {"rows", 1, 4, 2, 97, 300, 257, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true},
+        {"rows", 1, 6, 2, 70, 129, 300, FJ_BF16, FJ_CAUSAL_NONE, 31, 7, FJT_BHSD, true},
+        {"rows", 2, 2, 1, 200, 65, 384, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1, FJT_PADDED, true},
+        {"rows", 1, 2, 2, 33, 520, 511, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_PADDED3, false},
+        {"rows", 1, 4, 1, 40, 257, 512, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, -1, FJT_DENSE, true},
+        {"rows", 1, 18, 1, 9, 130, 512, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, 5, FJT_DENSE, true},
+        {"rows", 1, 8, 2, 64, 64, 512, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true},
+        {"rows", 1, 3, 3, 129, 17, 509, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, 3, -1, FJT_BHSD, true},
+        /* decode: 1..16 rows per kv head */
+        {"decode", 2, 8, 2, 1, 1031, 257, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true},
+        {"decode", 1, 4, 1, 1, 3001, 300, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, 700, -1, FJT_DENSE, true},
+        {"decode", 1, 8, 4, 3, 2049, 384, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 300, 0, FJT_BHSD, true},
+        {"decode", 1, 16, 2, 2, 700, 511, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_PADDED,
+         true},
+        {"decode", 1, 4, 4, 1, 4099, 512, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, false},
+        {"decode", 2, 16, 2, 1, 1200, 512, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1000, -1,
+         FJT_KV_BROADCAST, true},
+        {"decode", 1, 4, 1, 4, 3, 300, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE,
+         true}, /* seqlen_q > seqlen_k: row 0 sees nothing */
+        {"decode", 1, 6, 2, 5, 999, 512, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, 40, FJT_PADDED3, true},
+    };
+    for (int i = 0; i < NELEMS(c); i++) {
+        fj_attention_desc d = desc(c[i].batch, c[i].hq, c[i].hkv, c[i].sq, c[i].sk, c[i].dim,
+                                   c[i].t, c[i].causal, c[i].wl, c[i].wr);
+        char name[48];
+        snprintf(name, sizeof name, "%s-d%d-sq%d-sk%d-h%d-%d-%s", c[i].path, c[i].dim, c[i].sq,
+                 c[i].sk, c[i].hq, c[i].hkv, fj_dtype_name(c[i].t));
+        fjt_case k = fjt_case_make("large-dims", name, &d, c[i].layout, c[i].lse);
+        add(b, &k);
+    }
+}
+
 /* ---- the logit softcap (issue 22) ------------------------------------------ */
 
 /* A capped case; the CUDA backend must run it when cuda (f16/bf16, head dim
@@ -1228,6 +1284,7 @@ bool fjt_cases_build(fjt_case_list *l, uint64_t seed)
     decode(&b);
     broadcast(&b);
     odd_shapes(&b, seed);
+    large_head_dims(&b);
     softcap(&b);
     alibi_sinks(&b);
     varlen(&b, seed);

@@ -74,7 +74,7 @@ static void test_families(void **state)
         {"seqlens", 63},     {"masks", 24},      {"heads-layouts", 16}, {"scales", 6},
         {"sampled", 88},     {"split", 13},      {"decode", 18},        {"broadcast", 6},
         {"odd", 24},         {"softcap", 36},    {"softcap-cpu", 19},   {"alibi-sinks", 54},
-        {"varlen", 22},      {"paged", 21},      {"bench-smoke", 9},
+        {"varlen", 22},      {"paged", 21},      {"bench-smoke", 9},    {"large-dims", 16},
     };
     fjt_case_list l = {0};
     assert_true(fjt_cases_build(&l, fjt_seed()));
@@ -150,6 +150,34 @@ static void test_coverage(void **state)
             pg_empty += c->varlen.len_k[b] == 0;
         }
     }
+    /* head dims above CUDA's 256 (the CPU backends' alone): each dtype, on
+       the decode path (<= 16 rows per kv head) and with many rows, one query
+       row, GQA, seqlen_q above and below seqlen_k, odd dims, the limit */
+    int big = 0, big_dtype[3] = {0}, big_decode = 0, big_rows = 0, big_one = 0, big_gqa = 0;
+    int big_gt = 0, big_lt = 0, big_odd = 0, big_max = 0, big_masked = 0, big_lse = 0;
+    for (int i = 0; i < l.n; i++) {
+        const fj_attention_desc *d = &l.cases[i].d;
+        if (d->head_dim <= 256) continue;
+        assert_true(d->head_dim <= FJ_MAX_HEAD_DIM);
+        assert_false(l.cases[i].must_run & FJT_ON(FJ_BACKEND_CUDA));
+        const int64_t rows = (int64_t)d->seqlen_q * (d->heads_q / d->heads_kv);
+        big++;
+        big_dtype[d->dtype]++;
+        big_decode += rows <= 16;
+        big_rows += rows > 16;
+        big_one += d->seqlen_q == 1;
+        big_gqa += d->heads_q > d->heads_kv;
+        big_gt += d->seqlen_q > d->seqlen_k;
+        big_lt += d->seqlen_q < d->seqlen_k;
+        big_odd += d->head_dim % 2;
+        big_max += d->head_dim == FJ_MAX_HEAD_DIM;
+        big_masked += d->causal != FJ_CAUSAL_NONE && (d->window_left >= 0 || d->window_right >= 0);
+        big_lse += l.cases[i].lse;
+    }
+    assert_true(big >= 16 && big_dtype[0] >= 3 && big_dtype[1] >= 3 && big_dtype[2] >= 3 &&
+                big_decode >= 5 && big_rows >= 5 && big_one >= 3 && big_gqa >= 8 && big_gt >= 3 &&
+                big_lt >= 5 && big_odd >= 4 && big_max >= 4 && big_masked >= 3 && big_lse >= 10 &&
+                big_lse < big);
     assert_true(pg >= 20 && pg_dense >= 5 && pg_varlen >= 4 && pg_shuffled >= 5 && pg_tail >= 5 &&
                 pg_partial >= 10 && pg_empty >= 3 && pg_layout[0] && pg_layout[1] && pg_layout[2] &&
                 pg_gqa >= 5 && pg_causal[0] && pg_causal[1] && pg_causal[2]);

@@ -305,11 +305,11 @@ static void test_tile_scores_values(void **state)
     (void)state;
     const fj_tiled_kernels *kern = tile_kernels();
     if (!kern) return;
-    static const int dims[] = {1, 3, 12, 16, 17, 64, 100, 128, 256};
+    static const int dims[] = {1, 3, 12, 16, 17, 64, 100, 128, 256, 300, 512};
     static const int keys[] = {1, 2, 3, 4, 5, 7, 8, 11, 12, 13, 23, 24, 25, 37, 128};
     fjt_rng rng;
     fjt_rng_init(&rng, suite_seed ^ 0x7117);
-    const int maxd = 256, maxk = 128, ld = maxd + 5;
+    const int maxd = FJ_MAX_HEAD_DIM, maxk = 128, ld = maxd + 5;
     float *qp = malloc(sizeof(float) * maxd * LANES), *kv = malloc(sizeof(float) * maxk * ld);
     float *st = malloc(sizeof(float) * maxk * LANES), *ot = malloc(sizeof(float) * maxd * LANES);
     float *ot0 = malloc(sizeof(float) * maxd * LANES);
@@ -517,17 +517,20 @@ static void test_tile_pack_store_load(void **state)
     (void)state;
     const fj_tiled_kernels *kern = tile_kernels();
     if (!kern) return;
-    static const int dims[] = {1, 5, 15, 16, 17, 31, 33, 100, 128, 256};
+    static const int dims[] = {1, 5, 15, 16, 17, 31, 33, 100, 128, 256, 257, 511, 512};
+    /* output rows RS apart (64-byte multiples; D + the offset 3 fits) */
+    enum { MAXD = FJ_MAX_HEAD_DIM, RS = MAXD + 16 };
     fjt_rng rng;
     fjt_rng_init(&rng, suite_seed ^ 0x3113);
-    float *rows = malloc(sizeof(float) * LANES * 256), *qp = malloc(sizeof(float) * 257 * LANES);
-    float *back = aligned_alloc(64, sizeof(float) * LANES * 260);
-    uint16_t *half = malloc(sizeof(uint16_t) * LANES * 260);
+    float *rows = malloc(sizeof(float) * LANES * MAXD);
+    float *qp = malloc(sizeof(float) * (MAXD + 1) * LANES);
+    float *back = aligned_alloc(64, sizeof(float) * LANES * (RS + 12));
+    uint16_t *half = malloc(sizeof(uint16_t) * LANES * (RS + 12));
     for (int a = 0; a < NELEMS(dims); a++) {
         const int D = dims[a];
         const float alpha = a % 2 ? 1.0f : 0.3f;
         for (int i = 0; i < LANES * D; i++) rows[i] = uniform_pm(&rng);
-        fjt_poison_f32(qp, (size_t)257 * LANES);
+        fjt_poison_f32(qp, (size_t)(MAXD + 1) * LANES);
         const float *src[LANES]; /* rows in turn, one missing (zeros) */
         for (int r = 0; r < LANES; r++) src[r] = r == a % LANES ? NULL : rows + r * D;
         kern->pack_queries(src, D, alpha, qp);
@@ -549,19 +552,19 @@ static void test_tile_pack_store_load(void **state)
         for (int r = 0; r < LANES; r++) scale[r] = r % 3 ? 1.0f : 0.5f + (float)r;
         for (int t = 0; t < 3; t++) {
             const fj_dtype dt = t == 0 ? FJ_F32 : t == 1 ? FJ_F16 : FJ_BF16;
-            fjt_poison_f32(back, (size_t)LANES * 260);
-            memset(half, 0xff, sizeof(uint16_t) * LANES * 260);
+            fjt_poison_f32(back, (size_t)LANES * (RS + 12));
+            memset(half, 0xff, sizeof(uint16_t) * LANES * (RS + 12));
             for (int r = 0; r < LANES; r++)
                 dst[r] = r % 5 == 4     ? NULL
-                         : dt == FJ_F32 ? (void *)(back + r * 256 + off)
-                                        : (void *)(half + r * 256 + off);
+                         : dt == FJ_F32 ? (void *)(back + r * RS + off)
+                                        : (void *)(half + r * RS + off);
             kern->store_outputs(qp, D, dst, dt, scale, nrows);
             for (int r = 0; r < LANES; r++)
-                for (int d = 0; d < 256 - 3; d++) {
+                for (int d = 0; d < RS - 3; d++) {
                     const bool written = r < nrows && dst[r] && d < D;
                     const float x = written ? qp[d * LANES + r] * scale[r] : 0.0f;
                     if (dt == FJ_F32) {
-                        const float got = back[r * 256 + off + d];
+                        const float got = back[r * RS + off + d];
                         const bool ok = !written   ? is_poison(got)
                                         : isnan(x) ? (bool)isnan(got)
                                                    : memcmp(&got, &x, sizeof x) == 0;
@@ -569,7 +572,7 @@ static void test_tile_pack_store_load(void **state)
                             fail_msg("store f32 D %d rows %d: row %d column %d = %g, want %g", D,
                                      nrows, r, d, (double)got, (double)x);
                     } else {
-                        const uint16_t got = half[r * 256 + off + d];
+                        const uint16_t got = half[r * RS + off + d];
                         const uint16_t want = !written       ? 0xffffu
                                               : dt == FJ_F16 ? fj_f32_to_f16(x)
                                                              : fj_f32_to_bf16(x);
@@ -588,7 +591,7 @@ static void test_tile_pack_store_load(void **state)
             for (int i = 0; i < nr * lds; i++)
                 half[i] =
                     dt == FJ_F16 ? fj_f32_to_f16(awkward(&rng)) : fj_f32_to_bf16(awkward(&rng));
-            fjt_poison_f32(back, (size_t)LANES * 260);
+            fjt_poison_f32(back, (size_t)LANES * (RS + 12));
             kern->load_rows(back, D + 1, half, lds, dt, nr, D);
             for (int r = 0; r < nr; r++)
                 for (int d = 0; d <= D; d++) {
@@ -667,6 +670,56 @@ static void test_tile_causal_edges(void **state)
     if (tiles) assert_true(n > NELEMS(seqs) * NELEMS(deltas) / 2);
 }
 
+/* Head dims above 256 (up to FJ_MAX_HEAD_DIM) on the tiled path: the
+ * conformance list's large-dims family (the decode-shaped cases too, which
+ * the forced blocks send here), with blocks forced to sizes around the
+ * tiles of 32 rows and across keys, on the kernels the plan picks (the tile
+ * kernels for blocks of many rows, where the CPU has them) and with sgemm
+ * forced. */
+static void test_large_head_dims(void **state)
+{
+    (void)state;
+    static const int blocks[][2] = {{64, 128}, {33, 47}, {32, 256}, {17, 300}};
+    const bool tiles = fj_cpu_tiled_kernels() != NULL;
+    fjt_case_list all = {0};
+    assert_true(fjt_cases_build(&all, suite_seed));
+    int n = 0, big = 0, n_tiles = 0;
+    for (int i = 0; i < all.n; i++) {
+        const fjt_case *k = &all.cases[i];
+        if (strcmp(k->group, "large-dims")) continue;
+        assert_true(k->d.head_dim > 256 && k->d.head_dim <= FJ_MAX_HEAD_DIM);
+        big += k->d.head_dim == FJ_MAX_HEAD_DIM;
+        const int *bl = blocks[n % NELEMS(blocks)];
+        assert_int_equal(fj_cpu_tiled_force_blocks(bl[0], bl[1]), FJ_OK);
+        for (int blas = 0; blas <= (tiles ? 1 : 0); blas++) {
+            fj_cpu_tiled_force_blas(blas);
+            checkers c = {make_context(FJ_BACKEND_CPU, 3),
+                          make_context(FJ_BACKEND_CPU_REFERENCE, 2)};
+            fj_plan *plan;
+            assert_int_equal(fj_plan_create(c.tiled, &k->d, &plan), FJ_OK);
+            const char *text = fj_plan_describe(plan);
+            if (!strstr(text, "forced"))
+                fail_msg("%s: forced blocks not in describe:\n%s", k->name, text);
+            const bool on_tiles = strstr(text, "kernels: avx512") != NULL;
+            if (blas && on_tiles) fail_msg("%s: sgemm forced, yet:\n%s", k->name, text);
+            n_tiles += on_tiles;
+            fj_plan_destroy(plan);
+            check_case(&c, k);
+            fj_context_destroy(c.tiled);
+            fj_context_destroy(c.ref);
+        }
+        fj_cpu_tiled_force_blas(false);
+        n++;
+    }
+    assert_int_equal(fj_cpu_tiled_force_blocks(0, 0), FJ_OK);
+    fjt_case_list_free(&all);
+    printf("# %d large-dims cases (%d at head dim %d) on the tiled path, %d on the tile "
+           "kernels\n",
+           n, big, FJ_MAX_HEAD_DIM, n_tiles);
+    assert_true(n >= 10 && big >= 2);
+    if (tiles) assert_true(n_tiles >= n / 2); /* the prefill cases' blocks of many rows */
+}
+
 /* Softcap, ALiBi and sinks on the tile path with masks, against the oracle
  * and the reference. */
 static void test_tile_features(void **state)
@@ -712,7 +765,7 @@ static size_t workspace_bytes(fj_context *ctx, int seqlen, int dim)
 static void test_workspace_bounded(void **state)
 {
     const checkers *c = *state;
-    static const int dims[] = {8, 64, 128, 256};
+    static const int dims[] = {8, 64, 128, 256, 384, 512};
     for (int i = 0; i < NELEMS(dims); i++) {
         size_t small = workspace_bytes(c->tiled, 4096, dims[i]);
         size_t huge = workspace_bytes(c->tiled, 1 << 20, dims[i]);
@@ -874,6 +927,7 @@ int main(void)
         cmocka_unit_test(test_forced_small_blocks), cmocka_unit_test(test_tile_scores_values),
         cmocka_unit_test(test_tile_softmax),        cmocka_unit_test(test_tile_pack_store_load),
         cmocka_unit_test(test_tile_causal_edges),   cmocka_unit_test(test_tile_features),
+        cmocka_unit_test(test_large_head_dims),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -915,6 +915,21 @@ static void test_unsupported_problems(void **state)
     assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
     assert_contains(fj_last_error(), "head_dim 20");
 
+    /* above CUDA's 256: refused at plan creation, naming the head dim and
+       the CPU backends' limit (which the desc itself passes) */
+    static const int big[] = {264, 300, 512};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        fj_attention_desc_init(&d, 1, 4, 2, 1 + 99 * (int)i, 300, big[i], FJ_BF16);
+        plan = (fj_plan *)&d;
+        assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+        assert_null(plan);
+        char want[64];
+        snprintf(want, sizeof want, "head_dim %d: the CUDA backend takes head dims up to 256",
+                 big[i]);
+        assert_contains(fj_last_error(), want);
+        assert_contains(fj_last_error(), "take up to 512");
+    }
+
     /* a seq stride of 2*64+4 elements: rows 8 bytes off 16-byte alignment */
     fj_attention_desc_init(&d, 1, 2, 2, 64, 64, 64, FJ_F16);
     int64_t bad[3] = {64 * 132, 132, 64};

@@ -739,6 +739,25 @@ static void test_for_problem_rejections(void **state)
     assert_contains(fj_last_error(), "nearest supported head dims are 248 and 256");
     assert_int_equal(desc_for(3, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 90, &k), FJ_ERR_UNSUPPORTED);
     assert_contains(fj_last_error(), "the nearest supported head dim is 8 (zero-pad");
+    /* Above CUDA's 256 (the CPU backends take up to FJ_MAX_HEAD_DIM): refused
+       by name, on every arch, multiples of 8 or not, up to the library's
+       limit. */
+    static const int big[] = {257, 264, 300, 384, 511, 512};
+    static const uint32_t archs[] = {80, 90};
+    for (size_t a = 0; a < 2; a++)
+        for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+            assert_int_equal(desc_for(big[i], i % 2 ? FJ_F16 : FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1,
+                                      -1, archs[a], &k),
+                             FJ_ERR_UNSUPPORTED);
+            char want[256];
+            snprintf(want, sizeof want,
+                     "head_dim %d: the CUDA backend takes head dims up to 256 (a multiple of 8); "
+                     "the CPU backends (FJ_BACKEND_CPU, FJ_BACKEND_CPU_REFERENCE) take up to 512",
+                     big[i]);
+            assert_string_equal(fj_last_error(), want);
+        }
+    assert_int_equal(desc_for(256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), FJ_OK);
+    assert_int_equal(k.head_dim, 256);
     assert_int_equal(desc_for(128, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 75, &k), FJ_ERR_UNSUPPORTED);
     assert_contains(fj_last_error(), "arch sm_75 is older than sm_80");
 }

@@ -293,7 +293,7 @@ static void execution(fuzz_input *in, uint8_t flags)
     int group = groups[fuzz_u8(in) % 6];
     int sq = fuzz_range(in, 1, max_seq);
     int sk = fuzz_range(in, 1, max_seq);
-    int dim = fuzz_range(in, 1, 256);
+    int dim = fuzz_range(in, 1, FJ_MAX_HEAD_DIM);
     fj_dtype dtype = (fj_dtype)(fuzz_u8(in) % 3);
     fj_attention_desc d;
     fj_attention_desc_init(&d, batch, hkv * group, hkv, sq, sk, dim, dtype);

@@ -25,6 +25,9 @@ CASES = [
 CPU_ONLY_CASES = [
     (1, 1, 1, 1, 1, 1),
     (1, 2, 1, 97, 53, 13),      # primes, an odd head dim
+    (1, 4, 2, 1, 70, 300),      # head dims above CUDA's 256: decode, GQA
+    (2, 2, 2, 3, 9, 257),       # odd
+    (1, 6, 2, 40, 33, 512),     # FJ_MAX_HEAD_DIM, GQA rows
 ]
 # (causal, window): every mask kind, windows on either side and both
 MASKS = [
@@ -81,7 +84,7 @@ def test_cpu_reference_f32(gen, case, mask):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("mask", MASKS[:3], ids=mask_id)
-@pytest.mark.parametrize("case", CASES[1:4], ids=case_id)
+@pytest.mark.parametrize("case", CASES[1:4] + CPU_ONLY_CASES[2:], ids=case_id)
 def test_cpu_half_types(gen, case, mask, dtype):
     """The CPU computes f16 and bf16 in float32 and rounds the output."""
     q, k, v = make(gen, case, dtype, "cpu")

@@ -163,7 +163,7 @@ static bool lookup_mask(const char *s, uint32_t *v)
     return false;
 }
 
-static bool head_dim_ok(uint32_t d) { return d >= 8 && d <= FJ_MAX_HEAD_DIM && d % 8 == 0; }
+static bool head_dim_ok(uint32_t d) { return d >= 8 && d <= FJ_CUDA_MAX_HEAD_DIM && d % 8 == 0; }
 
 /* "<template>.<dtype>.sm_<arch>" of a template specialized on the dtype
    alone (the merge kernel). */
@@ -234,7 +234,7 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "kernel name '%s': '%s' is not d<head_dim> with head_dim a multiple of 8 "
                        "in 8..%d",
-                       name, parts[1], FJ_MAX_HEAD_DIM);
+                       name, parts[1], FJ_CUDA_MAX_HEAD_DIM);
     if (!strcmp(parts[2], "f16")) d.dtype = FJ_F16;
     else if (!strcmp(parts[2], "bf16")) d.dtype = FJ_BF16;
     else
@@ -324,7 +324,7 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
                  fj_template_names(names, sizeof names, true));
     else if (!r->dtype_only && !head_dim_ok(k->head_dim))
         snprintf(why, sizeof why, "head_dim %u is not a multiple of 8 in 8..%d",
-                 (unsigned)k->head_dim, FJ_MAX_HEAD_DIM);
+                 (unsigned)k->head_dim, FJ_CUDA_MAX_HEAD_DIM);
     else if (!(r->dtype_only && k->dtype == FJ_F32) && !dtype_name(k->dtype))
         snprintf(why, sizeof why, "dtype %u is not %s", (unsigned)k->dtype,
                  r->dtype_only ? "f32, f16 or bf16" : "f16 or bf16");
@@ -450,9 +450,14 @@ fj_status fj_kernel_desc_supports(const fj_problem *p)
                        "(FJ_BACKEND_CPU) or convert the tensors to bf16");
     if (p->dtype != FJ_F16 && p->dtype != FJ_BF16)
         return fj_fail(FJ_ERR_UNSUPPORTED, "dtype %d is not f16 or bf16", (int)p->dtype);
-    if (p->head_dim < 1 || p->head_dim > FJ_MAX_HEAD_DIM)
+    if (p->head_dim > FJ_CUDA_MAX_HEAD_DIM)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "head_dim %d: the CUDA backend takes head dims up to %d (a multiple of 8); "
+                       "the CPU backends (FJ_BACKEND_CPU, FJ_BACKEND_CPU_REFERENCE) take up to %d",
+                       p->head_dim, FJ_CUDA_MAX_HEAD_DIM, FJ_MAX_HEAD_DIM);
+    if (p->head_dim < 1)
         return fj_fail(FJ_ERR_UNSUPPORTED, "head_dim %d is not in 1..%d", p->head_dim,
-                       FJ_MAX_HEAD_DIM);
+                       FJ_CUDA_MAX_HEAD_DIM);
     if (p->head_dim % 8) {
         /* The MMA tiles and the 16-byte loads work on 8 elements of a row. */
         int lo = p->head_dim / 8 * 8, hi = lo + 8;
@@ -461,12 +466,12 @@ fj_status fj_kernel_desc_supports(const fj_problem *p)
                            "head_dim %d: the CUDA backend needs a multiple of 8 in 8..%d; the "
                            "nearest supported head dim is %d (zero-pad q and k), or use the "
                            "CPU backend (FJ_BACKEND_CPU)",
-                           p->head_dim, FJ_MAX_HEAD_DIM, hi);
+                           p->head_dim, FJ_CUDA_MAX_HEAD_DIM, hi);
         return fj_fail(FJ_ERR_UNSUPPORTED,
                        "head_dim %d: the CUDA backend needs a multiple of 8 in 8..%d; the "
                        "nearest supported head dims are %d and %d (zero-pad q and k), or use the "
                        "CPU backend (FJ_BACKEND_CPU)",
-                       p->head_dim, FJ_MAX_HEAD_DIM, lo, hi);
+                       p->head_dim, FJ_CUDA_MAX_HEAD_DIM, lo, hi);
     }
     return FJ_OK;
 }

@@ -19,6 +19,11 @@
  * of the source, hence of every cache key). */
 #define FJ_GENERATOR_VERSION 1
 
+/* The largest head dim the CUDA templates take (a multiple of 8 up to it):
+ * below FJ_MAX_HEAD_DIM, whose larger head dims only the CPU backends run. */
+#define FJ_CUDA_MAX_HEAD_DIM 256
+_Static_assert(FJ_CUDA_MAX_HEAD_DIM <= FJ_MAX_HEAD_DIM, "CUDA's head dims are the library's");
+
 /* The templates that compute attention (the combine kernel only merges);
  * their tile strings tell them apart by the unit letter (template_table.h). */
 static inline int fj_template_is_attention(uint32_t id)
@@ -30,7 +35,7 @@ static inline int fj_template_is_attention(uint32_t id)
 typedef struct fj_kernel_desc {
     uint32_t generator_version; /* FJ_GENERATOR_VERSION */
     uint32_t template_id;       /* fj_template_id */
-    uint32_t head_dim;          /* exact: a multiple of 8, 8..256 */
+    uint32_t head_dim;          /* exact: a multiple of 8, 8..FJ_CUDA_MAX_HEAD_DIM */
     uint32_t dtype;             /* fj_dtype: FJ_F16 or FJ_BF16 */
     uint32_t mask;              /* fj_mask_kind */
     uint32_t softcap;           /* 0/1: scores capped (the cap's value is a launch parameter) */
