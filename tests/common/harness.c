@@ -963,6 +963,63 @@ out:
     return s;
 }
 
+fj_status fjt_run_plan(fj_context *ctx, const fj_plan *plan, const fjt_problem *p, bool with_lse,
+                       fjt_error *err)
+{
+    const fj_attention_desc *d = &p->d;
+    const size_t es = (size_t)(d->dtype == FJ_F32 ? 4 : 2), hb = sizeof(float) * (size_t)d->heads_q;
+    const size_t lse_bytes = sizeof(float) * (p->lse_elems ? p->lse_elems : 1);
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL, *da = NULL, *ds = NULL;
+    void *vmem[FJT_EXTRAS_MEM] = {NULL};
+    void *ho = malloc(p->o_elems * es);
+    float *hl = malloc(lse_bytes);
+    fj_status s = FJ_ERR_OUT_OF_MEMORY;
+    fj_execute_extras x;
+    fj_execute_extras_init(&x);
+    if (!ho || !hl) goto out;
+    fjt_poison(ho, d->dtype, p->o_elems);
+    fjt_poison_f32(hl, lse_bytes / sizeof(float));
+    if ((s = fj_malloc(ctx, p->q_elems * es, &dq)) || (s = fj_malloc(ctx, p->k_elems * es, &dk)) ||
+        (s = fj_malloc(ctx, p->v_elems * es, &dv)) || (s = fj_malloc(ctx, p->o_elems * es, &dO)) ||
+        (s = fj_malloc(ctx, lse_bytes, &dl)) ||
+        (p->alibi &&
+         ((s = fj_malloc(ctx, hb, &da)) || (s = fj_copy_to_device(ctx, da, p->alibi, hb)))) ||
+        (p->sinks &&
+         ((s = fj_malloc(ctx, hb, &ds)) || (s = fj_copy_to_device(ctx, ds, p->sinks, hb)))) ||
+        (s = fj_copy_to_device(ctx, dq, p->q, p->q_elems * es)) ||
+        (s = fj_copy_to_device(ctx, dk, p->k, p->k_elems * es)) ||
+        (s = fj_copy_to_device(ctx, dv, p->v, p->v_elems * es)) ||
+        (s = fj_copy_to_device(ctx, dO, ho, p->o_elems * es)) ||
+        (s = fj_copy_to_device(ctx, dl, hl, lse_bytes)) ||
+        (s = fjt_varlen_extras(ctx, p, &x, vmem)))
+        goto out;
+    x.alibi_slopes = da;
+    x.sinks = ds;
+    if ((s = fj_plan_execute_ex(plan, dq, dk, dv, dO, with_lse ? dl : NULL, &x, NULL))) goto out;
+    if ((s = fj_copy_to_host(ctx, ho, dO, p->o_elems * es)) ||
+        (s = fj_copy_to_host(ctx, hl, dl, lse_bytes)))
+        goto out;
+    *err = fjt_compare(p, ho, with_lse ? hl : NULL);
+    /* without lse the buffer passed none: it must be untouched */
+    for (size_t i = 0; !with_lse && i < lse_bytes / sizeof(float); i++) {
+        uint32_t u;
+        memcpy(&u, &hl[i], 4);
+        if (u != 0xffffffffu) err->gaps_written++;
+    }
+out:
+    fj_free(ctx, dq);
+    fj_free(ctx, dk);
+    fj_free(ctx, dv);
+    fj_free(ctx, dO);
+    fj_free(ctx, dl);
+    fj_free(ctx, da);
+    fj_free(ctx, ds);
+    fjt_varlen_free(ctx, vmem);
+    free(ho);
+    free(hl);
+    return s;
+}
+
 const char *fjt_desc_str(const fj_attention_desc *d)
 {
     static _Thread_local char buf[384];

@@ -203,6 +203,13 @@ double fjt_tolerance(fj_dtype t);
  * and lse poisoned; fills *err. Returns the status of execute. A varlen
  * problem's arrays go into fj_execute_extras (fjt_varlen_extras). */
 fj_status fjt_run(fj_context *ctx, const fjt_problem *p, fjt_error *err, bool with_lse);
+/* p through an existing plan (made for p's desc, or for one with longer
+ * maxima: varlen and paged plans run any batch that fits), with o and lse
+ * poisoned, on ctx's memory, the extras (ALiBi, sinks, varlen offsets, the
+ * block table) copied there; the comparison with the oracle into *err, and
+ * without lse a written lse buffer counted as gaps. The execute's status. */
+fj_status fjt_run_plan(fj_context *ctx, const fj_plan *plan, const fjt_problem *p, bool with_lse,
+                       fjt_error *err);
 
 /* The varlen and paged fields of x for p (cu_seqlens, seqused_k, the
  * block table: copies of p's in ctx's memory, which *mem holds,
