@@ -214,14 +214,10 @@ def _rows_overlap(strides, shape, head_dim):
     return False
 
 
-def check(q, k, v, out=None, *, causal=None, window=(-1, -1), scale=None, backend="auto",
-          where="flashjit.attention"):
-    """Checks a call on the operands' metadata; returns its Problem or
-    raises TypeError/ValueError naming the argument and the rule."""
+def _check_values(q, k, v, where):
+    """The dtype and device rules of q, k and v: a dtype flashjit computes,
+    one dtype, one device (also the varlen and KV-cache calls', _seq)."""
     qkv = "%s, %s and %s" % (q.name, k.name, v.name)
-    for t in (q, k, v) + ((out,) if out is not None else ()):
-        if len(t.shape) != 4:
-            _fail(ValueError, where, "%s must be 4-D, got shape %s" % (t.name, tuple(t.shape)))
     for t in (q, k, v):
         if t.dtype is None:
             _fail(TypeError, where, "%s has dtype %s: flashjit computes float32, float16 and "
@@ -234,6 +230,17 @@ def check(q, k, v, out=None, *, causal=None, window=(-1, -1), scale=None, backen
         if (t.device_type, t.device_index) != (q.device_type, q.device_index):
             _fail(ValueError, where, "devices differ: %s is on %s and %s on %s"
                   % (q.name, q.device, t.name, t.device))
+
+
+def check(q, k, v, out=None, *, causal=None, window=(-1, -1), scale=None, backend="auto",
+          where="flashjit.attention"):
+    """Checks a call on the operands' metadata; returns its Problem or
+    raises TypeError/ValueError naming the argument and the rule."""
+    qkv = "%s, %s and %s" % (q.name, k.name, v.name)
+    for t in (q, k, v) + ((out,) if out is not None else ()):
+        if len(t.shape) != 4:
+            _fail(ValueError, where, "%s must be 4-D, got shape %s" % (t.name, tuple(t.shape)))
+    _check_values(q, k, v, where)
     be = _resolve_backend(backend, q, where)
     cuda = be == "cuda"
 

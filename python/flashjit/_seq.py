@@ -22,8 +22,8 @@ from typing import NamedTuple, Tuple
 
 from . import _execute, _lib
 from ._problem import (CUDA_MAX_HEAD_DIM, INT_MAX, MAX_HEAD_DIM, Problem, _check_row_layout,
-                       _extent, _fail, _resolve_backend, _rows_overlap, parse_causal, parse_scale,
-                       parse_window)
+                       _check_values, _extent, _fail, _resolve_backend, _rows_overlap,
+                       parse_causal, parse_scale, parse_window)
 
 VARLEN = "flashjit.varlen_attention"
 KVCACHE = "flashjit.attention_with_kvcache"
@@ -68,22 +68,6 @@ def _check_count(n, name, where):
     if n < 0 or n > INT_MAX:
         _fail(ValueError, where, "%s (%d) must be in 0..%d" % (name, n, INT_MAX))
     return int(n)
-
-
-def _check_values(q, k, v, where):
-    """dtype and device rules of q, k and v (the attention's)."""
-    qkv = "%s, %s and %s" % (q.name, k.name, v.name)
-    for t in (q, k, v):
-        if t.dtype is None:
-            _fail(TypeError, where, "%s has dtype %s: flashjit computes float32, float16 and "
-                  "bfloat16" % (t.name, t.dtype_label))
-    for t in (k, v):
-        if t.dtype != q.dtype:
-            _fail(TypeError, where, "dtypes differ: %s is %s and %s is %s; %s must share one dtype"
-                  % (q.name, q.dtype_label, t.name, t.dtype_label, qkv))
-        if (t.device_type, t.device_index) != (q.device_type, q.device_index):
-            _fail(ValueError, where, "devices differ: %s is on %s and %s on %s"
-                  % (q.name, q.device, t.name, t.device))
 
 
 def _check_heads(q, k, v, Hq, Hkv, D, where):
