@@ -40,7 +40,9 @@
  * block), each key block's K and V copied once for all the tiles, and a tile
  * takes only the keys some row of it sees, with a mask only where it crosses
  * the band's edge: the work outside a causal band is half a 32 x 32 square
- * per tile. Its workspace: O(block_q x head_dim + block_k x (head_dim + 32)). */
+ * per tile. bf16 on a CPU with AVX-512 BF16 takes a set whose copies and
+ * products stay bf16 (tiled_avx512_bf16.c); the others widen to floats as
+ * they copy. Its workspace: O(block_q x head_dim + block_k x (head_dim + 32)). */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -90,7 +92,7 @@ typedef struct tiled_plan {
        rows rounded up to FJ_TILED_LANES), s holds one tile's scores, and
        tile the per-tile bounds. */
     const fj_tiled_kernels *kern;
-    int kv_ld; /* tile kernels: floats between rows of the K and V blocks' copies */
+    size_t q_tile_bytes; /* tile kernels: one tile's packed queries */
     size_t off_row, off_tile;
     fj_tiles_source tiles_from;
     char tiles[32]; /* the chosen blocks, "q<block_q>k<block_k>" */
@@ -431,7 +433,7 @@ static void tile_setup(const row_block *rb, int t, int rows)
     const int D = p->head_dim;
     const tiled_ws *w = &rb->w;
     struct tile *tl = &w->tile[t];
-    float *qp = w->q + (size_t)t * D * LANES;
+    void *qp = (unsigned char *)w->q + (size_t)t * j->plan->q_tile_bytes;
     tl->rows = rows - t * LANES < LANES ? rows - t * LANES : LANES;
     tl->lo = p->seqlen_k;
     tl->hi = 0;
@@ -472,7 +474,7 @@ static void tile_setup(const row_block *rb, int t, int rows)
         if (w->lo[pos] > tl->half_flo[h]) tl->half_flo[h] = w->lo[pos];
         if (w->hi[pos] < tl->half_fhi[h]) tl->half_fhi[h] = w->hi[pos];
     }
-    j->plan->kern->pack_queries(src, D, rb->alpha, qp);
+    j->plan->kern->pack_queries(src, D, qp);
     memset(w->o + (size_t)t * D * LANES, 0, (size_t)D * LANES * sizeof(float));
     for (int r = 0; r < LANES; r++) {
         w->row_max[t * LANES + r] = -INFINITY;
@@ -480,13 +482,10 @@ static void tile_setup(const row_block *rb, int t, int rows)
     }
 }
 
-/* Keys [a, a + n) of tile t, K and V rows at km and vm: scores, the lanes'
- * softmax step, and their O_acc += P V. */
-/* Keys [a, a + n) of tile t, K and V rows at km and vm, for its lanes of
- * `half` (0: 0-15, 1: 16-31, -1: all 32): scores, the lanes' softmax step,
- * and their O_acc += P V. */
-static void tile_keys(const row_block *rb, int t, int half, int64_t a, int n, const float *km,
-                      int ldk, const float *vm, int ldv)
+/* Keys [a, a + n) of tile t, keys key0 .. key0 + n - 1 of the block's K and
+ * V copies, for its lanes of `half` (0: 0-15, 1: 16-31, -1: all 32): scores,
+ * the lanes' softmax step, and their O_acc += P V. */
+static void tile_keys(const row_block *rb, int t, int half, int64_t a, int n, int key0)
 {
     const tiled_job *j = rb->job;
     const fj_tiled_kernels *kern = j->plan->kern;
@@ -496,7 +495,9 @@ static void tile_keys(const row_block *rb, int t, int half, int64_t a, int n, co
     const struct tile *tl = &w->tile[t];
     const int off = half == 1 ? 16 : 0, lanes = half < 0 ? LANES : 16;
     float *st = w->s + off, *ot = w->o + (size_t)t * D * LANES + off;
-    kern->scores(w->q + (size_t)t * D * LANES + off, D, km, ldk, n, st, lanes);
+    /* a lane of the packed queries is 4 bytes in every set */
+    const unsigned char *qp = (const unsigned char *)w->q + (size_t)t * j->plan->q_tile_bytes;
+    kern->scores(qp + (size_t)off * 4, D, w->k, key0, n, rb->alpha, st, lanes);
     if (rb->cap_out > 0.0f) fj_vsoftcap(w->s, (int64_t)n * LANES, rb->cap_in, rb->cap_out);
     if (p->alibi) /* after the cap: -slope |i + diag_offset - j|, in base 2 */
         for (int r = off; r < off + lanes && r < tl->rows; r++) {
@@ -519,15 +520,15 @@ static void tile_keys(const row_block *rb, int t, int half, int64_t a, int n, co
     float factor[LANES];
     kern->softmax(st, n, masked ? lo + off : NULL, masked ? hi + off : NULL,
                   w->row_max + t * LANES + off, w->row_sum + t * LANES + off, factor, lanes);
-    kern->values(st, n, vm, ldv, D, factor, ot, lanes);
+    kern->values(st, n, w->v, key0, D, factor, ot, lanes);
 }
 
-/* Keys [a, e) of tile t (K and V rows from the block's key j0, ld floats
- * apart): where only one half of its lanes sees keys (past the lower
+/* Keys [a, e) of tile t (the block's K and V copies from its key j0):
+ * where only one half of its lanes sees keys (past the lower
  * half's causal diagonal, or a tile of 16 rows or fewer), that half alone,
  * when at least HALF_MIN keys long; the rest on all 32 lanes. */
 #define HALF_MIN 8
-static void tile_range(const row_block *rb, int t, int64_t j0, int64_t a, int64_t e, int ld)
+static void tile_range(const row_block *rb, int t, int64_t j0, int64_t a, int64_t e)
 {
     const tiled_ws *w = &rb->w;
     const struct tile *tl = &w->tile[t];
@@ -557,16 +558,12 @@ static void tile_range(const row_block *rb, int t, int64_t j0, int64_t a, int64_
         int halves = in0 && in1 ? -1 : in0 ? 0 : in1 ? 1 : -3;
         if (halves >= 0 && hi - lo < HALF_MIN) halves = -1;
         if (run != -2 && halves != run) {
-            if (run != -3)
-                tile_keys(rb, t, run, x, (int)(lo - x), w->k + (size_t)(x - j0) * ld, ld,
-                          w->v + (size_t)(x - j0) * ld, ld);
+            if (run != -3) tile_keys(rb, t, run, x, (int)(lo - x), (int)(x - j0));
             x = lo;
         }
         run = halves;
     }
-    if (run != -2 && run != -3)
-        tile_keys(rb, t, run, x, (int)(e - x), w->k + (size_t)(x - j0) * ld, ld,
-                  w->v + (size_t)(x - j0) * ld, ld);
+    if (run != -2 && run != -3) tile_keys(rb, t, run, x, (int)(e - x), (int)(x - j0));
 }
 
 static void tile_task(void *arg, int64_t task, int worker)
@@ -588,21 +585,20 @@ static void tile_task(void *arg, int64_t task, int worker)
     const int64_t step = nblocks ? (len + nblocks - 1) / nblocks : 0;
     for (int64_t j0 = k.jlo; j0 < k.jhi; j0 += step) {
         const int64_t j1 = k.jhi - j0 < step ? k.jhi : j0 + step;
-        /* K and V copied as floats, rows kv_ld apart: a stride of an odd
-           number of cache lines, so the kernels' column walks down the rows
-           spread over every set of L1 (rows 4 KiB apart, as in the dense
-           layout, or 512 bytes, all fell in a few sets), and in L2 for
-           every tile of the block */
-        const int ld = tp->kv_ld;
-        tp->kern->load_rows(w->k, ld, fj_row_ptr(j->k, p->dtype, p->k_stride, rb.b, j0, rb.hk),
+        /* K and V copied once for every tile of the block, into the
+           kernels' layout: rows a stride of an odd number of cache lines
+           apart, so the kernels' column walks down the rows spread over
+           every set of L1 (rows 4 KiB apart, as in the dense layout, or 512
+           bytes, all fell in a few sets), and in L2 */
+        tp->kern->copy_keys(w->k, fj_row_ptr(j->k, p->dtype, p->k_stride, rb.b, j0, rb.hk),
                             p->k_stride[FJ_AXIS_SEQ], p->dtype, (int)(j1 - j0), D);
-        tp->kern->load_rows(w->v, ld, fj_row_ptr(j->v, p->dtype, p->v_stride, rb.b, j0, rb.hk),
-                            p->v_stride[FJ_AXIS_SEQ], p->dtype, (int)(j1 - j0), D);
+        tp->kern->copy_values(w->v, fj_row_ptr(j->v, p->dtype, p->v_stride, rb.b, j0, rb.hk),
+                              p->v_stride[FJ_AXIS_SEQ], p->dtype, (int)(j1 - j0), D);
         for (int t = 0; t < tiles; t++) {
             const struct tile *tl = &w->tile[t];
             const int64_t a = tl->lo > j0 ? tl->lo : j0, e = tl->hi < j1 ? tl->hi : j1;
             if (a >= e) continue;
-            tile_range(&rb, t, j0, a, e, ld);
+            tile_range(&rb, t, j0, a, e);
         }
     }
     for (int t = 0; t < tiles; t++) { /* straight from the tile into o */
@@ -668,12 +664,10 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
     /* The tile kernels where the CPU has them, unless the blocks are so
        small that most of a tile's lanes would be empty (or a test forces
        sgemm). */
-    if (tp->rows >= FJ_TILED_LANES / 2) tp->kern = fj_cpu_tiled_kernels();
+    if (tp->rows >= FJ_TILED_LANES / 2) tp->kern = fj_cpu_tiled_kernels(p->dtype);
     if (tp->kern) {
         tp->q_direct = tp->k_direct = tp->v_direct = false;
-        /* whole 64-byte lines, an odd number of them */
-        tp->kv_ld = (p->head_dim + 15) / 16 * 16;
-        if (tp->kv_ld / 16 % 2 == 0) tp->kv_ld += 16;
+        tp->q_tile_bytes = (tp->kern->query_bytes(p->head_dim) + 63) & ~(size_t)63;
     }
 
     const size_t D = (size_t)p->head_dim, bk = (size_t)tp->block_k;
@@ -682,12 +676,14 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
                  : (size_t)tp->rows;
     const size_t f = sizeof(float);
     size_t cur = 0;
-    tp->off_q = ws_part(&cur, tp->q_direct ? 0 : rows * D * f);
+    tp->off_q = ws_part(&cur, tp->kern       ? rows / FJ_TILED_LANES * tp->q_tile_bytes
+                              : tp->q_direct ? 0
+                                             : rows * D * f);
     tp->off_o = ws_part(&cur, rows * D * f);
     tp->off_s = ws_part(&cur, (tp->kern ? FJ_TILED_LANES : rows) * bk * f);
-    const size_t ld = tp->kern ? (size_t)tp->kv_ld : D;
-    tp->off_k = ws_part(&cur, tp->k_direct ? 0 : bk * ld * f);
-    tp->off_v = ws_part(&cur, tp->v_direct ? 0 : bk * ld * f);
+    const size_t kv_bytes = tp->kern ? tp->kern->copy_bytes(p->head_dim, tp->block_k) : bk * D * f;
+    tp->off_k = ws_part(&cur, tp->k_direct ? 0 : kv_bytes);
+    tp->off_v = ws_part(&cur, tp->v_direct ? 0 : kv_bytes);
     tp->off_max = ws_part(&cur, rows * f);
     tp->off_sum = ws_part(&cur, rows * f);
     tp->off_lo = ws_part(&cur, (size_t)tp->positions_per_block * sizeof(int64_t));

@@ -59,7 +59,7 @@
 /* Keys [0, NR) of k against V vectors of the tile's lanes (V = 2: all 32;
  * V = 1: the 16 the pointers start at): st rows 0..NR-1. */
 AVX512 INLINE void scores_keys(const int V, const int NR, const float *qp, int head_dim,
-                               const float *k, int64_t ldk, float *st)
+                               const float *k, int64_t ldk, __m512 alpha, float *st)
 {
     __m512 c[2][GROUP];
     const float *kr[GROUP];
@@ -79,36 +79,56 @@ AVX512 INLINE void scores_keys(const int V, const int NR, const float *qp, int h
     }
     UNROLL for (int u = 0; u < NR; u++)
     {
-        UNROLL for (int h = 0; h < V; h++) _mm512_storeu_ps(st + u * L + 16 * h, c[h][u]);
+        UNROLL for (int h = 0; h < V; h++)
+            _mm512_storeu_ps(st + u * L + 16 * h, _mm512_mul_ps(c[h][u], alpha));
     }
 }
 
 AVX512 INLINE void scores_any(const int V, const float *qp, int head_dim, const float *k,
-                              int64_t ldk, int nk, float *st)
+                              int64_t ldk, int nk, float alpha, float *st)
 {
+    const __m512 a = _mm512_set1_ps(alpha);
     int j = 0;
     for (; j + GROUP <= nk; j += GROUP)
-        scores_keys(V, GROUP, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+        scores_keys(V, GROUP, qp, head_dim, k + (size_t)j * ldk, ldk, a, st + (size_t)j * L);
     if (nk - j >= 8) {
-        scores_keys(V, 8, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+        scores_keys(V, 8, qp, head_dim, k + (size_t)j * ldk, ldk, a, st + (size_t)j * L);
         j += 8;
     }
     if (nk - j >= 4) {
-        scores_keys(V, 4, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+        scores_keys(V, 4, qp, head_dim, k + (size_t)j * ldk, ldk, a, st + (size_t)j * L);
         j += 4;
     }
     if (nk - j >= 2) {
-        scores_keys(V, 2, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+        scores_keys(V, 2, qp, head_dim, k + (size_t)j * ldk, ldk, a, st + (size_t)j * L);
         j += 2;
     }
-    if (nk - j >= 1) scores_keys(V, 1, qp, head_dim, k + (size_t)j * ldk, ldk, st + (size_t)j * L);
+    if (nk - j >= 1)
+        scores_keys(V, 1, qp, head_dim, k + (size_t)j * ldk, ldk, a, st + (size_t)j * L);
 }
 
-AVX512 static void scores(const float *qp, int head_dim, const float *k, int64_t ldk, int nk,
-                          float *st, int lanes)
+/* Floats between the rows of a key block's copy: whole 64-byte lines, an
+   odd number of them (tiled.c says why). */
+static int64_t copy_ld(int head_dim)
 {
-    if (lanes > 16) scores_any(2, qp, head_dim, k, ldk, nk, st);
-    else scores_any(1, qp, head_dim, k, ldk, nk, st);
+    int64_t ld = (head_dim + 15) / 16 * 16;
+    return ld / 16 % 2 ? ld : ld + 16;
+}
+
+static size_t query_bytes(int head_dim) { return (size_t)head_dim * L * sizeof(float); }
+
+static size_t copy_bytes(int head_dim, int keys)
+{
+    return (size_t)keys * (size_t)copy_ld(head_dim) * sizeof(float);
+}
+
+AVX512 static void scores(const void *qp, int head_dim, const void *kc, int key0, int nk,
+                          float alpha, float *st, int lanes)
+{
+    const int64_t ld = copy_ld(head_dim);
+    const float *k = (const float *)kc + (size_t)key0 * ld;
+    if (lanes > 16) scores_any(2, qp, head_dim, k, ld, nk, alpha, st);
+    else scores_any(1, qp, head_dim, k, ld, nk, alpha, st);
 }
 
 /* ---- softmax -------------------------------------------------------------- */
@@ -249,11 +269,13 @@ AVX512 INLINE void values_any(const int V, const float *pt, int nk, const float 
     if (head_dim - d >= 1) values_cols(V, 1, pt, nk, v + d, ldv, f, ot + (size_t)d * L);
 }
 
-AVX512 static void values(const float *pt, int nk, const float *v, int64_t ldv, int head_dim,
+AVX512 static void values(float *pt, int nk, const void *vc, int key0, int head_dim,
                           const float *factor, float *ot, int lanes)
 {
-    if (lanes > 16) values_any(2, pt, nk, v, ldv, head_dim, factor, ot);
-    else values_any(1, pt, nk, v, ldv, head_dim, factor, ot);
+    const int64_t ld = copy_ld(head_dim);
+    const float *v = (const float *)vc + (size_t)key0 * ld;
+    if (lanes > 16) values_any(2, pt, nk, v, ld, head_dim, factor, ot);
+    else values_any(1, pt, nk, v, ld, head_dim, factor, ot);
 }
 
 /* ---- transposition ---------------------------------------------------------- */
@@ -296,11 +318,11 @@ static inline __mmask16 first(int n) /* the first n (0..16) lanes */
     return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
 }
 
-/* qp[d * LANES + r] = alpha * rows[r][d] (0 for a NULL row). The 16 rows
- * of a transposed block are loaded together, so their misses overlap. */
-AVX512 static void pack_queries(const float *const *rows, int head_dim, float alpha, float *qp)
+/* qp[d * LANES + r] = rows[r][d] (0 for a NULL row). The 16 rows of a
+ * transposed block are loaded together, so their misses overlap. */
+AVX512 static void pack_queries(const float *const *rows, int head_dim, void *packed)
 {
-    const __m512 a = _mm512_set1_ps(alpha);
+    float *qp = packed;
     for (int d = 0; d < head_dim; d += 16) {
         const int n = head_dim - d < 16 ? head_dim - d : 16;
         for (int r = 0; r < L; r += 16) {
@@ -310,7 +332,7 @@ AVX512 static void pack_queries(const float *const *rows, int head_dim, float al
                             : _mm512_setzero_ps();
             transpose16(x);
             UNROLL for (int i = 0; i < 16; i++) if (i < n)
-                _mm512_storeu_ps(qp + (size_t)(d + i) * L + r, _mm512_mul_ps(x[i], a));
+                _mm512_storeu_ps(qp + (size_t)(d + i) * L + r, x[i]);
         }
     }
 }
@@ -396,8 +418,18 @@ AVX512 static void load_rows(float *dst, int64_t ld, const void *src, int64_t sr
     }
 }
 
+AVX512 static void copy_rows(void *dst, const void *src, int64_t src_ld, fj_dtype t, int keys,
+                             int head_dim)
+{
+    load_rows(dst, copy_ld(head_dim), src, src_ld, t, keys, head_dim);
+}
+
 static const fj_tiled_kernels avx512_set = {
     .name = "avx512",
+    .query_bytes = query_bytes,
+    .copy_bytes = copy_bytes,
+    .copy_keys = copy_rows,
+    .copy_values = copy_rows,
     .scores = scores,
     .softmax = softmax,
     .values = values,

@@ -41,9 +41,16 @@ static atomic_bool forced_blas;
 
 void fj_cpu_tiled_force_blas(bool on) { atomic_store(&forced_blas, on); }
 
-const fj_tiled_kernels *fj_cpu_tiled_kernels(void)
+static atomic_bool forced_widened_bf16;
+
+void fj_cpu_tiled_force_widened_bf16(bool on) { atomic_store(&forced_widened_bf16, on); }
+
+const fj_tiled_kernels *fj_cpu_tiled_kernels(fj_dtype t)
 {
-    return atomic_load(&forced_blas) ? NULL : fj_tiled_kernels_avx512();
+    if (atomic_load(&forced_blas)) return NULL;
+    const fj_tiled_kernels *k = NULL;
+    if (t == FJ_BF16 && !atomic_load(&forced_widened_bf16)) k = fj_tiled_kernels_avx512_bf16();
+    return k ? k : fj_tiled_kernels_avx512();
 }
 
 /* Measured on the development machine (2 cores of an AMD EPYC, 1 MiB L2 per
@@ -190,7 +197,7 @@ fj_status fj_cpu_tiled_choose_blocks(const fj_context *ctx, const fj_problem *p,
         /* as tuned */
     } else {
         out->from = FJ_TILES_HEURISTIC;
-        if (fj_cpu_tiled_kernels()) heuristic_tiles(&bq, &bk);
+        if (fj_cpu_tiled_kernels(p->dtype)) heuristic_tiles(&bq, &bk);
         else heuristic(p->head_dim, &bq, &bk);
         if (!out->source[0])
             snprintf(out->source, sizeof out->source, "heuristic: head dim, window, workers");

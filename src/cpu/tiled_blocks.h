@@ -65,15 +65,22 @@ fj_status fj_cpu_tiled_force_blocks(int block_q, int block_k);
 /* Whether fj_cpu_tiled_force_blocks has blocks forced now. Thread-safe. */
 bool fj_cpu_tiled_blocks_forced(void);
 
-/* The tile kernels plans use (tiled_kernels.h): the AVX-512 set where the
- * CPU has it, else NULL (every block through cblas_sgemm). Thread-safe. */
+/* The tile kernels plans of dtype t use (tiled_kernels.h): for bf16 the
+ * AVX-512 BF16 set where the CPU has it; else the AVX-512 set where the CPU
+ * has that; else NULL (every block through cblas_sgemm). Thread-safe. */
 struct fj_tiled_kernels;
-const struct fj_tiled_kernels *fj_cpu_tiled_kernels(void);
+const struct fj_tiled_kernels *fj_cpu_tiled_kernels(fj_dtype t);
 
 /* Test hook: plans created after fj_cpu_tiled_force_blas(true) (in any
  * context of the process) run every block through cblas_sgemm, as on a CPU
  * without the tile kernels; false goes back to choosing by the CPU. Plans
  * already cached keep their choice. Thread-safe. */
 void fj_cpu_tiled_force_blas(bool on);
+
+/* Test hook: plans created after fj_cpu_tiled_force_widened_bf16(true) take
+ * bf16 through the AVX-512 set (widened to f32 as it is copied), as on a
+ * CPU without AVX-512 BF16; false goes back to choosing by the CPU.
+ * Thread-safe. */
+void fj_cpu_tiled_force_widened_bf16(bool on);
 
 #endif

@@ -39,6 +39,14 @@
  *       time); "tiles/sgemm" the median of sgemm time over tile time. bf16
  *       runs the tiled path too (decode.h's paths turned off), as it does on
  *       a CPU without AMX.
+ *   bench_cpu_tiled [-t T] [-r R] bf16 [FILTER]
+ *       bf16 on the tiled path's bf16 kernels (AVX-512 BF16 dot products),
+ *       the same bf16 problem widened to f32 as it is copied (the AVX-512
+ *       set, fj_cpu_tiled_force_widened_bf16) and the problem in f32, at S
+ *       512 / 1024 / 2048, D 64 / 128 / 256, 8/8 and 32/8 heads, causal
+ *       (bottom-right) or not: each plan timed once per round, the order
+ *       turned round by round; GFLOP/s of the medians, and the medians over
+ *       rounds of dot / f32 and dot / widened speed.
  *   bench_cpu_tiled [-r R] kernels
  *       The decode path's kernels alone (src/cpu/decode_kernels.h), one
  *       thread, on one block of 128 keys that stays in cache: nanoseconds
@@ -779,7 +787,7 @@ static int run_causal(const char *filter)
     fj_context *ctx = make_context(FJ_BACKEND_CPU);
     /* the same plans on the sgemm kernels, where the tile kernels are the
        default (plans are cached per context) */
-    const bool both = fj_cpu_tiled_kernels() != NULL;
+    const bool both = fj_cpu_tiled_kernels(FJ_F32) != NULL;
     fj_context *sctx = both ? make_context(FJ_BACKEND_CPU) : NULL;
     const int nthreads = context_threads(ctx);
     printf("threads: %d; medians of %d rounds (each round: every plan of the row once, the "
@@ -850,6 +858,74 @@ static int run_causal(const char *filter)
         }
     fj_context_destroy(ctx);
     if (sctx) fj_context_destroy(sctx);
+    fj_cpu_decode_force(FJ_CPU_DECODE_AUTO);
+    return 0;
+}
+
+static int run_bf16(const char *filter)
+{
+    fj_cpu_decode_force(FJ_CPU_DECODE_OFF); /* the tiled path: no AMX row blocks */
+    /* plans are cached per context: the widened plans get one of their own */
+    fj_context *ctx = make_context(FJ_BACKEND_CPU), *wctx = make_context(FJ_BACKEND_CPU);
+    printf("threads: %d; medians of %d rounds (each round: the three plans once, the order "
+           "turned round by round)\n\n",
+           context_threads(ctx), repeats);
+    printf("| shape | dot kernels | dot ms | GF/s | widened ms | GF/s | f32 ms | GF/s | dot/f32 "
+           "| dot/widened |\n");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    static const int seqs[] = {512, 1024, 2048};
+    static const int dims[] = {64, 128, 256};
+    static const int heads[][2] = {{8, 8}, {32, 8}};
+    for (size_t a = 0; a < sizeof seqs / sizeof seqs[0]; a++)
+        for (size_t b = 0; b < sizeof dims / sizeof dims[0]; b++)
+            for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++)
+                for (int c = 0; c < 2; c++) {
+                    shape sh = {FJ_BF16,     1,
+                                heads[h][0], heads[h][1],
+                                seqs[a],     seqs[a],
+                                dims[b],     c ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE,
+                                -1,          -1};
+                    char name[160];
+                    snprintf(name, sizeof name, "%s", shape_str(&sh));
+                    if (filter && !strstr(name, filter)) continue;
+                    fj_attention_desc d[3];
+                    d[0] = d[1] = shape_desc(&sh);
+                    sh.dtype = FJ_F32;
+                    d[2] = shape_desc(&sh);
+                    fj_plan *plans[3];
+                    for (int i = 0; i < 3; i++) {
+                        fj_cpu_tiled_force_widened_bf16(i == 1);
+                        fj_status s = fj_plan_create(i == 1 ? wctx : ctx, &d[i], &plans[i]);
+                        fj_cpu_tiled_force_widened_bf16(false);
+                        if (s) die("fj_plan_create", s);
+                    }
+                    tensors x[2] = {make_tensors(ctx, &d[0]), make_tensors(ctx, &d[2])};
+                    const double f = fj_attention_flops(&d[0]);
+                    double t[3][64], vs_f32[64], vs_wide[64];
+                    for (int i = 0; i < 3; i++) time_plan(plans[i], &x[i == 2]);
+                    for (int r = 0; r < repeats; r++) {
+                        for (int i = 0; i < 3; i++) {
+                            const int at = (i + r) % 3;
+                            t[at][r] = time_plan(plans[at], &x[at == 2]);
+                        }
+                        vs_f32[r] = t[2][r] / t[0][r];
+                        vs_wide[r] = t[1][r] / t[0][r];
+                    }
+                    double med[3];
+                    for (int i = 0; i < 3; i++) med[i] = median(t[i], repeats);
+                    const char *k = strstr(fj_plan_describe(plans[0]), "kernels: ");
+                    printf("| %s | %.*s | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2fx | "
+                           "%.2fx |\n",
+                           name, k ? (int)strcspn(k + 9, ",\n") : 1, k ? k + 9 : "-", med[0] * 1e3,
+                           f / med[0] * 1e-9, med[1] * 1e3, f / med[1] * 1e-9, med[2] * 1e3,
+                           f / med[2] * 1e-9, median(vs_f32, repeats), median(vs_wide, repeats));
+                    fflush(stdout);
+                    free_tensors(ctx, &x[0]);
+                    free_tensors(ctx, &x[1]);
+                    for (int i = 0; i < 3; i++) fj_plan_destroy(plans[i]);
+                }
+    fj_context_destroy(ctx);
+    fj_context_destroy(wctx);
     fj_cpu_decode_force(FJ_CPU_DECODE_AUTO);
     return 0;
 }
@@ -998,6 +1074,7 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "table")) return run_table(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "decode")) return run_decode(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "causal")) return run_causal(i + 1 < argc ? argv[i + 1] : NULL);
+    if (!strcmp(mode, "bf16")) return run_bf16(i + 1 < argc ? argv[i + 1] : NULL);
     if (!strcmp(mode, "kernels")) return run_kernels();
     if (!strcmp(mode, "prefill")) return run_prefill(i + 1 < argc ? argv[i + 1] : NULL);
 #ifdef RATES
@@ -1011,6 +1088,7 @@ int main(int argc, char **argv)
             "       bench_cpu_tiled [-t T] [-r R] decode [FILTER]\n"
             "       bench_cpu_tiled [-t T] [-r R] prefill [FILTER]\n"
             "       bench_cpu_tiled [-t T] [-r R] causal [FILTER]\n"
+            "       bench_cpu_tiled [-t T] [-r R] bf16 [FILTER]\n"
             "       bench_cpu_tiled [-r R] kernels\n"
             "       bench_cpu_tiled rates\n"
             "       bench_cpu_tiled [-t T] memory DTYPE SQ D [reference]\n");

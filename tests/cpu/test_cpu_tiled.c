@@ -280,9 +280,26 @@ static void test_row_kernel_steps(void **state)
 /* The kernels this CPU runs, or NULL after saying why the tests of them skip. */
 static const fj_tiled_kernels *tile_kernels(void)
 {
-    const fj_tiled_kernels *k = fj_cpu_tiled_kernels();
+    const fj_tiled_kernels *k = fj_cpu_tiled_kernels(FJ_F32);
     if (!k) printf("# no tile kernels on this CPU (no AVX-512): their tests skip\n");
     return k;
+}
+
+/* The kernel sets this CPU has, each with the dtype its copies take (the
+ * AVX-512 set f32, the bf16 set bf16); the count. */
+typedef struct kernel_set {
+    const fj_tiled_kernels *kern;
+    fj_dtype dtype;
+} kernel_set;
+
+static int kernel_sets(kernel_set sets[2])
+{
+    int n = 0;
+    const fj_tiled_kernels *f = fj_tiled_kernels_avx512(), *b = fj_tiled_kernels_avx512_bf16();
+    if (f) sets[n++] = (kernel_set){f, FJ_F32};
+    if (b) sets[n++] = (kernel_set){b, FJ_BF16};
+    else printf("# no AVX-512 BF16 on this CPU: the bf16 tile kernels' tests skip\n");
+    return n;
 }
 
 static float uniform_pm(fjt_rng *rng) { return (float)(2.0 * fjt_uniform(rng) - 1.0); }
@@ -295,80 +312,138 @@ static bool is_poison(float x)
     return u == 0xffffffffu;
 }
 
-/* Scores and values against double sums, over head dims and key counts
- * around the kernels' groups of 12 and their 8/4/2/1 tails, K and V rows
- * an odd stride apart; values with factors 0, 1 and in between. The bound:
- * float sums of D products, each off by a rounding, so within 2 D eps of the
- * sum of the products' magnitudes. */
-static void test_tile_scores_values(void **state)
+/* x as the set's dtype holds it (bf16: rounded), and stored so into row[i]. */
+static float put(void *row, int64_t i, fj_dtype t, float x)
 {
-    (void)state;
-    const fj_tiled_kernels *kern = tile_kernels();
-    if (!kern) return;
-    static const int dims[] = {1, 3, 12, 16, 17, 64, 100, 128, 256, 300, 512};
+    if (t == FJ_F32) {
+        ((float *)row)[i] = x;
+        return x;
+    }
+    const uint16_t h = fj_f32_to_bf16(x);
+    ((uint16_t *)row)[i] = h;
+    return fj_bf16_to_f32(h);
+}
+
+/* Scores and values of each kernel set against double sums, over head dims
+ * and key counts around the kernels' groups of 12 and their 8/4/2/1 tails,
+ * from even and odd keys of a block copied by the set (the bf16 set's V
+ * copy pairs keys), with infinities in the keys beside the range (never
+ * multiplied); values with factors 0, 1 and in between. The bound: float
+ * sums of D products, each off by a rounding, so within 2 D eps of the sum
+ * of the products' magnitudes; the bf16 set's operands are bf16 values and
+ * its P rounded to bf16 where it pairs two keys (tiled_avx512_bf16.c: not a
+ * key taken alone at either end of the range). */
+static void check_scores_values(const kernel_set *set, fjt_rng *rng)
+{
+    const fj_tiled_kernels *kern = set->kern;
+    const fj_dtype dt = set->dtype;
+    const size_t es = dt == FJ_F32 ? 4 : 2;
+    static const int dims[] = {1, 3, 12, 16, 17, 64, 100, 128, 256, 300, 511, 512};
     static const int keys[] = {1, 2, 3, 4, 5, 7, 8, 11, 12, 13, 23, 24, 25, 37, 128};
-    fjt_rng rng;
-    fjt_rng_init(&rng, suite_seed ^ 0x7117);
-    const int maxd = FJ_MAX_HEAD_DIM, maxk = 128, ld = maxd + 5;
-    float *qp = malloc(sizeof(float) * maxd * LANES), *kv = malloc(sizeof(float) * maxk * ld);
-    float *st = malloc(sizeof(float) * maxk * LANES), *ot = malloc(sizeof(float) * maxd * LANES);
-    float *ot0 = malloc(sizeof(float) * maxd * LANES);
+    static const int firsts[] = {0, 1, 2, 5};
+    const int maxd = FJ_MAX_HEAD_DIM, maxk = 128 + 8, lds = maxd + 5;
+    float *rows = malloc(sizeof(float) * LANES * maxd);
+    float *kf = malloc(sizeof(float) * maxk * maxd); /* the keys' values as floats */
+    void *src = malloc(es * maxk * lds);
+    void *qp = malloc(kern->query_bytes(maxd)), *kc = malloc(kern->copy_bytes(maxd, maxk));
+    float *st = malloc(sizeof(float) * maxk * LANES), *pt = malloc(sizeof(float) * maxk * LANES);
+    float *ot = malloc(sizeof(float) * maxd * LANES), *ot0 = malloc(sizeof(float) * maxd * LANES);
     for (int a = 0; a < NELEMS(dims); a++)
         for (int b = 0; b < NELEMS(keys); b++) {
-            const int D = dims[a], n = keys[b];
-            for (int i = 0; i < D * LANES; i++) qp[i] = uniform_pm(&rng);
-            for (int i = 0; i < n * ld; i++) kv[i] = uniform_pm(&rng);
+            const int D = dims[a], n = keys[b], key0 = firsts[(a + 2 * b) % NELEMS(firsts)];
+            const int nblock = key0 + n + 3; /* keys beside the range on both sides */
+            const float *rp[LANES];
+            for (int r = 0; r < LANES; r++) {
+                for (int d = 0; d < D; d++) {
+                    const float x = uniform_pm(rng);
+                    rows[r * D + d] = dt == FJ_F32 ? x : fj_bf16_to_f32(fj_f32_to_bf16(x));
+                }
+                rp[r] = rows + r * D;
+            }
+            kern->pack_queries(rp, D, qp);
+            for (int j = 0; j < nblock; j++)
+                for (int d = 0; d < D; d++) {
+                    const bool inside = j >= key0 && j < key0 + n;
+                    kf[j * D + d] = put(src, (int64_t)j * lds + d, dt,
+                                        inside ? uniform_pm(rng) : (d % 2 ? INFINITY : -INFINITY));
+                }
+            kern->copy_keys(kc, src, lds, dt, nblock, D);
             /* all 32 lanes, or one half alone (the other half untouched) */
             const int half = (a + b) % 3 - 1, off = half == 1 ? 16 : 0;
             const int lanes = half < 0 ? LANES : 16;
+            const float alpha = b % 2 ? 1.0f : 0.37f;
             fjt_poison_f32(st, (size_t)maxk * LANES);
-            kern->scores(qp + off, D, kv, ld, n, st + off, lanes);
+            kern->scores((const unsigned char *)qp + off * 4, D, kc, key0, n, alpha, st + off,
+                         lanes);
             for (int j = 0; j < n; j++)
                 for (int r = 0; r < LANES; r++) {
                     if (r < off || r >= off + lanes) {
                         if (!is_poison(st[j * LANES + r]))
-                            fail_msg("scores D %d n %d, %d lanes from %d: wrote lane %d", D, n,
-                                     lanes, off, r);
+                            fail_msg("%s scores D %d n %d, %d lanes from %d: wrote lane %d",
+                                     kern->name, D, n, lanes, off, r);
                         continue;
                     }
                     double want = 0, mag = 0;
                     for (int d = 0; d < D; d++) {
-                        want += (double)qp[d * LANES + r] * kv[j * ld + d];
-                        mag += fabs((double)qp[d * LANES + r] * kv[j * ld + d]);
+                        const double x = (double)rows[r * D + d] * kf[(key0 + j) * D + d];
+                        want += x;
+                        mag += fabs(x);
                     }
-                    if (!(fabs(st[j * LANES + r] - want) <= 2.0 * D * FLT_EPSILON * mag + 1e-30))
-                        fail_msg("scores D %d n %d: key %d lane %d = %.9g, want %.9g", D, n, j, r,
-                                 (double)st[j * LANES + r], want);
+                    want *= alpha, mag *= alpha;
+                    if (!(fabs(st[j * LANES + r] - want) <=
+                          2.0 * (D + 1) * FLT_EPSILON * mag + 1e-30))
+                        fail_msg("%s scores D %d n %d from %d: key %d lane %d = %.9g, want %.9g",
+                                 kern->name, D, n, key0, j, r, (double)st[j * LANES + r], want);
                 }
             for (int j = n; j < maxk; j++) /* nothing past the keys written */
-                if (!is_poison(st[j * LANES])) fail_msg("scores D %d n %d: wrote key %d", D, n, j);
+                if (!is_poison(st[j * LANES]))
+                    fail_msg("%s scores D %d n %d: wrote key %d", kern->name, D, n, j);
 
+            /* values: the same block as V */
+            kern->copy_values(kc, src, lds, dt, nblock, D);
             float factor[LANES];
             for (int r = 0; r < LANES; r++)
-                factor[r] = r % 4 == 0 ? 1.0f : r % 4 == 1 ? 0.0f : (float)fjt_uniform(&rng);
-            for (int i = 0; i < n * LANES; i++) st[i] = (float)fjt_uniform(&rng);
-            for (int i = 0; i < D * LANES; i++) ot[i] = ot0[i] = uniform_pm(&rng);
-            kern->values(st + off, n, kv, ld, D, factor + off, ot + off, lanes);
+                factor[r] = r % 4 == 0 ? 1.0f : r % 4 == 1 ? 0.0f : (float)fjt_uniform(rng);
+            for (int i = 0; i < n * LANES; i++) pt[i] = st[i] = (float)fjt_uniform(rng);
+            for (int i = 0; i < D * LANES; i++) ot[i] = ot0[i] = uniform_pm(rng);
+            kern->values(pt + off, n, kc, key0, D, factor + off, ot + off, lanes);
+            /* the bf16 set: keys alone at the ends of the range keep f32 P */
+            const int lead = dt == FJ_BF16 && key0 % 2;
+            const int tail = dt == FJ_BF16 && (n - lead) % 2;
             for (int d = 0; d < D; d++)
                 for (int r = 0; r < LANES; r++) {
                     if (r < off || r >= off + lanes) {
                         if (ot[d * LANES + r] != ot0[d * LANES + r])
-                            fail_msg("values D %d n %d, %d lanes from %d: wrote lane %d", D, n,
-                                     lanes, off, r);
+                            fail_msg("%s values D %d n %d, %d lanes from %d: wrote lane %d",
+                                     kern->name, D, n, lanes, off, r);
                         continue;
                     }
                     double want = (double)ot0[d * LANES + r] * factor[r], mag = fabs(want);
                     for (int j = 0; j < n; j++) {
-                        want += (double)st[j * LANES + r] * kv[j * ld + d];
-                        mag += fabs((double)st[j * LANES + r] * kv[j * ld + d]);
+                        float p = st[j * LANES + r];
+                        const bool alone = (lead && j == 0) || (tail && j == n - 1);
+                        if (dt == FJ_BF16 && !alone) p = fj_bf16_to_f32(fj_f32_to_bf16(p));
+                        want += (double)p * kf[(key0 + j) * D + d];
+                        mag += fabs((double)p * kf[(key0 + j) * D + d]);
                     }
                     if (!(fabs(ot[d * LANES + r] - want) <=
                           2.0 * (n + 1) * FLT_EPSILON * mag + 1e-30))
-                        fail_msg("values D %d n %d: column %d lane %d = %.9g, want %.9g", D, n, d,
-                                 r, (double)ot[d * LANES + r], want);
+                        fail_msg("%s values D %d n %d from %d: column %d lane %d = %.9g, want "
+                                 "%.9g",
+                                 kern->name, D, n, key0, d, r, (double)ot[d * LANES + r], want);
                 }
         }
-    free(qp), free(kv), free(st), free(ot), free(ot0);
+    free(rows), free(kf), free(src), free(qp), free(kc), free(st), free(pt), free(ot), free(ot0);
+}
+
+static void test_tile_scores_values(void **state)
+{
+    (void)state;
+    kernel_set sets[2];
+    const int n = tile_kernels() ? kernel_sets(sets) : 0;
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0x7117);
+    for (int i = 0; i < n; i++) check_scores_values(&sets[i], &rng);
 }
 
 /* The lanes' online-softmax step against double arithmetic, as
@@ -508,7 +583,7 @@ static float awkward(fjt_rng *rng)
     }
 }
 
-/* Queries packed (transposed, times alpha); outputs stored scaled into rows
+/* Queries packed (the AVX-512 set's layout: transposed); outputs stored scaled into rows
  * of their own, as f32 (bit for bit) and as f16 and bf16 (bit for bit what
  * half.h's conversions give, NaN included); rows loaded from f16 and bf16 as
  * half.h widens them. Head dims around the transposes' 16. */
@@ -528,15 +603,14 @@ static void test_tile_pack_store_load(void **state)
     uint16_t *half = malloc(sizeof(uint16_t) * LANES * (RS + 12));
     for (int a = 0; a < NELEMS(dims); a++) {
         const int D = dims[a];
-        const float alpha = a % 2 ? 1.0f : 0.3f;
         for (int i = 0; i < LANES * D; i++) rows[i] = uniform_pm(&rng);
         fjt_poison_f32(qp, (size_t)(MAXD + 1) * LANES);
         const float *src[LANES]; /* rows in turn, one missing (zeros) */
         for (int r = 0; r < LANES; r++) src[r] = r == a % LANES ? NULL : rows + r * D;
-        kern->pack_queries(src, D, alpha, qp);
+        kern->pack_queries(src, D, qp);
         for (int d = 0; d < D; d++)
             for (int r = 0; r < LANES; r++) {
-                const float want = src[r] ? alpha * rows[r * D + d] : 0.0f;
+                const float want = src[r] ? rows[r * D + d] : 0.0f;
                 if (qp[d * LANES + r] != want)
                     fail_msg("pack D %d: [%d][%d] = %g, want %g", D, d, r,
                              (double)qp[d * LANES + r], (double)want);
@@ -623,17 +697,24 @@ static void test_tile_causal_edges(void **state)
     static const int deltas[] = {0, 17, -17, 1, -1};
     static const fj_dtype dtypes[] = {FJ_F32, FJ_F16, FJ_BF16};
     static const int blocks[][2] = {{0, 0}, {32, 16}, {48, 33}, {64, 128}, {96, 7}};
-    const bool tiles = fj_cpu_tiled_kernels() != NULL;
+    const bool tiles = fj_cpu_tiled_kernels(FJ_F32) != NULL;
     if (!tiles) printf("# no tile kernels on this CPU: the sgemm path alone\n");
-    int n = 0;
+    const bool bf16_dot = tiles && fj_cpu_tiled_kernels(FJ_BF16) != fj_cpu_tiled_kernels(FJ_F32);
+    int n = 0, n_dot = 0;
     for (int s = 0; s < NELEMS(seqs); s++)
         for (int v = 0; v < NELEMS(deltas); v++) {
             const int sq = seqs[s], sk = seqs[s] + deltas[v];
             const int variant = s * NELEMS(deltas) + v;
             const int *bl = blocks[variant % NELEMS(blocks)];
             assert_int_equal(fj_cpu_tiled_force_blocks(bl[0], bl[1]), FJ_OK);
-            for (int blas = 0; blas <= (tiles ? 1 : 0); blas++) {
+            /* mode 0: the kernels the CPU picks, 1: sgemm forced, 2: bf16
+               widened to the AVX-512 set where the bf16 set is the pick */
+            for (int mode = 0; mode <= (tiles ? 2 : 0); mode++) {
+                const fj_dtype dt = dtypes[variant % 3];
+                if (mode == 2 && !(dt == FJ_BF16 && bf16_dot)) continue;
+                const bool blas = mode == 1;
                 fj_cpu_tiled_force_blas(blas);
+                fj_cpu_tiled_force_widened_bf16(mode == 2);
                 checkers c = {make_context(FJ_BACKEND_CPU, 2),
                               make_context(FJ_BACKEND_CPU_REFERENCE, 2)};
                 fj_attention_desc d;
@@ -642,31 +723,40 @@ static void test_tile_causal_edges(void **state)
                                        variant % 4 == 0   ? 64
                                        : variant % 4 == 1 ? 17
                                                           : 32,
-                                       dtypes[variant % 3]);
+                                       dt);
                 d.causal = variant % 2 ? FJ_CAUSAL_TOP_LEFT : FJ_CAUSAL_BOTTOM_RIGHT;
                 if (variant % 5 == 2) d.window_left = 20;
                 if (variant % 7 == 3)
                     d.causal = FJ_CAUSAL_NONE, d.window_left = 9, d.window_right = 5;
                 char name[48];
                 snprintf(name, sizeof name, "sq%d-sk%d-v%d-%s", sq, sk, variant,
-                         blas ? "sgemm" : "tiles");
+                         mode == 1   ? "sgemm"
+                         : mode == 2 ? "widened"
+                                     : "tiles");
                 fjt_case k =
                     fjt_case_make("tile-edges", name, &d, variant % 2 ? FJT_BHSD : FJT_DENSE, true);
                 fj_plan *plan;
                 assert_int_equal(fj_plan_create(c.tiled, &k.d, &plan), FJ_OK);
                 const char *text = fj_plan_describe(plan);
                 const bool on_tiles = strstr(text, "kernels: avx512") != NULL;
+                const bool on_dot = strstr(text, "kernels: avx512-bf16-dot") != NULL;
                 if (blas && on_tiles) fail_msg("%s: sgemm forced, yet:\n%s", name, text);
+                if (on_tiles && on_dot != (mode == 0 && dt == FJ_BF16 && bf16_dot))
+                    fail_msg("%s: %s the bf16 dot products:\n%s", name, on_dot ? "on" : "not on",
+                             text);
                 if (!blas && on_tiles) n++;
+                n_dot += on_dot;
                 fj_plan_destroy(plan);
                 check_case(&c, &k);
                 fj_context_destroy(c.tiled);
                 fj_context_destroy(c.ref);
             }
             fj_cpu_tiled_force_blas(false);
+            fj_cpu_tiled_force_widened_bf16(false);
         }
     assert_int_equal(fj_cpu_tiled_force_blocks(0, 0), FJ_OK);
-    printf("# %d problems on the tile kernels\n", n);
+    printf("# %d problems on the tile kernels, %d of them on the bf16 dot products\n", n, n_dot);
+    if (bf16_dot) assert_true(n_dot > 0);
     if (tiles) assert_true(n > NELEMS(seqs) * NELEMS(deltas) / 2);
 }
 
@@ -680,7 +770,7 @@ static void test_large_head_dims(void **state)
 {
     (void)state;
     static const int blocks[][2] = {{64, 128}, {33, 47}, {32, 256}, {17, 300}};
-    const bool tiles = fj_cpu_tiled_kernels() != NULL;
+    const bool tiles = fj_cpu_tiled_kernels(FJ_F32) != NULL;
     fjt_case_list all = {0};
     assert_true(fjt_cases_build(&all, suite_seed));
     int n = 0, big = 0, n_tiles = 0;

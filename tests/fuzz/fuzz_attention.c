@@ -272,15 +272,17 @@ static void check_nonfinite(int c, const fjt_problem *p, bool with_lse)
     free(lse);
 }
 
-/* Whether ctx's plan for d rounds P to bf16 (the cpu backend's AMX path). */
+/* Whether ctx's plan for d rounds P to bf16 (the cpu backend's AMX path and
+ * its tiled path's bf16 dot products). */
 static bool p_rounds_to_bf16(fj_context *ctx, const fj_attention_desc *d)
 {
     fj_plan *plan = NULL;
     fj_plan_info info;
-    bool amx = fj_plan_create(ctx, d, &plan) == FJ_OK && fj_plan_get_info(plan, &info) == FJ_OK &&
-               strstr(info.kernel, "amx") != NULL;
+    bool rounds = fj_plan_create(ctx, d, &plan) == FJ_OK &&
+                  fj_plan_get_info(plan, &info) == FJ_OK &&
+                  (strstr(info.kernel, "amx") || strstr(fj_plan_describe(plan), "bf16-dot"));
     fj_plan_destroy(plan);
-    return amx;
+    return rounds;
 }
 
 static void execution(fuzz_input *in, uint8_t flags)
@@ -350,8 +352,9 @@ static void execution(fuzz_input *in, uint8_t flags)
                         e.lse_max_abs);
             FUZZ_REQUIRE(s == FJ_OK, "%s: %s: %s", context_names[c], fjt_desc_str(&d),
                          fj_last_error());
-            /* The cpu backend's AMX path (bf16, on CPUs with AMX-BF16) rounds
-               the weights P to bf16 before P V, as CUDA does: each output
+            /* The cpu backend's AMX path and its bf16 dot products (bf16, on
+               CPUs with AMX-BF16 or AVX-512 BF16) round the weights P to bf16
+               before P V, as CUDA does: each output
                then carries up to about 2^-9 x sum_j p_j |v_j| <= 2^-9 of
                absolute error (|V| < 1 here), which is more than the relative
                tolerance where a row's output cancels to near 0. Such a plan
