@@ -24,6 +24,13 @@
  * with an f32 FMA, so the keys beside a range are never multiplied (an
  * infinite value there must not turn its 0 weight into NaN).
  *
+ * Chosen wherever the CPU has AVX-512 BF16: where measured without AMX the
+ * dot products issue at the FMAs' rate, so twice the products a cycle
+ * (docs/benchmarks.md, "bf16 prefill on AVX-512 BF16 dot products");
+ * decode_avx512.c notes a CPU where they issued at half that rate, one with
+ * AMX, whose bf16 prefill goes to decode.c's AMX row blocks before the
+ * tiled path.
+ *
  * vdpbf16ps treats subnormal bf16 inputs as 0 and flushes subnormal
  * results; scores and P V of that size are far below the outputs' rounding.
  * The softmax and the output stores are the AVX-512 set's. */
