@@ -77,9 +77,10 @@ void fj_cpu_decode_force_split(bool fine) { atomic_store(&forced_split, fine); }
 fj_status fj_cpu_decode_force(fj_cpu_decode_mode mode)
 {
     if (mode != FJ_CPU_DECODE_AUTO && mode != FJ_CPU_DECODE_OFF && mode != FJ_CPU_DECODE_GENERIC &&
-        mode != FJ_CPU_DECODE_NO_AMX)
+        mode != FJ_CPU_DECODE_NO_AMX && mode != FJ_CPU_DECODE_WIDENED)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "decode mode (%d) must be FJ_CPU_DECODE_AUTO, _OFF, _GENERIC or _NO_AMX",
+                       "decode mode (%d) must be FJ_CPU_DECODE_AUTO, _OFF, _GENERIC, _NO_AMX or "
+                       "_WIDENED",
                        (int)mode);
     atomic_store(&forced_mode, (int)mode);
     return FJ_OK;
@@ -560,13 +561,20 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     const char *why_kernels = "this CPU has AVX-512";
     if (mode == FJ_CPU_DECODE_GENERIC) {
         why_kernels = "forced by fj_cpu_decode_force";
-    } else if (p->dtype == FJ_BF16 && mode != FJ_CPU_DECODE_NO_AMX &&
+    } else if (p->dtype == FJ_BF16 && mode == FJ_CPU_DECODE_AUTO &&
                (dp->kernels = fj_decode_kernels_amx())) {
         why_kernels = "this CPU has AMX-BF16: scores as tile products";
+    } else if (p->dtype == FJ_BF16 && !prefill && mode != FJ_CPU_DECODE_WIDENED &&
+               (dp->kernels = fj_decode_kernels_avx512_bf16_dot())) {
+        why_kernels = mode == FJ_CPU_DECODE_NO_AMX
+                          ? "AMX turned off by fj_cpu_decode_force; AVX-512 BF16 dot products"
+                          : "this CPU has AVX-512 BF16 (no AMX): dot products of bf16 pairs";
     } else if (!(dp->kernels = fj_decode_kernels_avx512(p->dtype))) {
         why_kernels = "no AVX-512 on this CPU";
     } else if (p->dtype == FJ_BF16 && mode == FJ_CPU_DECODE_NO_AMX) {
         why_kernels = "AMX turned off by fj_cpu_decode_force";
+    } else if (p->dtype == FJ_BF16 && mode == FJ_CPU_DECODE_WIDENED) {
+        why_kernels = "AMX and dot products turned off by fj_cpu_decode_force";
     }
     if (!dp->kernels) dp->kernels = fj_decode_kernels_generic(p->dtype);
 

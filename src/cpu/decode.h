@@ -53,14 +53,17 @@ void fj_cpu_decode_plan_destroy(fj_cpu_decode_plan *dp);
 /* Test and benchmark hook for plans created after the call (any context):
  * AUTO as above; OFF sends every problem to the tiled path; GENERIC keeps the
  * choice but uses the generic kernels on any CPU (what a CPU without AVX-512
- * runs); NO_AMX the AVX-512 kernels for bf16 too (what a CPU with AVX-512 but
- * without AMX runs). Thread-safe. FJ_ERR_INVALID_ARGUMENT for another
- * value. */
+ * runs); NO_AMX no AMX for bf16 (what a CPU with AVX-512 but without AMX
+ * runs: the AVX-512 BF16 dot products where the CPU has them, else the
+ * AVX-512 kernels); WIDENED the AVX-512 kernels for bf16, widened to float
+ * (what a CPU with neither runs). Thread-safe. FJ_ERR_INVALID_ARGUMENT for
+ * another value. */
 typedef enum {
     FJ_CPU_DECODE_AUTO = 0,
     FJ_CPU_DECODE_OFF = 1,
     FJ_CPU_DECODE_GENERIC = 2,
     FJ_CPU_DECODE_NO_AMX = 3,
+    FJ_CPU_DECODE_WIDENED = 4,
 } fj_cpu_decode_mode;
 fj_status fj_cpu_decode_force(fj_cpu_decode_mode mode);
 

@@ -16,10 +16,13 @@
  * accumulators stay in registers while the keys go by, so each value element
  * loaded feeds up to 4 FMAs.
  *
- * No AVX-512 BF16 dot products (vdpbf16ps): where measured, one issued every
- * other cycle (32 products) against two float FMAs a cycle (16 each), so
- * widening and FMAs do more work per cycle (docs/benchmarks.md). Where
- * AMX-BF16 exists, bf16 scores go to decode_amx.c instead. */
+ * bf16 has a second set on AVX-512 BF16 dot products (vdpbf16ps; the last
+ * section), taken on CPUs that have them but no AMX: on one such CPU they
+ * issue at the FMAs' rate, twice the products. On the CPU with AMX where
+ * they were first measured, one issued every other cycle (32 products)
+ * against two float FMAs a cycle (16 each), so there widening and FMAs did
+ * as much per cycle (docs/benchmarks.md); there bf16 scores go to
+ * decode_amx.c. */
 #include "decode_kernels.h"
 
 #include <stddef.h>
@@ -455,6 +458,232 @@ FLOAT_SET(f32, FJ_F32)
 FLOAT_SET(f16, FJ_F16)
 FLOAT_SET(bf16, FJ_BF16)
 
+static bool has_avx512(void);
+
+/* ---- bf16 as AVX-512 BF16 dot products ----------------------------------------
+ *
+ * The same shapes with vdpbf16ps (two bf16 products per float lane an
+ * instruction) in place of widening and FMAs, where the CPU has it (chosen
+ * by decode.c on a CPU without AMX; docs/benchmarks.md, "bf16 decode on
+ * AVX-512 BF16 dot products"). Scores: the queries as bf16 in their own
+ * column order (q_bf16), each key chunk of 32 columns one load and one dot
+ * product per query row, folded as above. Values: each pair of keys'
+ * chunks interleaved (vpunpck{l,h}wd of the two rows) into the pairs of
+ * bf16_order's columns, P of the row rounded to bf16 (nearest even, as a GPU
+ * kernel rounds P) and broadcast as a pair; an odd last key pairs with 0. */
+#define BF16DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+typedef uint32_t __attribute__((may_alias)) bf16_pair;
+
+/* Dots of R (1 or 2) query rows (bf16, NC chunks of 32 columns from column
+ * c0, in registers) with the keys row0 + i * ldb, i < 16 (when not FULL
+ * only n are keys and the rest repeat the last); d[r] lane i: row r's dot
+ * with key i. */
+BF16DOT INLINE void dots16_dot(const int R, const uint16_t *q0, const uint16_t *q1,
+                               const char *row0, int64_t ldb, int n, int c0, __mmask32 tail,
+                               const int NC, const bool MASKED, const bool FULL, __m512 *d)
+{
+    __m512bh qv[2][4];
+    UNROLL
+    for (int c = 0; c < NC; c++) {
+        qv[0][c] = (__m512bh)_mm512_loadu_si512(q0 + c0 + 32 * c);
+        if (R > 1) qv[1][c] = (__m512bh)_mm512_loadu_si512(q1 + c0 + 32 * c);
+    }
+    const char *x0 = row0 + (size_t)c0 * 2;
+    __m512 u[2][4];
+    UNROLL
+    for (int g = 0; g < 4; g++) {
+        const char *y[4];
+        UNROLL
+        for (int i = 0; i < 4; i++) y[i] = x0 + (FULL || 4 * g + i < n ? 4 * g + i : n - 1) * ldb;
+        __m512 a[2][4];
+        UNROLL
+        for (int i = 0; i < 4; i++) a[0][i] = a[1][i] = _mm512_setzero_ps();
+        UNROLL
+        for (int c = 0; c < NC; c++) {
+            UNROLL
+            for (int i = 0; i < 4; i++) {
+                const __m512i kv = MASKED && c == NC - 1
+                                       ? _mm512_maskz_loadu_epi16(tail, y[i] + 64 * c)
+                                       : _mm512_loadu_si512(y[i] + 64 * c);
+                a[0][i] = _mm512_dpbf16_ps(a[0][i], qv[0][c], (__m512bh)kv);
+                if (R > 1) a[1][i] = _mm512_dpbf16_ps(a[1][i], qv[1][c], (__m512bh)kv);
+            }
+        }
+        UNROLL
+        for (int r = 0; r < R; r++) u[r][g] = fold4(a[r][0], a[r][1], a[r][2], a[r][3]);
+    }
+    UNROLL
+    for (int r = 0; r < R; r++) d[r] = fold16(u[r][0], u[r][1], u[r][2], u[r][3]);
+}
+
+BF16DOT INLINE void scores_group_dot(const uint16_t *q, int ldq, int nr, const char *row0,
+                                     int64_t ldb, int n, int chunks, __mmask32 tail, __m512 alpha,
+                                     float *s, int lds, const bool MASKED)
+{
+    for (int r = 0; r < nr; r += 2) {
+        const int R = nr - r >= 2 ? 2 : 1;
+        const uint16_t *q0 = q + (size_t)r * ldq, *q1 = q0 + ldq;
+        __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int c = 0; c < chunks; c += 4) {
+            const int nc = chunks - c < 4 ? chunks - c : 4;
+            const bool m = MASKED && c + nc == chunks;
+            __m512 d[2];
+#define DOTS2(RR, NC)                                                                      \
+    do {                                                                                   \
+        if (n == 16) {                                                                     \
+            if (m) dots16_dot(RR, q0, q1, row0, ldb, n, 32 * c, tail, NC, true, true, d);  \
+            else dots16_dot(RR, q0, q1, row0, ldb, n, 32 * c, tail, NC, false, true, d);   \
+        } else {                                                                           \
+            if (m) dots16_dot(RR, q0, q1, row0, ldb, n, 32 * c, tail, NC, true, false, d); \
+            else dots16_dot(RR, q0, q1, row0, ldb, n, 32 * c, tail, NC, false, false, d);  \
+        }                                                                                  \
+    } while (0)
+#define DOTS(NC)                  \
+    do {                          \
+        if (R == 2) DOTS2(2, NC); \
+        else DOTS2(1, NC);        \
+    } while (0)
+            switch (nc) {
+            case 1: DOTS(1); break;
+            case 2: DOTS(2); break;
+            case 3: DOTS(3); break;
+            default: DOTS(4); break;
+            }
+#undef DOTS
+#undef DOTS2
+            sum[0] = _mm512_add_ps(sum[0], d[0]);
+            if (R == 2) sum[1] = _mm512_add_ps(sum[1], d[1]);
+        }
+        for (int i = 0; i < R; i++)
+            _mm512_mask_storeu_ps(s + (size_t)(r + i) * lds, mask16(n),
+                                  _mm512_mul_ps(sum[i], alpha));
+    }
+}
+
+BF16DOT static void scores_dot(const void *q, int ldq, int nr, const void *k, int64_t k_ld, int nk,
+                               int head_dim, float alpha, float *s, int lds, float *scratch)
+{
+    (void)scratch;
+    const int chunks = round_up(head_dim, FJ_DECODE_PAD) / 32;
+    const int64_t ldb = k_ld * 2;
+    const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
+    const __m512 va = _mm512_set1_ps(alpha);
+    for (int j0 = 0; j0 < nk; j0 += 16) {
+        const int n = nk - j0 < 16 ? nk - j0 : 16;
+        const char *rows = (const char *)k + j0 * ldb;
+        if (head_dim % 32)
+            scores_group_dot(q, ldq, nr, rows, ldb, n, chunks, tail, va, s + j0, lds, true);
+        else scores_group_dot(q, ldq, nr, rows, ldb, n, chunks, tail, va, s + j0, lds, false);
+    }
+}
+
+/* acc rows [0, NR) x chunks [c, c + NC) += P V over n keys from row0 (ldb
+ * bytes apart), P as bf16 pairs (pp: row r's pair i at pp[r * ldpp + i]). */
+BF16DOT INLINE void values_tile_dot(const bf16_pair *pp, int ldpp, const char *row0, int64_t ldb,
+                                    int n, float *acc, int ldacc, int c, __mmask32 tail,
+                                    const int NR, const int NC, const bool MASKED)
+{
+    __m512 a[4][8];
+    UNROLL
+    for (int r = 0; r < NR; r++) UNROLL
+    for (int v = 0; v < 2 * NC; v++)
+        a[r][v] = _mm512_loadu_ps(acc + (size_t)r * ldacc + 32 * c + 16 * v);
+    const char *row = row0 + (size_t)64 * c;
+    for (int j = 0; j < n; j += 2, row += 2 * ldb) {
+        __m512i x[8];
+        UNROLL
+        for (int v = 0; v < NC; v++) {
+            const bool m = MASKED && v == NC - 1;
+            const __m512i lo =
+                m ? _mm512_maskz_loadu_epi16(tail, row + 64 * v) : _mm512_loadu_si512(row + 64 * v);
+            const __m512i hi = j + 1 >= n ? _mm512_setzero_si512()
+                               : m        ? _mm512_maskz_loadu_epi16(tail, row + ldb + 64 * v)
+                                          : _mm512_loadu_si512(row + ldb + 64 * v);
+            x[2 * v] = _mm512_unpacklo_epi16(lo, hi);
+            x[2 * v + 1] = _mm512_unpackhi_epi16(lo, hi);
+        }
+        UNROLL
+        for (int r = 0; r < NR; r++) {
+            const __m512bh w = (__m512bh)_mm512_set1_epi32((int)pp[(size_t)r * ldpp + j / 2]);
+            UNROLL
+            for (int v = 0; v < 2 * NC; v++) a[r][v] = _mm512_dpbf16_ps(a[r][v], (__m512bh)x[v], w);
+        }
+    }
+    UNROLL
+    for (int r = 0; r < NR; r++) UNROLL
+    for (int v = 0; v < 2 * NC; v++)
+        _mm512_storeu_ps(acc + (size_t)r * ldacc + 32 * c + 16 * v, a[r][v]);
+}
+
+BF16DOT static void values_dot(const float *p, int ldp, int nr, const void *v, int64_t v_ld, int nk,
+                               int head_dim, float *acc, int ldacc, float *scratch)
+{
+    const int chunks = round_up(head_dim, FJ_DECODE_PAD) / 32;
+    const int64_t ldb = v_ld * 2;
+    const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
+    /* P as bf16, rows of round_up(nk, 32) elements (zeros past nk): pair i
+       of a row is its keys 2i and 2i + 1 */
+    const int ldpb = round_up(nk, 32);
+    uint16_t *pb = (uint16_t *)scratch;
+    for (int r = 0; r < nr; r++)
+        for (int j = 0; j < ldpb; j += 32) {
+            const float *x = p + (size_t)r * ldp + j;
+            const __m512 lo = _mm512_maskz_loadu_ps(mask16(nk - j), x);
+            const __m512 hi = _mm512_maskz_loadu_ps(mask16(nk - j - 16), x + 16);
+            _mm512_storeu_si512(pb + (size_t)r * ldpb + j, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+    const bf16_pair *pp = (const bf16_pair *)pb;
+    const int ldpp = ldpb / 2;
+    const bool masked = head_dim % 32 != 0;
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const int rows = nr - r0 < 4 ? nr - r0 : 4;
+        const bf16_pair *pr = pp + (size_t)r0 * ldpp;
+        float *ar = acc + (size_t)r0 * ldacc;
+        for (int c = 0; c < chunks;) {
+            const int left = chunks - c;
+            const int nc = rows <= 2 && left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            const bool m = masked && c + nc == chunks;
+#define TILE(R, C)                                                             \
+    (m ? values_tile_dot(pr, ldpp, v, ldb, nk, ar, ldacc, c, tail, R, C, true) \
+       : values_tile_dot(pr, ldpp, v, ldb, nk, ar, ldacc, c, tail, R, C, false))
+#define ROWS(C)                 \
+    switch (rows) {             \
+    case 1: TILE(1, C); break;  \
+    case 2: TILE(2, C); break;  \
+    case 3: TILE(3, C); break;  \
+    default: TILE(4, C); break; \
+    }
+            if (nc == 4) {
+                if (rows == 1) TILE(1, 4);
+                else TILE(2, 4);
+            } else if (nc == 2) {
+                ROWS(2)
+            } else {
+                ROWS(1)
+            }
+#undef ROWS
+#undef TILE
+            c += nc;
+        }
+    }
+}
+
+static const fj_decode_kernels dot_set = {
+    .name = "avx512-bf16-dot",
+    .q_bf16 = true,
+    .order = bf16_order,
+    .scores = scores_dot,
+    .accumulate = values_dot,
+};
+
+const fj_decode_kernels *fj_decode_kernels_avx512_bf16_dot(void)
+{
+    __builtin_cpu_init();
+    if (!has_avx512() || !__builtin_cpu_supports("avx512bf16")) return NULL;
+    return &dot_set;
+}
+
 static const fj_decode_kernels sets[] = {
     {.name = "avx512", .scores = scores_f32, .accumulate = values_f32},
     {.name = "avx512", .scores = scores_f16, .accumulate = values_f16},
@@ -481,5 +710,7 @@ const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype)
     (void)dtype;
     return NULL;
 }
+
+const fj_decode_kernels *fj_decode_kernels_avx512_bf16_dot(void) { return NULL; }
 
 #endif

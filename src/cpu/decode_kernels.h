@@ -69,6 +69,11 @@ typedef struct fj_decode_kernels {
  * AVX-512 F, BW, VL and DQ. */
 const fj_decode_kernels *fj_decode_kernels_avx512(fj_dtype dtype);
 
+/* The bf16 set on AVX-512 BF16 dot products (decode_avx512.c: bf16 rows read
+ * at their width, P rounded to bf16), or NULL where the CPU has no AVX-512
+ * BF16 next to the AVX-512 set's extensions. */
+const fj_decode_kernels *fj_decode_kernels_avx512_bf16_dot(void);
+
 /* The bf16 set with its scores on AMX tiles (decode_amx.c), or NULL where
  * the CPU has no AMX-BF16 or the OS refuses the tile state. */
 const fj_decode_kernels *fj_decode_kernels_amx(void);

@@ -128,8 +128,8 @@ BF16 static void copy_values(void *dst, const void *src, int64_t src_ld, fj_dtyp
         for (int d = 0; d < head_dim; d += 16) {
             const __mmask16 m = first(head_dim - d);
             const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + d));
-            const __m512i hi =
-                y ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, y + d)) : _mm512_setzero_si512();
+            const __m512i hi = y ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, y + d))
+                                 : _mm512_setzero_si512();
             _mm512_mask_storeu_epi32(row + d, m, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
         }
     }
@@ -182,8 +182,8 @@ BF16 INLINE void scores_keys(const int V, const int NR, const pair_t *qp, int pa
     }
 }
 
-BF16 INLINE void scores_any(const int V, const pair_t *qp, int pairs, const uint16_t *k,
-                            int64_t ld, int nk, float alpha, float *st)
+BF16 INLINE void scores_any(const int V, const pair_t *qp, int pairs, const uint16_t *k, int64_t ld,
+                            int nk, float alpha, float *st)
 {
     const __m512 a = _mm512_set1_ps(alpha);
     int j = 0;
@@ -204,8 +204,8 @@ BF16 INLINE void scores_any(const int V, const pair_t *qp, int pairs, const uint
     if (nk - j >= 1) scores_keys(V, 1, qp, pairs, k + (size_t)j * ld, ld, a, st + (size_t)j * L);
 }
 
-BF16 static void scores(const void *qp, int head_dim, const void *kc, int key0, int nk,
-                        float alpha, float *st, int lanes)
+BF16 static void scores(const void *qp, int head_dim, const void *kc, int key0, int nk, float alpha,
+                        float *st, int lanes)
 {
     const int64_t ld = key_ld(head_dim);
     const uint16_t *k = (const uint16_t *)kc + (size_t)key0 * ld;
@@ -286,8 +286,7 @@ BF16 INLINE void values_cols(const int V, const int NR, const float *pt, const p
 BF16 INLINE void pair_probabilities(const int V, float *pt, const key_run *kr)
 {
     float *base = pt + (size_t)kr->lead * L;
-    for (int i = 0; i < kr->pairs; i++)
-        UNROLL for (int h = 0; h < V; h++)
+    for (int i = 0; i < kr->pairs; i++) UNROLL for (int h = 0; h < V; h++)
         {
             const __m512 x = _mm512_loadu_ps(base + (size_t)(2 * i) * L + 16 * h);
             const __m512 y = _mm512_loadu_ps(base + (size_t)(2 * i + 1) * L + 16 * h);

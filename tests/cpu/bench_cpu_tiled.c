@@ -67,7 +67,10 @@
  * and memory traffic still do).
  * -b BQ,BK: the tiled path's blocks forced (fj_cpu_tiled_force_blocks) in
  * every mode but sweep; -k sgemm: the tiled path's sgemm kernels forced
- * (fj_cpu_tiled_force_blas), as on a CPU without AVX-512.
+ * (fj_cpu_tiled_force_blas), as on a CPU without AVX-512. -o widened:
+ * decode compares the decode path with itself with bf16 widened to float
+ * (FJ_CPU_DECODE_WIDENED: no AMX, no dot products) instead of the tiled
+ * path.
  * DTYPE is f32, f16 or bf16; CAUSAL is none, bottom-right or top-left; BQS and
  * BKS are comma-separated block sizes (at most 8 each).
  * Medians of REPEATS timed runs (default 5) after one warm-up run. */
@@ -448,15 +451,20 @@ static const char *kernels_of(const fj_plan *plan)
     return buf;
 }
 
+/* What `decode` compares the decode path with (-o): the tiled path, or the
+   decode path with bf16 widened (no AMX, no dot products). */
+static fj_cpu_decode_mode decode_other = FJ_CPU_DECODE_OFF;
+
 static int run_decode(const char *filter)
 {
     fj_context *ctx = make_context(FJ_BACKEND_CPU);
     const int nthreads = context_threads(ctx);
-    printf("threads: %d; medians of %d rounds (decode path, tiled path, read of the same K and V "
+    const char *other = decode_other == FJ_CPU_DECODE_OFF ? "tiled" : "widened";
+    printf("threads: %d; medians of %d rounds (decode path, %s, read of the same K and V "
            "bytes, in turn); GB/s of K + V\n\n",
-           nthreads, repeats);
-    printf("| %-34s | %-11s | %8s | %6s | %6s | %7s | %8s | %6s | %7s |\n", "shape", "kernels",
-           "ms", "GB/s", "read", "of read", "tiled ms", "GB/s", "speedup");
+           nthreads, repeats, decode_other == FJ_CPU_DECODE_OFF ? "tiled path" : "bf16 widened");
+    printf("| %-34s | %-15s | %8s | %6s | %6s | %7s | %5s ms | %6s | %7s |\n", "shape", "kernels",
+           "ms", "GB/s", "read", "of read", other, "GB/s", "speedup");
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     static const fj_dtype dtypes[] = {FJ_F32, FJ_BF16, FJ_F16};
     static const int heads_q[] = {32, 32}, heads_kv[] = {8, 32}, seqs[] = {4096, 32768};
@@ -470,7 +478,7 @@ static int run_decode(const char *filter)
                 fj_plan *dec, *til;
                 fj_status s;
                 if ((s = fj_plan_create(ctx, &d, &dec))) die("fj_plan_create (decode)", s);
-                fj_cpu_decode_force(FJ_CPU_DECODE_OFF);
+                fj_cpu_decode_force(decode_other);
                 fj_context *tctx = make_context(FJ_BACKEND_CPU); /* plans are cached per context */
                 s = fj_plan_create(tctx, &d, &til);
                 fj_cpu_decode_force(FJ_CPU_DECODE_AUTO);
@@ -495,7 +503,7 @@ static int run_decode(const char *filter)
                 double of_read[64];
                 for (int r = 0; r < repeats; r++) of_read[r] = rt[r] / dt[r];
                 double dm = median(dt, repeats), tm = median(tt, repeats), rm = median(rt, repeats);
-                printf("| %-34s | %-11s | %8.3f | %6.1f | %6.1f | %6.0f%% | %8.3f | %6.1f | %6.1fx "
+                printf("| %-34s | %-15s | %8.3f | %6.1f | %6.1f | %6.0f%% | %8.3f | %6.1f | %6.1fx "
                        "|\n",
                        shape_str(&sh), kernels_of(dec), dm * 1e3, 2 * kv / dm * 1e-9,
                        2 * kv / rm * 1e-9, 100 * median(of_read, repeats), tm * 1e3,
@@ -688,12 +696,13 @@ static int run_kernels(void)
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
     static const fj_dtype dtypes[] = {FJ_F32, FJ_BF16, FJ_F16};
     static const int rows[] = {1, 2, 4, 6, 8, 16};
-    for (int set = 0; set < 3; set++)
+    for (int set = 0; set < 4; set++)
         for (int t = 0; t < 3; t++) {
             const fj_decode_kernels *kern = set == 0   ? fj_decode_kernels_generic(dtypes[t])
                                             : set == 1 ? fj_decode_kernels_avx512(dtypes[t])
-                                            : dtypes[t] == FJ_BF16 ? fj_decode_kernels_amx()
-                                                                   : NULL;
+                                            : dtypes[t] != FJ_BF16 ? NULL
+                                            : set == 2 ? fj_decode_kernels_avx512_bf16_dot()
+                                                       : fj_decode_kernels_amx();
             if (!kern) continue;
             fill(kv, dtypes[t], (size_t)2 * NK * D);
             const char *k = kv,
@@ -1060,6 +1069,9 @@ int main(int argc, char **argv)
                 return 2;
             }
         } else if (!strcmp(argv[i], "-k")) fj_cpu_tiled_force_blas(!strcmp(argv[i + 1], "sgemm"));
+        else if (!strcmp(argv[i], "-o"))
+            decode_other =
+                !strcmp(argv[i + 1], "widened") ? FJ_CPU_DECODE_WIDENED : FJ_CPU_DECODE_OFF;
         else break;
     }
     if (repeats < 1 || repeats > 64 || threads < 0) {

@@ -263,18 +263,23 @@ static void test_random_generic(void **state)
     assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_AUTO), FJ_OK);
 }
 
-/* bf16 on the AVX-512 kernels with AMX turned off (what a CPU with AVX-512
- * but without AMX runs; on this CPU the auto choice may be AMX). */
-static void test_random_no_amx(void **state)
+/* bf16 with AMX turned off (the AVX-512 BF16 dot products where the CPU
+ * has them, else the AVX-512 kernels: what a CPU with AVX-512 but without
+ * AMX runs), and widened (the AVX-512 kernels: what a CPU with neither
+ * runs), on random problems, the kernels' name checked. */
+static void random_bf16(fj_cpu_decode_mode mode, uint64_t salt)
 {
-    (void)state;
     fjt_rng rng;
-    fjt_rng_init(&rng, suite_seed ^ 0xd007);
+    fjt_rng_init(&rng, suite_seed ^ salt);
     __builtin_cpu_init();
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     if (!avx512) print_message("no AVX-512 here: the kernels' name is not checked\n");
-    assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_NO_AMX), FJ_OK);
+    const char *want = !avx512 ? NULL
+                       : mode == FJ_CPU_DECODE_NO_AMX && fj_decode_kernels_avx512_bf16_dot()
+                           ? "avx512-bf16-dot"
+                           : "avx512";
+    assert_int_equal(fj_cpu_decode_force(mode), FJ_OK);
     static const int threads[] = {1, 3};
     for (int t = 0; t < NELEMS(threads); t++) {
         fj_context *ctx = make_context(threads[t]);
@@ -282,11 +287,23 @@ static void test_random_no_amx(void **state)
             fj_attention_desc d;
             random_decode(&rng, &d);
             d.dtype = FJ_BF16;
-            check_decode(ctx, &d, &rng, avx512 ? "avx512" : NULL);
+            check_decode(ctx, &d, &rng, want);
         }
         fj_context_destroy(ctx);
     }
     assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_AUTO), FJ_OK);
+}
+
+static void test_random_no_amx(void **state)
+{
+    (void)state;
+    random_bf16(FJ_CPU_DECODE_NO_AMX, 0xd007);
+}
+
+static void test_random_widened(void **state)
+{
+    (void)state;
+    random_bf16(FJ_CPU_DECODE_WIDENED, 0xd009);
 }
 
 /* The logit softcap on every kernel set (auto: AMX or AVX-512 where the CPU
@@ -637,6 +654,7 @@ int main(void)
         cmocka_unit_test(test_random_fine_split),
         cmocka_unit_test(test_random_generic),
         cmocka_unit_test(test_random_no_amx),
+        cmocka_unit_test(test_random_widened),
         cmocka_unit_test(test_softcap),
         cmocka_unit_test(test_alibi_sinks),
         cmocka_unit_test(test_amx_prefill),
