@@ -168,9 +168,9 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, causal=None,
                            window=(-1, -1), scale=None, return_lse=False, out=None,
-                           backend="auto"):
+                           backend="auto", k=None, v=None):
     """Attention of new queries over a KV cache, dense or paged
-    (flash_attn_with_kvcache's layout, without its appending).
+    (flash_attn_with_kvcache's layout and its appending of new keys).
 
     q: [batch, seqlen_q, heads_q, head_dim]. cache_seqlens: int32 [batch]
     on q's device: sequence b's KV length L_b. Without block_table, k_cache
@@ -187,11 +187,19 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     j <= i + L_b - seqlen_q, so new queries whose keys are already in the
     cache see the cache and themselves. "top-left" is torch's alignment,
     causal=True is refused as ambiguous; window is flash_attn's
-    window_size, scale its softmax_scale. Unlike flash_attn_with_kvcache it
-    does not append new keys (no k=, v=, no rotary, no cache_batch_idx):
-    write them into the cache first (k_cache[b, L_b:L_b + n] = k_new) and
-    pass the lengths including them. A sequence with L_b = 0 gets zeros
+    window_size, scale its softmax_scale. A sequence with L_b = 0 gets zeros
     (lse -inf).
+
+    k, v (torch tensors, both or neither): [batch, n, heads_kv, head_dim]
+    new keys and values, written into the caches first at each sequence's
+    positions L_b .. L_b + n - 1 (dense: k_cache[b, L_b + t]; paged: through
+    block_table), then attended to with lengths L_b + n, as
+    flash_attn_with_kvcache does. cache_seqlens is not changed (the caller
+    advances it). Every rule is checked before the caches are written,
+    L_b + n against the cache's room included; two sequences whose block
+    tables share a page must not append into the same slot. No rotary, no
+    cache_batch_idx. A torch.compile graph breaks at the append (it reads
+    cache_seqlens on the host to check it).
 
     return_lse: also return the float32 [batch, heads_q, seqlen_q] lse.
     out: write the result there (q's shape, dtype and device).
@@ -212,7 +220,12 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
         raise TypeError("%s: return_lse must be a bool, not %s" % (where, type(return_lse).__name__))
     if _is_torch(q):
         return _torch_ops.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
-                                                 causal, window, scale, return_lse, out, backend)
+                                                 causal, window, scale, return_lse, out, backend,
+                                                 k, v)
+    if k is not None or v is not None:
+        raise TypeError("%s: k= and v= (appending new keys) take torch tensors; with DLPack "
+                        "arrays, write the new keys into the cache first and pass the lengths "
+                        "including them" % where)
     arrays = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
               ("cache_seqlens", cache_seqlens), ("block_table", block_table))
     ex, eo = _export_all(q, arrays, out, where)

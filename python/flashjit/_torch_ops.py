@@ -351,14 +351,86 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     return (out, lse) if return_lse else out
 
 
+def _append(q, k_cache, v_cache, cache_seqlens, block_table, out, k, v, keywords, where):
+    """k and v ([batch, n, heads_kv, head_dim]) written into the caches at
+    each sequence's positions L_b .. L_b + n - 1 (L_b = cache_seqlens[b]):
+    dense, k_cache[b, L_b + t]; paged, row (L_b + t) % page_size of page
+    block_table[b, (L_b + t) // page_size]. Every rule the attention that
+    follows checks is checked first (its shapes; the library's refusal of
+    the problem; the lengths L_b + n against the cache and the block
+    table's entries that the attention will read), so nothing is written
+    unless the call goes through. Returns cache_seqlens + n, the lengths the
+    attention takes."""
+    if k is None or v is None:
+        missing, given = ("v", "k") if v is None else ("k", "v")
+        raise TypeError("%s: %s was given without %s: new keys are appended as a pair, k= and "
+                        "v= both or neither" % (where, given, missing))
+    c, wl, wr, s, backend = keywords
+    call, _ = _kvcache_checked(q, k_cache, v_cache, out, cache_seqlens, block_table, c, wl, wr,
+                               s, backend, True)  # pointers too: out overlapping a cache
+    for name, new, cache in (("k", k, k_cache), ("v", v, v_cache)):
+        if new.dim() != 4:
+            raise ValueError("%s: %s must be 4-D [batch, seqlen_new, heads_kv, head_dim], got "
+                             "shape %s" % (where, name, tuple(new.shape)))
+        want = (q.shape[0], k.shape[1], cache.shape[2], cache.shape[3])
+        if tuple(new.shape) != want:
+            raise ValueError("%s: %s has shape %s; it must be %s: q's batch, k's seqlen_new, "
+                             "and %s_cache's heads and head dim" % (where, name, tuple(new.shape),
+                                                                     want, name))
+        if new.dtype != cache.dtype or new.device != cache.device:
+            raise ValueError("%s: %s is %s on %s; it must match %s_cache (%s on %s)"
+                             % (where, name, new.dtype, new.device, name, cache.dtype,
+                                cache.device))
+    if not call.empty and call.problem.backend == "cuda":
+        _execute.describe(call.problem, where)  # the library's refusal, before any write
+    n = k.shape[1]
+    lengths = cache_seqlens.tolist()
+    paged = block_table is not None
+    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    table = block_table.tolist() if paged else None
+    page = k_cache.shape[1]
+    for b, length in enumerate(lengths):
+        if length < 0 or length + n > capacity:
+            raise ValueError("%s: cache_seqlens[%d] (%d) + the %d new keys must be in [0, %d]: "
+                             "sequence %d's keys after appending must fit %s"
+                             % (where, b, length, n, capacity, b,
+                                "its block_table row (max_pages x page_size)" if paged
+                                else "k_cache's seqlen"))
+        if paged:
+            for j in range((length + n + page - 1) // page):
+                if not 0 <= table[b][j] < k_cache.shape[0]:
+                    raise ValueError("%s: block_table[%d][%d] (%d) is outside the pools: a page "
+                                     "must be in [0, num_pages = %d) (sequence %d's %d keys after "
+                                     "appending use its first %d entries)"
+                                     % (where, b, j, table[b][j], k_cache.shape[0], b, length + n,
+                                        (length + n + page - 1) // page))
+    if n and q.shape[0]:
+        dev = k_cache.device
+        pos = (cache_seqlens.to(device=dev, dtype=torch.int64)[:, None] +
+               torch.arange(n, device=dev)[None, :])  # [batch, n]
+        if paged:
+            rows = block_table.to(device=dev, dtype=torch.int64).gather(1, pos // page)
+            at = (rows.reshape(-1), (pos % page).reshape(-1))
+        else:
+            at = (torch.arange(q.shape[0], device=dev)[:, None].expand(-1, n).reshape(-1),
+                  pos.reshape(-1))
+        k_cache.index_put_(at, k.reshape(-1, *k.shape[2:]))
+        v_cache.index_put_(at, v.reshape(-1, *v.shape[2:]))
+    return cache_seqlens + n
+
+
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, scale,
-                           return_lse, out, backend):
+                           return_lse, out, backend, k=None, v=None):
     """The torch path of flashjit.attention_with_kvcache."""
     where = _seq.KVCACHE
     _tensors(where, "q", (("k_cache", k_cache, False), ("v_cache", v_cache, False),
                           ("cache_seqlens", cache_seqlens, False),
-                          ("block_table", block_table, True), ("out", out, True)))
+                          ("block_table", block_table, True), ("out", out, True),
+                          ("k", k, True), ("v", v, True)))
     c, wl, wr, s = _keywords(q, causal, window, scale, backend, where)
+    if k is not None or v is not None:
+        cache_seqlens = _append(q, k_cache, v_cache, cache_seqlens, block_table, out, k, v,
+                                (c, wl, wr, s, backend), where)
     args = (cache_seqlens, block_table, c, wl, wr, s, return_lse, backend)
     if out is None:
         out, lse = kvcache_op(q, k_cache, v_cache, *args)

@@ -441,6 +441,97 @@ def test_varlen_bad_out():
         flashjit.varlen_attention(q, k, v, cu_q, cu_k, 5, 5, return_lse=1)
 
 
+@pytest.mark.parametrize("mask", MASKS[:4], ids=mask_id)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kvcache_append_matches_writing_first(gen, mask, dtype):
+    """k=, v= appended into dense and paged caches (odd page sizes, pages
+    shuffled, a sequence whose new keys start a page, one that was empty):
+    the caches afterwards equal writing the new keys by hand, and the output
+    the oracle over the lengths with them."""
+    causal, window = mask
+    B, S, hq, hkv, d = 4, 19, 6, 2, 24
+    for n in (1, 3):
+        lengths = [0, 4, 7, S - n]
+        q = uniform(gen, (B, n, hq, d), dtype)
+        kc, vc = uniform(gen, (B, S, hkv, d), dtype), uniform(gen, (B, S, hkv, d), dtype)
+        k, v = uniform(gen, (B, n, hkv, d), dtype), uniform(gen, (B, n, hkv, d), dtype)
+        seqlens = torch.tensor(lengths, dtype=torch.int32)
+        kw, vw = kc.clone(), vc.clone()
+        for b, L in enumerate(lengths):
+            kw[b, L:L + n], vw[b, L:L + n] = k[b], v[b]
+        total = [L + n for L in lengths]
+        want, want_lse = cache_reference(q, kw, vw, total, causal, window)
+        for page in (None, 1, 4, 7):
+            if page is None:
+                kx, vx, table = kc.clone(), vc.clone(), None
+            else:
+                # pages for the keys after appending, the new ones still noise
+                kx, vx, table = paged_from_dense(gen, kc, vc, total, page)
+                kpw, vpw = kx.clone(), vx.clone()
+                for b, L in enumerate(lengths):
+                    for t in range(n):
+                        p, r = int(table[b, (L + t) // page]), (L + t) % page
+                        kpw[p, r], vpw[p, r] = k[b, t], v[b, t]
+            out = torch.full_like(q, math.nan)
+            got, lse = flashjit.attention_with_kvcache(q, kx, vx, seqlens, table, causal=causal,
+                                                       window=window, return_lse=True, out=out,
+                                                       k=k, v=v)
+            what = "append n=%d page %s %s" % (n, page, dtype)
+            assert got is out
+            check_close(got, want, dtype, what)
+            check_lse(lse, want_lse, dtype, what + " lse")
+            assert torch.equal(seqlens, torch.tensor(lengths, dtype=torch.int32)), what
+            if page is None:
+                assert torch.equal(kx, kw) and torch.equal(vx, vw), what
+            else:
+                assert torch.equal(kx, kpw) and torch.equal(vx, vpw), what
+
+
+def test_kvcache_append_errors_write_nothing():
+    """Every bad append is refused before either cache is written: k
+    without v, shapes and dtypes of k and v, a length past the cache's
+    room, a page entry outside the pools where the new keys go, a bad out,
+    DLPack arrays."""
+    q, kc, vc, seqlens, table = kvcache_args()  # pages of 4, 2 columns: room for 8 keys
+    k, v = torch.randn(2, 3, 2, 16), torch.randn(2, 3, 2, 16)
+    cases = [
+        (TypeError, r"k was given without v", dict(k=k)),
+        (TypeError, r"v was given without k", dict(v=v)),
+        (ValueError, r"k must be 4-D", dict(k=k[0], v=v)),
+        (ValueError, r"v has shape \(2, 3, 2, 8\); it must be \(2, 3, 2, 16\)",
+         dict(k=k, v=torch.randn(2, 3, 2, 8))),
+        (ValueError, r"k has shape \(1, 3, 2, 16\); it must be \(2, 3, 2, 16\)",
+         dict(k=k[:1], v=v)),
+        (ValueError, r"k is torch.bfloat16 on cpu; it must match k_cache",
+         dict(k=k.bfloat16(), v=v)),
+        (ValueError, r"cache_seqlens\[0\] \(6\) \+ the 3 new keys must be in \[0, 8\]",
+         dict(k=k, v=v)),
+        (ValueError, r"out has shape", dict(k=k[:, :1], v=v[:, :1], out=torch.empty(2, 3, 4, 8))),
+    ]
+    for exc, match, kw in cases:
+        before = (kc.clone(), vc.clone())
+        out = kw.pop("out", torch.full_like(q, SENTINEL))
+        with pytest.raises(exc, match=match):
+            flashjit.attention_with_kvcache(q, kc, vc, seqlens, table, out=out, **kw)
+        assert torch.equal(kc, before[0]) and torch.equal(vc, before[1]), match
+    # the new keys' page outside the pools (sequence 1: keys 3..5 go to its
+    # second page, entry -1)
+    bad = torch.tensor([[2, 0], [4, -1]], dtype=I32)
+    before = (kc.clone(), vc.clone())
+    with pytest.raises(ValueError, match=r"block_table\[1\]\[1\] \(-1\) is outside the pools"):
+        flashjit.attention_with_kvcache(q, kc, vc, torch.tensor([1, 3], dtype=I32), bad,
+                                        k=k, v=v)
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+    # dense: past the cache's seqlen
+    with pytest.raises(ValueError, match=r"cache_seqlens\[1\] \(3\) \+ the 3 new keys must be in "
+                       r"\[0, 4\]: .*k_cache's seqlen"):
+        flashjit.attention_with_kvcache(q, kc[:2], vc[:2], torch.tensor([1, 3], dtype=I32), None,
+                                        k=k, v=v)
+    with pytest.raises(TypeError, match=r"k= and v= \(appending new keys\) take torch tensors"):
+        flashjit.attention_with_kvcache(q.numpy(), kc.numpy(), vc.numpy(), seqlens.numpy(),
+                                        table.numpy(), k=k.numpy(), v=v.numpy())
+
+
 def kvcache_args():
     q = torch.randn(2, 3, 4, 16)
     kc, vc = torch.randn(5, 4, 2, 16), torch.randn(5, 4, 2, 16)
@@ -525,3 +616,9 @@ def test_cuda_unsupported():
     for table in (None, torch.tensor([[1], [0]], dtype=I32, device=dev)):
         with pytest.raises(flashjit.ArgumentError, match="FJ_ERR_UNSUPPORTED.*FJ_FEATURE_PAGED_KV"):
             flashjit.attention_with_kvcache(qc, kc, kc, seqlens, table)
+        # appending: refused before the cache is written
+        kn = torch.randn(2, 1, 2, 64, device=dev, dtype=bf)
+        before = kc.clone()
+        with pytest.raises(flashjit.ArgumentError, match="FJ_ERR_UNSUPPORTED.*FJ_FEATURE_PAGED_KV"):
+            flashjit.attention_with_kvcache(qc, kc, kc, seqlens - 1, table, k=kn, v=kn)
+        assert torch.equal(kc, before)
