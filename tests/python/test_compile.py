@@ -40,8 +40,11 @@ def compiled_matches_eager(gen, device, dtype):
         return out
 
     def sdpa(q, k, v):
+        # a sum of squares, not of the outputs: their plain sum cancels
+        # (outputs of both signs), and the rounding of 2304 terms of about
+        # 0.3 then exceeded the tolerance against a sum of about 0.3
         return flashjit.sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                             is_causal=True, enable_gqa=True).sum()
+                             is_causal=True, enable_gqa=True).square().sum()
 
     for fn in (attn, attn_lse, attn_out, sdpa):
         torch._dynamo.reset()
