@@ -100,7 +100,7 @@ extern "C" {
  *        the seven reserved int64 slots softcap and features left) and
  *        fj_execute_extras.block_table (the first of its two reserved
  *        slots left; seqused_k is each sequence's KV length); no new
- *        symbol. FJ_MAX_HEAD_DIM grew from 256 to 512 (the CPU
+ *        symbol. FJ_MAX_HEAD_DIM grew from 256 to 576 (the CPU
  *        backends; CUDA still takes up to 256): a program that sizes
  *        buffers by the macro gets larger ones. */
 #define FLASHJIT_VERSION_MAJOR 1
@@ -244,12 +244,13 @@ FJ_API const char *fj_context_describe(const fj_context *ctx);
 /* ------------------------------------------------------------------------ */
 /* Problem description                                                       */
 
-/* The largest head_dim any backend takes (512 since 1.1; 256 in 1.0). The
+/* The largest head_dim any backend takes (576 since 1.1, the 512 + 64 of
+ * DeepSeek's MLA queries and keys; 256 in 1.0). The
  * CPU backends take every head dim 1..FJ_MAX_HEAD_DIM; the CUDA backend a
  * multiple of 8 in 8..256 and refuses the rest with FJ_ERR_UNSUPPORTED at
  * plan creation. A 1.0 library refuses head dims above 256 with
  * FJ_ERR_INVALID_ARGUMENT, whatever the header a program was built with. */
-#define FJ_MAX_HEAD_DIM 512
+#define FJ_MAX_HEAD_DIM 576
 
 typedef struct fj_attention_desc {
     int batch, heads_q, heads_kv;     /* heads_q % heads_kv == 0: GQA and MQA */

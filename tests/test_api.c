@@ -96,7 +96,7 @@ static void test_desc_rules(void **state)
     fj_attention_desc_init(&d, 1, 12, 5, 8, 8, 64, FJ_F32);
     expect_invalid(&d, "heads_q (12) is not a multiple of heads_kv (5)");
     fj_attention_desc_init(&d, 1, 1, 1, 8, 8, FJ_MAX_HEAD_DIM + 1, FJ_F32);
-    expect_invalid(&d, "head_dim (513) must be <= 512");
+    expect_invalid(&d, "head_dim (577) must be <= 576");
     fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, (fj_dtype)3);
     expect_invalid(&d, "dtype");
     fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, FJ_F32);

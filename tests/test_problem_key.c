@@ -80,7 +80,7 @@ static void test_spellings(void **state)
         {1, 1, 1, 5, 5, 8, FJ_F32, FJ_CAUSAL_NONE, -1, 3, "b1.hq1.hkv1.sq5.sk5.d8.f32.wr3"},
         {2147483647 / 65536, 1, 1, 65536, 2147483647, FJ_MAX_HEAD_DIM, FJ_BF16,
          FJ_CAUSAL_BOTTOM_RIGHT, 2147483647, 2147483647,
-         "b32767.hq1.hkv1.sq65536.sk2147483647.d512.bf16.causal_br.wl2147483647.wr2147483647"},
+         "b32767.hq1.hkv1.sq65536.sk2147483647.d576.bf16.causal_br.wl2147483647.wr2147483647"},
         {1, 4, 2, 1, 300, 257, FJ_F16, FJ_CAUSAL_NONE, -1, -1,
          "b1.hq4.hkv2.sq1.sk300.d257.f16.nomask"},
     };
@@ -303,7 +303,7 @@ static void test_malformed_keys_are_refused(void **state)
         /* Well formed, but the desc's rules refuse it. */
         {"b0.hq8.hkv8.sq1.sk4.d64.bf16.nomask", "batch (0) must be >= 1"},
         {"b1.hq8.hkv3.sq1.sk4.d64.bf16.nomask", "heads_q (8) is not a multiple of heads_kv (3)"},
-        {"b1.hq8.hkv8.sq1.sk4.d513.bf16.nomask", "head_dim (513) must be <= 512"},
+        {"b1.hq8.hkv8.sq1.sk4.d577.bf16.nomask", "head_dim (577) must be <= 576"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj_attention_desc d;

@@ -29,7 +29,7 @@ import sys
 
 GRIDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grids")
 INT_MAX = 2**31 - 1
-MAX_HEAD_DIM = 512  # FJ_MAX_HEAD_DIM
+MAX_HEAD_DIM = 576  # FJ_MAX_HEAD_DIM
 DTYPES = ("f32", "f16", "bf16")
 
 Problem = collections.namedtuple(
@@ -235,6 +235,7 @@ GOOD_KEYS = (
     "b2.hq4.hkv2.sq20.sk50.d64.f16.nomask.varlen",
     "b2.hq4.hkv2.sq20.sk50.d64.f16.causal_br.alibi.paged64",
     "b1.hq4.hkv2.sq3.sk300.d512.bf16.causal_br",
+    "b1.hq4.hkv2.sq2.sk300.d576.bf16.causal_br",
     "b1.hq2.hkv1.sq1.sk9.d257.f32.nomask",
 )
 BAD_KEYS = (
@@ -251,7 +252,7 @@ BAD_KEYS = (
     "b1.hq8.hkv8.sq1.sk4.d64.bf16.paged16", "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged16.",
     "b100000.hq8.hkv8.sq1.sk2147483647.d64.bf16.nomask.paged1",
     "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged2147483648",
-    "b1.hq8.hkv8.sq1.sk4.d513.bf16.nomask",
+    "b1.hq8.hkv8.sq1.sk4.d577.bf16.nomask",
 )
 
 

@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional, Tuple
 from . import _lib
 
 INT_MAX = 2**31 - 1
-MAX_HEAD_DIM = 512  # FJ_MAX_HEAD_DIM (the CPU backends)
+MAX_HEAD_DIM = 576  # FJ_MAX_HEAD_DIM (the CPU backends)
 CUDA_MAX_HEAD_DIM = 256  # src/cuda/jit/kernel_desc.h's FJ_CUDA_MAX_HEAD_DIM
 CUDA_ROW_ALIGN_ELEMS = 8  # the CUDA kernels move 16-byte rows of 2-byte elements
 CUDA_PTR_ALIGN = 16

@@ -683,7 +683,8 @@ static void odd_shapes(builder *b, uint64_t seed)
 
 /* Head dims 257..FJ_MAX_HEAD_DIM, which only the CPU backends take (CUDA
  * answers UNSUPPORTED, which these cases allow it): odd and even, around the
- * decode kernels' 32-column chunks (257, 511) and at the limit (512).
+ * decode kernels' 32-column chunks (257, 511), at 512 and at the limit (576,
+ * MLA's queries and keys).
  * Prefill ("rows": more than FJ_CPU_DECODE_MAX_ROWS rows per kv head, the
  * tiled path; bf16 with GQA groups up to 16 goes to the AMX row blocks
  * where the CPU has them) with seqlen_q above and below seqlen_k and keys
@@ -707,9 +708,9 @@ static void large_head_dims(builder *b)
         {"rows", 1, 6, 2, 70, 129, 300, FJ_BF16, FJ_CAUSAL_NONE, 31, 7, FJT_BHSD, true},
         {"rows", 2, 2, 1, 200, 65, 384, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1, FJT_PADDED, true},
         {"rows", 1, 2, 2, 33, 520, 511, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_PADDED3, false},
-        {"rows", 1, 4, 1, 40, 257, 512, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, -1, FJT_DENSE, true},
+        {"rows", 1, 4, 1, 40, 257, 576, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, -1, FJT_DENSE, true},
         {"rows", 1, 18, 1, 9, 130, 512, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, 5, FJT_DENSE, true},
-        {"rows", 1, 8, 2, 64, 64, 512, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true},
+        {"rows", 1, 8, 2, 64, 64, 576, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true},
         {"rows", 1, 3, 3, 129, 17, 509, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, 3, -1, FJT_BHSD, true},
         /* decode: 1..16 rows per kv head */
         {"decode", 2, 8, 2, 1, 1031, 257, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true},
@@ -717,12 +718,12 @@ static void large_head_dims(builder *b)
         {"decode", 1, 8, 4, 3, 2049, 384, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 300, 0, FJT_BHSD, true},
         {"decode", 1, 16, 2, 2, 700, 511, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_PADDED,
          true},
-        {"decode", 1, 4, 4, 1, 4099, 512, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, false},
+        {"decode", 1, 4, 4, 1, 4099, 576, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, false},
         {"decode", 2, 16, 2, 1, 1200, 512, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1000, -1,
          FJT_KV_BROADCAST, true},
         {"decode", 1, 4, 1, 4, 3, 300, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE,
          true}, /* seqlen_q > seqlen_k: row 0 sees nothing */
-        {"decode", 1, 6, 2, 5, 999, 512, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, 40, FJT_PADDED3, true},
+        {"decode", 1, 6, 2, 5, 999, 576, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, 40, FJT_PADDED3, true},
     };
     for (int i = 0; i < NELEMS(c); i++) {
         fj_attention_desc d = desc(c[i].batch, c[i].hq, c[i].hkv, c[i].sq, c[i].sk, c[i].dim,

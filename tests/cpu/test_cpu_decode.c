@@ -158,11 +158,11 @@ static void set_layouts(fj_attention_desc *d, enum layout l)
 }
 
 /* Head dims around the kernels' vector widths (16 floats, 32 bf16) and the
- * 128-column passes, up to FJ_MAX_HEAD_DIM (AMX's 16 B tiles at 512); key
+ * 128-column passes, up to FJ_MAX_HEAD_DIM (AMX's 18 B tiles at 576); key
  * counts around the 16-key groups, the 128-key blocks and the 512-key
  * chunks. */
-static const int dims[] = {1,   7,   8,   15,  16,  17,  31,  32,  33,  48,  64,  80, 96,
-                           127, 128, 129, 160, 200, 255, 256, 257, 300, 384, 511, 512};
+static const int dims[] = {1,   7,   8,   15,  16,  17,  31,  32,  33,  48,  64,  80,  96,
+                           127, 128, 129, 160, 200, 255, 256, 257, 300, 384, 511, 512, 576};
 static const int keys[] = {1,   2,   15,  16,  17,   100,  127,  128, 129,
                            255, 256, 257, 700, 1024, 1100, 2049, 3001};
 static const int positions[] = {1, 1, 1, 2, 3, 4, 5, 8, 16};

@@ -305,7 +305,7 @@ static void test_tile_scores_values(void **state)
     (void)state;
     const fj_tiled_kernels *kern = tile_kernels();
     if (!kern) return;
-    static const int dims[] = {1, 3, 12, 16, 17, 64, 100, 128, 256, 300, 512};
+    static const int dims[] = {1, 3, 12, 16, 17, 64, 100, 128, 256, 300, 512, 576};
     static const int keys[] = {1, 2, 3, 4, 5, 7, 8, 11, 12, 13, 23, 24, 25, 37, 128};
     fjt_rng rng;
     fjt_rng_init(&rng, suite_seed ^ 0x7117);
@@ -517,7 +517,7 @@ static void test_tile_pack_store_load(void **state)
     (void)state;
     const fj_tiled_kernels *kern = tile_kernels();
     if (!kern) return;
-    static const int dims[] = {1, 5, 15, 16, 17, 31, 33, 100, 128, 256, 257, 511, 512};
+    static const int dims[] = {1, 5, 15, 16, 17, 31, 33, 100, 128, 256, 257, 511, 512, 576};
     /* output rows RS apart (64-byte multiples; D + the offset 3 fits) */
     enum { MAXD = FJ_MAX_HEAD_DIM, RS = MAXD + 16 };
     fjt_rng rng;
@@ -765,7 +765,7 @@ static size_t workspace_bytes(fj_context *ctx, int seqlen, int dim)
 static void test_workspace_bounded(void **state)
 {
     const checkers *c = *state;
-    static const int dims[] = {8, 64, 128, 256, 384, 512};
+    static const int dims[] = {8, 64, 128, 256, 384, 512, 576};
     for (int i = 0; i < NELEMS(dims); i++) {
         size_t small = workspace_bytes(c->tiled, 4096, dims[i]);
         size_t huge = workspace_bytes(c->tiled, 1 << 20, dims[i]);

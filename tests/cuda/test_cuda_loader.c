@@ -917,7 +917,7 @@ static void test_unsupported_problems(void **state)
 
     /* above CUDA's 256: refused at plan creation, naming the head dim and
        the CPU backends' limit (which the desc itself passes) */
-    static const int big[] = {264, 300, 512};
+    static const int big[] = {264, 300, 512, 576};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
         fj_attention_desc_init(&d, 1, 4, 2, 1 + 99 * (int)i, 300, big[i], FJ_BF16);
         plan = (fj_plan *)&d;
@@ -927,7 +927,7 @@ static void test_unsupported_problems(void **state)
         snprintf(want, sizeof want, "head_dim %d: the CUDA backend takes head dims up to 256",
                  big[i]);
         assert_contains(fj_last_error(), want);
-        assert_contains(fj_last_error(), "take up to 512");
+        assert_contains(fj_last_error(), "take up to 576");
     }
 
     /* a seq stride of 2*64+4 elements: rows 8 bytes off 16-byte alignment */

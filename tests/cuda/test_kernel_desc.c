@@ -742,7 +742,7 @@ static void test_for_problem_rejections(void **state)
     /* Above CUDA's 256 (the CPU backends take up to FJ_MAX_HEAD_DIM): refused
        by name, on every arch, multiples of 8 or not, up to the library's
        limit. */
-    static const int big[] = {257, 264, 300, 384, 511, 512};
+    static const int big[] = {257, 264, 300, 384, 511, 512, 576};
     static const uint32_t archs[] = {80, 90};
     for (size_t a = 0; a < 2; a++)
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
@@ -752,7 +752,7 @@ static void test_for_problem_rejections(void **state)
             char want[256];
             snprintf(want, sizeof want,
                      "head_dim %d: the CUDA backend takes head dims up to 256 (a multiple of 8); "
-                     "the CPU backends (FJ_BACKEND_CPU, FJ_BACKEND_CPU_REFERENCE) take up to 512",
+                     "the CPU backends (FJ_BACKEND_CPU, FJ_BACKEND_CPU_REFERENCE) take up to 576",
                      big[i]);
             assert_string_equal(fj_last_error(), want);
         }

@@ -79,8 +79,8 @@ def test_shapes_that_disagree():
 
 
 def test_unsupported_head_dim():
-    q, k, v = qkv(d=513)
-    expect(ValueError, r"head_dim \(513\) must be in 1..512", q, k, v)
+    q, k, v = qkv(d=577)
+    expect(ValueError, r"head_dim \(577\) must be in 1..576", q, k, v)
 
 
 def test_out_shape_overlap_and_alias():
@@ -197,7 +197,7 @@ def test_cuda_errors():
            r"of 8 in 8..256", q12, k12, v12)
     q264, k264, v264 = qkv(dtype=torch.float16, device="cuda", d=264)
     expect(ValueError, r"head_dim 264 is not supported by the CUDA backend, which takes head dims "
-           r"up to 256 \(a multiple of 8\); CPU tensors take up to 512", q264, k264, v264)
+           r"up to 256 \(a multiple of 8\); CPU tensors take up to 576", q264, k264, v264)
     expect(ValueError, r"devices differ: q is on cuda:0 and k on cpu", q, k.cpu(), v)
     expect(ValueError, r'backend="cpu" computes on host memory, and q is on cuda:0', q, k, v,
            backend="cpu")
