@@ -102,7 +102,10 @@ extern "C" {
  *        slots left; seqused_k is each sequence's KV length); no new
  *        symbol. FJ_MAX_HEAD_DIM grew from 256 to 576 (the CPU
  *        backends; CUDA still takes up to 256): a program that sizes
- *        buffers by the macro gets larger ones. */
+ *        buffers by the macro gets larger ones.
+ *        fj_attention_desc.head_dim_v (V's and O's head dim when it
+ *        differs from Q's and K's; the int64 slot after the paged
+ *        fields', with reserved_i32 beside it); no new symbol. */
 #define FLASHJIT_VERSION_MAJOR 1
 #define FLASHJIT_VERSION_MINOR 1
 #define FLASHJIT_VERSION_PATCH 0
@@ -294,7 +297,21 @@ typedef struct fj_attention_desc {
        KV cache". */
     int page_size, num_pages;          /* keys per page; pages in each pool */
     int max_pages, block_table_stride; /* the block table's columns; its row stride */
-    int64_t reserved[5]; /* zero: room for fields added later (see "Structs and ABI room") */
+    /* V's head dim (since 1.1; took the int64 slot after the paged
+       fields', with reserved_i32 beside it, so the struct's size and the
+       other fields' offsets are unchanged): O = softmax(scale Q K^T +
+       mask) V with q and k rows of head_dim elements and v and o rows of
+       head_dim_v (DeepSeek's MLA: 192 and 128, or 576 and 512). 0 means
+       head_dim (as before); else 1..FJ_MAX_HEAD_DIM (anything else:
+       FJ_ERR_INVALID_ARGUMENT naming head_dim_v). The scale's default
+       stays 1/sqrt(head_dim); v_stride and o_stride step rows of
+       head_dim_v elements (all-zero: dense [batch, seq, heads,
+       head_dim_v]); lse is unchanged. The CPU backends take any pair;
+       CUDA refuses head_dim_v != head_dim (FJ_ERR_UNSUPPORTED).
+       docs/semantics.md, "Layout". */
+    int head_dim_v;
+    int32_t reserved_i32; /* zero: room for a 32-bit field added later */
+    int64_t reserved[4];  /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_attention_desc;
 
 /* Bits of fj_attention_desc.features (docs/semantics.md states the math).

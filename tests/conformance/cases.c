@@ -64,7 +64,7 @@ static void ref_random(builder *b, uint64_t seed)
     fjt_rng rng;
     fjt_rng_init(&rng, seed ^ 0x7265662d72616e64ull);
     fjt_axes ax = {ref_seqlens, NELEMS(ref_seqlens), ref_dims, NELEMS(ref_dims), all_dtypes, 3,
-                   3e7};
+                   3e7, NULL, 0};
     for (int i = 0; i < 150; i++) {
         fj_attention_desc d;
         fjt_random_desc(&rng, &ax, &d);
