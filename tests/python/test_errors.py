@@ -71,7 +71,8 @@ def test_head_counts_not_divisible():
 def test_shapes_that_disagree():
     q, k, v = qkv()
     expect(ValueError, r"batch sizes differ: q has 2 and k has 3", q, torch.randn(3, 7, 2, 16), v)
-    expect(ValueError, r"head_dim differs: q has 16 and v has 8", q, k, torch.randn(2, 7, 2, 8))
+    expect(ValueError, r"head_dim differs: q has 16 and k has 8; q and k need one head_dim \(v's "
+           r"may differ: head_dim_v\)", q, torch.randn(2, 7, 2, 8), v)
     expect(ValueError, r"seqlens differ: k has 7 keys and v 6 values", q, k, torch.randn(2, 6, 2, 16))
     expect(ValueError, r"head counts differ: k has 2 heads and v 1", q, k, torch.randn(2, 7, 1, 16))
     expect(ValueError, r"q must be 4-D, got shape \(5, 4, 16\)", q[0], k, v, out=torch.zeros(1))
