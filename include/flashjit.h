@@ -286,7 +286,7 @@ typedef struct fj_attention_desc {
     /* FJ_FEATURE_PAGED_KV (since 1.1; these took the two int64 slots after
        softcap's, so the struct's size and the other fields' offsets are
        unchanged): k and v are page pools [num_pages,
-       page_size, heads_kv, head_dim] (k_stride/v_stride step a page, a row
+       page_size, heads_kv, head_dim] (v: head_dim_v; k_stride/v_stride step a page, a row
        of a page, a head), and each execute's block table, int32
        [batch, block_table_stride] (fj_execute_extras.block_table), names
        the pages of each sequence, of which it reads the first max_pages
@@ -368,8 +368,9 @@ FJ_API void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q,
  * FJ_ERR_INVALID_ARGUMENT with the rule in fj_last_error(). Thread-safe. */
 FJ_API fj_status fj_attention_desc_validate(const fj_attention_desc *d);
 
-/* 4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk (FlashAttention's
- * convention, so figures compare with theirs). With FJ_FEATURE_VARLEN or
+/* 4*B*Hq*Sq*Sk*D (2*B*Hq*Sq*Sk*(D + Dv) with head_dim_v), halved when
+ * causal with Sq == Sk (FlashAttention's convention, so figures compare
+ * with theirs). With FJ_FEATURE_VARLEN or
  * FJ_FEATURE_PAGED_KV that of the longest lengths, a bound: count a batch's
  * FLOPs per sequence. */
 FJ_API double fj_attention_flops(const fj_attention_desc *d);
@@ -398,12 +399,16 @@ FJ_API double fj_attention_flops(const fj_attention_desc *d);
  * FJ_FEATURE_PAGED_KV the field "paged<page_size>", in that order, after
  * the softcap's ("b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi.sinks",
  * "b8.hq32.hkv8.sq4096.sk4096.d128.bf16.causal_br.varlen",
- * "b16.hq32.hkv8.sq1.sk8192.d128.bf16.causal_br.paged16"). The scale,
+ * "b16.hq32.hkv8.sq1.sk8192.d128.bf16.causal_br.paged16"). Last, only
+ * where head_dim_v differs from head_dim, the field "dv<head_dim_v>"
+ * ("b1.hq128.hkv1.sq1.sk4096.d576.bf16.causal_br.dv512"; "dv" equal to
+ * the head dim is refused: one problem, one key). The scale,
  * the strides and the pools' page counts are not part of it (a parsed
  * paged key gets batch x ceil(sk / page_size) pages, ceil(sk / page_size)
  * of them per sequence): a key names the shape, the mask, the softcap and
  * the features, which choose the kernel (its tuning point leaves the
- * softcap and the features out: such problems share tiles with plain ones;
+ * softcap, the features and head_dim_v out: such problems share tiles with
+ * plain ones;
  * FJ_PLAN_MEASURE measures the problem without its features, a varlen or
  * paged one as one sequence of the longest lengths).
  * FJ_PROBLEM_KEY_MAX bytes hold any key with its NUL (128 before 1.1's
