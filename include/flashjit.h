@@ -100,9 +100,12 @@ extern "C" {
  *        the seven reserved int64 slots softcap and features left) and
  *        fj_execute_extras.block_table (the first of its two reserved
  *        slots left; seqused_k is each sequence's KV length); no new
- *        symbol. FJ_MAX_HEAD_DIM grew from 256 to 512 (the CPU
+ *        symbol. FJ_MAX_HEAD_DIM grew from 256 to 576 (the CPU
  *        backends; CUDA still takes up to 256): a program that sizes
- *        buffers by the macro gets larger ones. */
+ *        buffers by the macro gets larger ones.
+ *        fj_attention_desc.head_dim_v (V's and O's head dim when it
+ *        differs from Q's and K's; the int64 slot after the paged
+ *        fields', with reserved_i32 beside it); no new symbol. */
 #define FLASHJIT_VERSION_MAJOR 1
 #define FLASHJIT_VERSION_MINOR 1
 #define FLASHJIT_VERSION_PATCH 0
@@ -244,12 +247,13 @@ FJ_API const char *fj_context_describe(const fj_context *ctx);
 /* ------------------------------------------------------------------------ */
 /* Problem description                                                       */
 
-/* The largest head_dim any backend takes (512 since 1.1; 256 in 1.0). The
+/* The largest head_dim any backend takes (576 since 1.1, the 512 + 64 of
+ * DeepSeek's MLA queries and keys; 256 in 1.0). The
  * CPU backends take every head dim 1..FJ_MAX_HEAD_DIM; the CUDA backend a
  * multiple of 8 in 8..256 and refuses the rest with FJ_ERR_UNSUPPORTED at
  * plan creation. A 1.0 library refuses head dims above 256 with
  * FJ_ERR_INVALID_ARGUMENT, whatever the header a program was built with. */
-#define FJ_MAX_HEAD_DIM 512
+#define FJ_MAX_HEAD_DIM 576
 
 typedef struct fj_attention_desc {
     int batch, heads_q, heads_kv;     /* heads_q % heads_kv == 0: GQA and MQA */
@@ -282,7 +286,7 @@ typedef struct fj_attention_desc {
     /* FJ_FEATURE_PAGED_KV (since 1.1; these took the two int64 slots after
        softcap's, so the struct's size and the other fields' offsets are
        unchanged): k and v are page pools [num_pages,
-       page_size, heads_kv, head_dim] (k_stride/v_stride step a page, a row
+       page_size, heads_kv, head_dim] (v: head_dim_v; k_stride/v_stride step a page, a row
        of a page, a head), and each execute's block table, int32
        [batch, block_table_stride] (fj_execute_extras.block_table), names
        the pages of each sequence, of which it reads the first max_pages
@@ -293,7 +297,21 @@ typedef struct fj_attention_desc {
        KV cache". */
     int page_size, num_pages;          /* keys per page; pages in each pool */
     int max_pages, block_table_stride; /* the block table's columns; its row stride */
-    int64_t reserved[5]; /* zero: room for fields added later (see "Structs and ABI room") */
+    /* V's head dim (since 1.1; took the int64 slot after the paged
+       fields', with reserved_i32 beside it, so the struct's size and the
+       other fields' offsets are unchanged): O = softmax(scale Q K^T +
+       mask) V with q and k rows of head_dim elements and v and o rows of
+       head_dim_v (DeepSeek's MLA: 192 and 128, or 576 and 512). 0 means
+       head_dim (as before); else 1..FJ_MAX_HEAD_DIM (anything else:
+       FJ_ERR_INVALID_ARGUMENT naming head_dim_v). The scale's default
+       stays 1/sqrt(head_dim); v_stride and o_stride step rows of
+       head_dim_v elements (all-zero: dense [batch, seq, heads,
+       head_dim_v]); lse is unchanged. The CPU backends take any pair;
+       CUDA refuses head_dim_v != head_dim (FJ_ERR_UNSUPPORTED).
+       docs/semantics.md, "Layout". */
+    int head_dim_v;
+    int32_t reserved_i32; /* zero: room for a 32-bit field added later */
+    int64_t reserved[4];  /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_attention_desc;
 
 /* Bits of fj_attention_desc.features (docs/semantics.md states the math).
@@ -350,8 +368,9 @@ FJ_API void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q,
  * FJ_ERR_INVALID_ARGUMENT with the rule in fj_last_error(). Thread-safe. */
 FJ_API fj_status fj_attention_desc_validate(const fj_attention_desc *d);
 
-/* 4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk (FlashAttention's
- * convention, so figures compare with theirs). With FJ_FEATURE_VARLEN or
+/* 4*B*Hq*Sq*Sk*D (2*B*Hq*Sq*Sk*(D + Dv) with head_dim_v), halved when
+ * causal with Sq == Sk (FlashAttention's convention, so figures compare
+ * with theirs). With FJ_FEATURE_VARLEN or
  * FJ_FEATURE_PAGED_KV that of the longest lengths, a bound: count a batch's
  * FLOPs per sequence. */
 FJ_API double fj_attention_flops(const fj_attention_desc *d);
@@ -380,12 +399,16 @@ FJ_API double fj_attention_flops(const fj_attention_desc *d);
  * FJ_FEATURE_PAGED_KV the field "paged<page_size>", in that order, after
  * the softcap's ("b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.alibi.sinks",
  * "b8.hq32.hkv8.sq4096.sk4096.d128.bf16.causal_br.varlen",
- * "b16.hq32.hkv8.sq1.sk8192.d128.bf16.causal_br.paged16"). The scale,
+ * "b16.hq32.hkv8.sq1.sk8192.d128.bf16.causal_br.paged16"). Last, only
+ * where head_dim_v differs from head_dim, the field "dv<head_dim_v>"
+ * ("b1.hq128.hkv1.sq1.sk4096.d576.bf16.causal_br.dv512"; "dv" equal to
+ * the head dim is refused: one problem, one key). The scale,
  * the strides and the pools' page counts are not part of it (a parsed
  * paged key gets batch x ceil(sk / page_size) pages, ceil(sk / page_size)
  * of them per sequence): a key names the shape, the mask, the softcap and
  * the features, which choose the kernel (its tuning point leaves the
- * softcap and the features out: such problems share tiles with plain ones;
+ * softcap, the features and head_dim_v out: such problems share tiles with
+ * plain ones;
  * FJ_PLAN_MEASURE measures the problem without its features, a varlen or
  * paged one as one sequence of the longest lengths).
  * FJ_PROBLEM_KEY_MAX bytes hold any key with its NUL (128 before 1.1's

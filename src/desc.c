@@ -3,11 +3,37 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "problem.h"
 #include "status.h"
+
+/* The desc's layout is the ABI (include/flashjit.h, "Structs and ABI
+   room"): the fields 1.1 added took reserved int64 slots, so its size and
+   every older field's offset are 1.0's. */
+_Static_assert(offsetof(fj_attention_desc, features) ==
+                   offsetof(fj_attention_desc, softcap) + sizeof(float),
+               "features shares softcap's int64 slot");
+_Static_assert(offsetof(fj_attention_desc, page_size) ==
+                   offsetof(fj_attention_desc, softcap) + sizeof(int64_t),
+               "the paged fields take the second and third slots");
+_Static_assert(offsetof(fj_attention_desc, max_pages) ==
+                   offsetof(fj_attention_desc, softcap) + 2 * sizeof(int64_t),
+               "the paged fields take the second and third slots");
+_Static_assert(offsetof(fj_attention_desc, head_dim_v) ==
+                   offsetof(fj_attention_desc, softcap) + 3 * sizeof(int64_t),
+               "head_dim_v takes the fourth slot");
+_Static_assert(offsetof(fj_attention_desc, reserved_i32) ==
+                   offsetof(fj_attention_desc, head_dim_v) + sizeof(int),
+               "reserved_i32 fills the fourth slot");
+_Static_assert(offsetof(fj_attention_desc, reserved) ==
+                   offsetof(fj_attention_desc, softcap) + 4 * sizeof(int64_t),
+               "the room left starts at the fifth slot");
+_Static_assert(sizeof(fj_attention_desc) ==
+                   offsetof(fj_attention_desc, softcap) + 8 * sizeof(int64_t),
+               "1.0's eight reserved int64 slots, the size unchanged");
 
 void fj_attention_desc_init(fj_attention_desc *d, int batch, int heads_q, int heads_kv,
                             int seqlen_q, int seqlen_k, int head_dim, fj_dtype dtype)
@@ -83,16 +109,16 @@ static const char *const axis_names[3] = {"batch", "seq", "head"};
  * left zero) that breaks it is named by its shape, since the caller set no
  * stride. */
 static fj_status fail_extent(const char *name, const int64_t s[3], const int64_t n[3], int head_dim,
-                             bool dense)
+                             const char *dim_name, bool dense)
 {
     const int tensor_len = (int)strcspn(name, "_"); /* "q" of "q_stride" */
     if (dense)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "%.*s: the dense tensor [batch %lld, seq %lld, heads %lld, head_dim %d] "
+                       "%.*s: the dense tensor [batch %lld, seq %lld, heads %lld, %s %d] "
                        "holds more elements than int64 can address (every tensor's extent, in "
                        "bytes, must fit int64)",
                        tensor_len, name, (long long)n[FJ_AXIS_BATCH], (long long)n[FJ_AXIS_SEQ],
-                       (long long)n[FJ_AXIS_HEAD], head_dim);
+                       (long long)n[FJ_AXIS_HEAD], dim_name, head_dim);
     return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                    "%.*s: the tensor's extent (the last element's offset + 1, from %s %lld, "
                    "%lld, %lld over batch %lld, seq %lld, heads %lld) overflows int64 in bytes "
@@ -103,7 +129,7 @@ static fj_status fail_extent(const char *name, const int64_t s[3], const int64_t
 }
 
 static fj_status check_strides(const char *name, const int64_t s[3], const int64_t n[3],
-                               int head_dim, int elem_size, bool dense)
+                               int head_dim, const char *dim_name, int elem_size, bool dense)
 {
     for (int a = 0; a < 3; a++)
         if (s[a] < 0)
@@ -113,7 +139,7 @@ static fj_status check_strides(const char *name, const int64_t s[3], const int64
     int64_t e = extent(s, n, head_dim), bytes;
     if (e < 0 || __builtin_mul_overflow(e, (int64_t)elem_size, &bytes) ||
         (uint64_t)bytes > (uint64_t)SIZE_MAX)
-        return fail_extent(name, s, n, head_dim, dense);
+        return fail_extent(name, s, n, head_dim, dim_name, dense);
     return FJ_OK;
 }
 
@@ -193,6 +219,11 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
                            "reserved[%d] (%lld) must be zero: fill the desc with "
                            "fj_attention_desc_init, then set its fields by name",
                            i, (long long)d->reserved[i]);
+    if (d->reserved_i32)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "reserved_i32 (%d) must be zero: fill the desc with "
+                       "fj_attention_desc_init, then set its fields by name",
+                       (int)d->reserved_i32);
 
     if (d->features &
         ~(uint32_t)(FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV))
@@ -227,6 +258,13 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     if (d->head_dim > FJ_MAX_HEAD_DIM)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "head_dim (%d) must be <= %d", d->head_dim,
                        FJ_MAX_HEAD_DIM);
+    if (d->head_dim_v < 0 || d->head_dim_v > FJ_MAX_HEAD_DIM)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "head_dim_v (%d) must be 0 (the same as head_dim) or in 1..%d (V's and "
+                       "O's head dim)",
+                       d->head_dim_v, FJ_MAX_HEAD_DIM);
+    /* V's and O's rows: head_dim_v elements (0: head_dim's) */
+    const int dim_v = d->head_dim_v ? d->head_dim_v : d->head_dim;
     if (d->heads_q % d->heads_kv != 0)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "heads_q (%d) is not a multiple of heads_kv (%d)",
                        d->heads_q, d->heads_kv);
@@ -290,6 +328,7 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     p->seqlen_q = d->seqlen_q;
     p->seqlen_k = d->seqlen_k;
     p->head_dim = d->head_dim;
+    p->head_dim_v = dim_v;
     p->group = d->heads_q / d->heads_kv;
     p->dtype = d->dtype;
     p->causal = d->causal;
@@ -310,21 +349,21 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
     p->diag_offset = d->causal == FJ_CAUSAL_TOP_LEFT ? 0 : (int64_t)d->seqlen_k - d->seqlen_q;
     p->masked = d->causal != FJ_CAUSAL_NONE || d->window_left >= 0 || d->window_right >= 0;
 
-    /* paged: k and v are pools [num_pages, page_size, heads_kv, head_dim],
-       their first axis the pages' (checked whole here) */
+    /* paged: k and v are pools [num_pages, page_size, heads_kv, head_dim
+       (v: head_dim_v)], their first axis the pages' (checked whole here) */
     struct {
         const char *name;
         const int64_t *in;
         int64_t *out;
-        int seq, heads;
+        int seq, heads, dim;
         bool pool;
     } t[4] = {
-        {"q_stride", d->q_stride, p->q_stride, d->seqlen_q, d->heads_q, false},
+        {"q_stride", d->q_stride, p->q_stride, d->seqlen_q, d->heads_q, d->head_dim, false},
         {"k_stride", d->k_stride, p->k_stride, paged ? d->page_size : d->seqlen_k, d->heads_kv,
-         paged},
+         d->head_dim, paged},
         {"v_stride", d->v_stride, p->v_stride, paged ? d->page_size : d->seqlen_k, d->heads_kv,
-         paged},
-        {"o_stride", d->o_stride, p->o_stride, d->seqlen_q, d->heads_q, false},
+         dim_v, paged},
+        {"o_stride", d->o_stride, p->o_stride, d->seqlen_q, d->heads_q, dim_v, false},
     };
     int es = (int)fj_dtype_size(d->dtype); /* dtype checked above */
     for (int i = 0; i < 4; i++) {
@@ -332,11 +371,14 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
            length here, those of the whole buffers at each execute */
         int64_t n[3] = {t[i].pool ? d->num_pages : varlen ? 1 : d->batch, t[i].seq, t[i].heads};
         bool dense = all_zero(t[i].in);
+        /* v's and o's rows are head_dim_v long: say so where it differs */
+        const char *dim_name =
+            (i == 2 || i == 3) && dim_v != d->head_dim ? "head_dim_v" : "head_dim";
         if (t[i].pool) {
             if (!dense) memcpy(t[i].out, t[i].in, 3 * sizeof(int64_t));
-            else if (!dense_strides(t[i].out, t[i].seq, t[i].heads, d->head_dim))
-                return fail_extent(t[i].name, t[i].out, n, d->head_dim, true);
-            fj_status s = check_strides(t[i].name, t[i].out, n, d->head_dim, es, dense);
+            else if (!dense_strides(t[i].out, t[i].seq, t[i].heads, t[i].dim))
+                return fail_extent(t[i].name, t[i].out, n, t[i].dim, dim_name, true);
+            fj_status s = check_strides(t[i].name, t[i].out, n, t[i].dim, dim_name, es, dense);
             if (s) return fj_fail_prefix(s, "the paged pool (pages x page_size x heads_kv)");
             continue;
         }
@@ -347,17 +389,17 @@ fj_status fj_problem_init(fj_problem *p, const fj_attention_desc *d)
                            "them (all-zero strides: packed [token, heads, head_dim])",
                            t[i].name, (long long)t[i].in[FJ_AXIS_BATCH]);
         if (!dense) memcpy(t[i].out, t[i].in, 3 * sizeof(int64_t));
-        else if (!dense_strides(t[i].out, t[i].seq, t[i].heads, d->head_dim))
-            return fail_extent(t[i].name, t[i].out, n, d->head_dim, true);
+        else if (!dense_strides(t[i].out, t[i].seq, t[i].heads, t[i].dim))
+            return fail_extent(t[i].name, t[i].out, n, t[i].dim, dim_name, true);
         if (varlen) t[i].out[FJ_AXIS_BATCH] = 0;
-        fj_status s = check_strides(t[i].name, t[i].out, n, d->head_dim, es, dense);
+        fj_status s = check_strides(t[i].name, t[i].out, n, t[i].dim, dim_name, es, dense);
         if (s) return s;
     }
     /* varlen: the token axis holds every sequence's rows, so it is checked
        as holding at least two whatever the longest sequence */
     int64_t on[3] = {varlen ? 1 : d->batch, varlen && d->seqlen_q < 2 ? 2 : d->seqlen_q,
                      d->heads_q};
-    return check_output_rows(p->o_stride, on, d->head_dim);
+    return check_output_rows(p->o_stride, on, dim_v);
 }
 
 fj_status fj_problem_varlen_extents(const fj_problem *p, int32_t total_q, int32_t total_k)
@@ -365,18 +407,18 @@ fj_status fj_problem_varlen_extents(const fj_problem *p, int32_t total_q, int32_
     struct {
         const char *count, *tensors;
         int32_t tokens;
-        int heads;
+        int heads, dim;
         const int64_t *s;
     } t[4] = {
-        {"total_q", "q", total_q, p->heads_q, p->q_stride},
-        {"total_k", "k", total_k, p->heads_kv, p->k_stride},
-        {"total_k", "v", total_k, p->heads_kv, p->v_stride},
-        {"total_q", "o", total_q, p->heads_q, p->o_stride},
+        {"total_q", "q", total_q, p->heads_q, p->head_dim, p->q_stride},
+        {"total_k", "k", total_k, p->heads_kv, p->head_dim, p->k_stride},
+        {"total_k", "v", total_k, p->heads_kv, p->head_dim_v, p->v_stride},
+        {"total_q", "o", total_q, p->heads_q, p->head_dim_v, p->o_stride},
     };
     const int es = (int)fj_dtype_size(p->dtype);
     for (int i = 0; i < 4; i++) {
         if (t[i].tokens == 0) continue;
-        int64_t n[3] = {1, t[i].tokens, t[i].heads}, e = extent(t[i].s, n, p->head_dim), bytes;
+        int64_t n[3] = {1, t[i].tokens, t[i].heads}, e = extent(t[i].s, n, t[i].dim), bytes;
         if (e < 0 || __builtin_mul_overflow(e, (int64_t)es, &bytes) ||
             (uint64_t)bytes > (uint64_t)SIZE_MAX)
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
@@ -388,7 +430,7 @@ fj_status fj_problem_varlen_extents(const fj_problem *p, int32_t total_q, int32_
        batch's token axis may still run into the next head's rows (a
        [heads, tokens, head_dim] layout too short for total_q tokens) */
     int64_t on[3] = {1, total_q, p->heads_q};
-    fj_status s = total_q > 0 ? check_output_rows(p->o_stride, on, p->head_dim) : FJ_OK;
+    fj_status s = total_q > 0 ? check_output_rows(p->o_stride, on, p->head_dim_v) : FJ_OK;
     if (s) return fj_fail_prefix(s, "total_q (%d)", (int)total_q);
     int64_t lse;
     if (__builtin_mul_overflow((int64_t)p->heads_q * total_q, (int64_t)sizeof(float), &lse) ||
@@ -463,9 +505,10 @@ fj_status fj_merge_problem_init(fj_merge_problem *m, const fj_merge_desc *d)
         fj_status s;
         if (!dense) memcpy(t[i].out, t[i].in, 3 * sizeof(int64_t));
         else if (!dense_strides(t[i].out, d->seqlen_q, d->heads_q, d->head_dim))
-            return fj_fail_prefix(fail_extent(t[i].name, t[i].out, n, d->head_dim, true),
+            return fj_fail_prefix(fail_extent(t[i].name, t[i].out, n, d->head_dim, "head_dim",
+                                              true),
                                   "fj_merge");
-        if ((s = check_strides(t[i].name, t[i].out, n, d->head_dim, es, dense)))
+        if ((s = check_strides(t[i].name, t[i].out, n, d->head_dim, "head_dim", es, dense)))
             return fj_fail_prefix(s, "fj_merge");
     }
     fj_status s = check_output_rows(m->o_stride, n, d->head_dim);
@@ -490,21 +533,31 @@ int64_t fj_problem_q_extent(const fj_problem *p)
     return extent_of(p->q_stride, p->batch, p->seqlen_q, p->heads_q, p->head_dim);
 }
 
-int64_t fj_problem_kv_extent(const fj_problem *p, const int64_t stride[3])
+static int64_t kv_extent(const fj_problem *p, const int64_t stride[3], int dim)
 {
-    if (p->paged) return extent_of(stride, p->num_pages, p->page_size, p->heads_kv, p->head_dim);
-    return extent_of(stride, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
+    if (p->paged) return extent_of(stride, p->num_pages, p->page_size, p->heads_kv, dim);
+    return extent_of(stride, p->batch, p->seqlen_k, p->heads_kv, dim);
+}
+
+int64_t fj_problem_k_extent(const fj_problem *p) { return kv_extent(p, p->k_stride, p->head_dim); }
+
+int64_t fj_problem_v_extent(const fj_problem *p)
+{
+    return kv_extent(p, p->v_stride, p->head_dim_v);
 }
 
 int64_t fj_problem_o_extent(const fj_problem *p)
 {
-    return extent_of(p->o_stride, p->batch, p->seqlen_q, p->heads_q, p->head_dim);
+    return extent_of(p->o_stride, p->batch, p->seqlen_q, p->heads_q, p->head_dim_v);
 }
 
 double fj_attention_flops(const fj_attention_desc *d)
 {
     if (!d) return 0.0;
-    double f = 4.0 * d->batch * d->heads_q * (double)d->seqlen_q * d->seqlen_k * d->head_dim;
+    /* 2 x D per score (Q K^T) and 2 x Dv per score (P V) */
+    const int dv = d->head_dim_v > 0 ? d->head_dim_v : d->head_dim;
+    double f = 2.0 * d->batch * d->heads_q * (double)d->seqlen_q * d->seqlen_k *
+               ((double)d->head_dim + dv);
     if (d->causal != FJ_CAUSAL_NONE && d->seqlen_q == d->seqlen_k) f *= 0.5;
     return f;
 }

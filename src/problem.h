@@ -13,7 +13,8 @@ enum { FJ_AXIS_BATCH = 0, FJ_AXIS_SEQ = 1, FJ_AXIS_HEAD = 2 };
 
 typedef struct fj_problem {
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
-    int group; /* heads_q / heads_kv: query heads per kv head */
+    int head_dim_v; /* V's and O's rows: resolved (head_dim when the desc said 0) */
+    int group;      /* heads_q / heads_kv: query heads per kv head */
     fj_dtype dtype;
     fj_causal causal;
     int window_left, window_right; /* -1 = unbounded */
@@ -33,7 +34,7 @@ typedef struct fj_problem {
        may have; the execute's fj_exec_inputs place them. */
     bool varlen;
     /* FJ_FEATURE_PAGED_KV: k and v are page pools [num_pages, page_size,
-       heads_kv, head_dim] (k_stride/v_stride: page, row, head), the
+       heads_kv, head_dim (v: head_dim_v)] (k_stride/v_stride: page, row, head), the
        execute's block table [batch, bt_stride] (max_pages columns read at
        most) and seqused_k place each sequence's keys; seqlen_k the most a
        sequence may use. Zero without the feature. */
@@ -108,8 +109,9 @@ fj_status fj_problem_varlen_extents(const fj_problem *p, int32_t total_q, int32_
 /* Number of elements from the base pointer to one past the last element the
  * tensor touches (the extent to allocate for a strided tensor). */
 int64_t fj_problem_q_extent(const fj_problem *p);
-int64_t fj_problem_kv_extent(const fj_problem *p, const int64_t stride[3]);
-int64_t fj_problem_o_extent(const fj_problem *p);
+int64_t fj_problem_k_extent(const fj_problem *p); /* paged: the pool's */
+int64_t fj_problem_v_extent(const fj_problem *p); /* rows of head_dim_v; paged: the pool's */
+int64_t fj_problem_o_extent(const fj_problem *p); /* rows of head_dim_v */
 
 /* A validated merge (fj_merge): the public fj_merge_desc with dense strides
  * resolved. */

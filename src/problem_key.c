@@ -10,7 +10,8 @@
  * shortest decimal that reads back as the same float, with 'p' for the
  * decimal point ('.' separates fields), e.g. "sc50", "sc2p5", "sc1e-05"
  * (softcap_text says which form); then, with the features, ".alibi",
- * ".sinks", ".varlen" and ".paged<page_size>", in that order. */
+ * ".sinks", ".varlen" and ".paged<page_size>", in that order; last, only
+ * where V's head dim differs from head_dim, ".dv<head_dim_v>". */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@
 
 #define KEY_FORM                                                                              \
     "b<batch>.hq<heads_q>.hkv<heads_kv>.sq<seqlen_q>.sk<seqlen_k>.d<head_dim>.<dtype>.<mask>" \
-    "[.sc<softcap>][.alibi][.sinks][.varlen][.paged<page_size>]"
+    "[.sc<softcap>][.alibi][.sinks][.varlen][.paged<page_size>][.dv<head_dim_v>]"
 
 /* The mask fields after the dtype, as one string ("nomask", "causal_br.wl256"). */
 static void mask_text(fj_causal causal, int window_left, int window_right, char *buf, size_t n)
@@ -59,28 +60,29 @@ static void softcap_text(float v, char *buf, size_t n)
         if (*c == '.') *c = 'p';
 }
 
-static int key_text(int batch, int hq, int hkv, int sq, int sk, int d, fj_dtype dtype,
+static int key_text(int batch, int hq, int hkv, int sq, int sk, int d, int dv, fj_dtype dtype,
                     fj_causal causal, int wl, int wr, float softcap, bool alibi, bool sinks,
                     bool varlen, int page_size, char *buf, size_t n)
 {
-    char mask[64], cap[40] = "", paged[24] = "";
+    char mask[64], cap[40] = "", paged[24] = "", vdim[24] = "";
     if (page_size > 0) snprintf(paged, sizeof paged, ".paged%d", page_size);
+    if (dv != d) snprintf(vdim, sizeof vdim, ".dv%d", dv);
     mask_text(causal, wl, wr, mask, sizeof mask);
     if (softcap > 0.0f) {
         char v[32];
         softcap_text(softcap, v, sizeof v);
         snprintf(cap, sizeof cap, ".sc%s", v);
     }
-    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s%s%s", batch, hq, hkv, sq, sk,
-                    d, fj_dtype_name(dtype), mask, cap, alibi ? ".alibi" : "",
-                    sinks ? ".sinks" : "", varlen ? ".varlen" : "", paged);
+    return snprintf(buf, n, "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s%s%s%s", batch, hq, hkv, sq,
+                    sk, d, fj_dtype_name(dtype), mask, cap, alibi ? ".alibi" : "",
+                    sinks ? ".sinks" : "", varlen ? ".varlen" : "", paged, vdim);
 }
 
 void fj_problem_key_of(const fj_problem *p, char *buf, size_t n)
 {
-    key_text(p->batch, p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim, p->dtype,
-             p->causal, p->window_left, p->window_right, p->softcap, p->alibi, p->sinks, p->varlen,
-             p->paged ? p->page_size : 0, buf, n);
+    key_text(p->batch, p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim,
+             p->head_dim_v, p->dtype, p->causal, p->window_left, p->window_right, p->softcap,
+             p->alibi, p->sinks, p->varlen, p->paged ? p->page_size : 0, buf, n);
 }
 
 void fj_problem_format(const fj_problem *p, char *buf, size_t n)
@@ -208,20 +210,21 @@ static bool parse_softcap(const char *f, float *out)
     "sc<softcap> (the softcap as the shortest decimal that reads back exactly, 'p' for the " \
     "point: sc50, sc2p5)"
 
-#define TAIL_FORM                                                                              \
-    SOFTCAP_FORM ", then alibi, then sinks, then varlen, then paged<page_size>, each at most " \
-                 "once, in that order"
+#define TAIL_FORM                                                                      \
+    SOFTCAP_FORM ", then alibi, then sinks, then varlen, then paged<page_size>, then " \
+                 "dv<head_dim_v>, each at most once, in that order"
 
 /* The fields after the mask, each optional, in this order: sc<softcap>,
-   alibi, sinks, varlen, paged<N>. f holds the first (already read); after:
+   alibi, sinks, varlen, paged<N>, dv<N> (N != head_dim: a key names V's
+   head dim only where it differs, so one problem has one key). f holds the first (already read); after:
    what they follow ("'nomask'", "the mask"), for messages. A paged key's
    pools get the pages its sequences can use: ceil(sk / N) a sequence,
    batch times that in all. */
 static fj_status tail_fields(cursor *c, fj_attention_desc *d, char *f, size_t n, const char *after)
 {
-    int stage = 0; /* 1: softcap seen, 2: alibi seen, 3: sinks seen, 4: varlen seen, 5: paged */
+    int stage = 0; /* 1: softcap seen, 2: alibi, 3: sinks, 4: varlen, 5: paged, 6: dv */
     do {
-        int page_size;
+        int page_size, dv;
         if (stage < 1 && parse_softcap(f, &d->softcap)) {
             stage = 1;
         } else if (stage < 2 && !strcmp(f, "alibi")) {
@@ -247,13 +250,25 @@ static fj_status tail_fields(cursor *c, fj_attention_desc *d, char *f, size_t n,
             d->max_pages = per_seq;
             d->num_pages = (int)pages;
             stage = 5;
+        } else if (stage < 6 && !strncmp(f, "dv", 2) && parse_number(f + 2, &dv)) {
+            if (dv < 1 || dv > FJ_MAX_HEAD_DIM || dv == d->head_dim) {
+                char want[160];
+                snprintf(want, sizeof want,
+                         "dv<head_dim_v> with head_dim_v in 1..%d and not %d "
+                         "(the head_dim: a key has dv only where V's head dim differs)",
+                         FJ_MAX_HEAD_DIM, d->head_dim);
+                return bad(c, f, want);
+            }
+            d->head_dim_v = dv;
+            stage = 6;
         } else {
             const char *what = stage == 0   ? after
                                : stage == 1 ? "the softcap"
                                : stage == 2 ? "alibi"
                                : stage == 3 ? "sinks"
                                : stage == 4 ? "varlen"
-                                            : "paged";
+                               : stage == 5 ? "paged"
+                                            : "dv";
             return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                            "problem key '%s': nothing may follow %s but " TAIL_FORM
                            " (field %d is '%s')",
@@ -266,7 +281,7 @@ static fj_status tail_fields(cursor *c, fj_attention_desc *d, char *f, size_t n,
 }
 
 /* "nomask", or [causal_br|causal_tl][.wl<N>][.wr<N>] with at least one; then
-   the optional tail: sc<softcap>, alibi, sinks, varlen, paged<N>. */
+   the optional tail: sc<softcap>, alibi, sinks, varlen, paged<N>, dv<N>. */
 static fj_status mask_fields(cursor *c, fj_attention_desc *d)
 {
     char f[32];
@@ -289,7 +304,7 @@ static fj_status mask_fields(cursor *c, fj_attention_desc *d)
         int v;
         if (stage >= 1 &&
             (parse_softcap(f, &d->softcap) || !strcmp(f, "alibi") || !strcmp(f, "sinks") ||
-             !strcmp(f, "varlen") || !strncmp(f, "paged", 5))) {
+             !strcmp(f, "varlen") || !strncmp(f, "paged", 5) || !strncmp(f, "dv", 2))) {
             d->softcap = 0.0f; /* tail_fields reads the field again */
             return tail_fields(c, d, f, sizeof f, "the mask");
         } else if (stage < 1 && (!strcmp(f, "causal_br") || !strcmp(f, "causal_tl"))) {

@@ -96,7 +96,7 @@ static void test_desc_rules(void **state)
     fj_attention_desc_init(&d, 1, 12, 5, 8, 8, 64, FJ_F32);
     expect_invalid(&d, "heads_q (12) is not a multiple of heads_kv (5)");
     fj_attention_desc_init(&d, 1, 1, 1, 8, 8, FJ_MAX_HEAD_DIM + 1, FJ_F32);
-    expect_invalid(&d, "head_dim (513) must be <= 512");
+    expect_invalid(&d, "head_dim (577) must be <= 576");
     fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, (fj_dtype)3);
     expect_invalid(&d, "dtype");
     fj_attention_desc_init(&d, 1, 1, 1, 8, 8, 64, FJ_F32);
@@ -472,10 +472,11 @@ static void test_context_options(void **state)
 static void test_reserved_room(void **state)
 {
     (void)state;
-    enum { SLOTS = 8, DESC_SLOTS = 5 };
+    enum { SLOTS = 8, DESC_SLOTS = 4 };
     /* fj_attention_desc's first slot holds softcap and features, the next
-       two the paged KV cache's four ints (1.0's layout: 8 slots after
-       o_stride, the size unchanged). */
+       two the paged KV cache's four ints, the fourth head_dim_v and
+       reserved_i32 (1.0's layout: 8 slots after o_stride, the size
+       unchanged). */
     assert_int_equal(sizeof((fj_attention_desc *)0)->reserved, DESC_SLOTS * sizeof(int64_t));
     assert_int_equal(offsetof(fj_attention_desc, softcap),
                      offsetof(fj_attention_desc, o_stride) + 3 * sizeof(int64_t));
@@ -489,8 +490,12 @@ static void test_reserved_room(void **state)
                      offsetof(fj_attention_desc, softcap) + 2 * sizeof(int64_t));
     assert_int_equal(offsetof(fj_attention_desc, block_table_stride),
                      offsetof(fj_attention_desc, max_pages) + sizeof(int));
-    assert_int_equal(offsetof(fj_attention_desc, reserved),
+    assert_int_equal(offsetof(fj_attention_desc, head_dim_v),
                      offsetof(fj_attention_desc, softcap) + 3 * sizeof(int64_t));
+    assert_int_equal(offsetof(fj_attention_desc, reserved_i32),
+                     offsetof(fj_attention_desc, head_dim_v) + sizeof(int));
+    assert_int_equal(offsetof(fj_attention_desc, reserved),
+                     offsetof(fj_attention_desc, softcap) + 4 * sizeof(int64_t));
     assert_int_equal(sizeof(fj_attention_desc),
                      offsetof(fj_attention_desc, softcap) + SLOTS * sizeof(int64_t));
     assert_int_equal(sizeof((fj_context_options *)0)->reserved, SLOTS * sizeof(int64_t));
@@ -511,6 +516,12 @@ static void test_reserved_room(void **state)
         d.features |= FJ_FEATURE_PAGED_KV;
         d.page_size = d.num_pages = d.max_pages = 1;
         assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+        /* head_dim_v: init leaves it 0 (head_dim's), reserved_i32 zero */
+        assert_int_equal(d.head_dim_v, 0);
+        assert_int_equal(d.reserved_i32, 0);
+        d.reserved_i32 = -3;
+        expect_invalid(&d, "reserved_i32 (-3) must be zero");
+        assert_non_null(strstr(fj_last_error(), "fj_attention_desc_init"));
     }
     /* fj_execute_extras (1.1.0: two pointers and six int64 slots): the
        varlen fields took four slots, the block table one, its size

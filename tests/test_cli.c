@@ -335,6 +335,84 @@ static void test_bench_paged_grid(void **state)
     assert_null(strstr(fx->r.out, "!")); /* no row failed its check */
 }
 
+/* `run --head-dim-v` and `bench --head-dim-v`: V's own head dim on both CPU
+ * backends, dense (prefill, MLA's MQA decode), varlen and paged (pages
+ * shuffled: the pools' unused rows NaN), each checked against the
+ * reference; the key ends in .dv<N>; bench sets it on every grid row (none
+ * where it equals the row's head dim) and reports it in --json and --csv;
+ * bad values refused naming the flag. */
+static void test_head_dim_v(void **state)
+{
+    fixture *fx = *state;
+    static const char *const backends[] = {"cpu", "reference"};
+    for (int i = 0; i < 2; i++) {
+        run_cli(fx, NULL, NULL, "run", "--backend", backends[i], "--head-dim", "192",
+                "--head-dim-v", "128", "--seqlen-q", "70", "--seqlen-k", "130", "--heads-q", "4",
+                "--heads-kv", "2", "--causal", "--dtype", "f32", "--check", "--lse", "--repeat",
+                "2", "--warmup", "0", NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        expect_in(fx->r.out, "b1.hq4.hkv2.sq70.sk130.d192.f32.causal_br.dv128 ", "stdout");
+        run_cli(fx, NULL, NULL, "run", "--backend", backends[i], "--head-dim", "576",
+                "--head-dim-v", "512", "--seqlen-q", "1", "--seqlen-k", "300", "--heads-q", "16",
+                "--heads-kv", "1", "--check", "--lse", "--repeat", "2", "--warmup", "0", NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        expect_in(fx->r.out, "b1.hq16.hkv1.sq1.sk300.d576.bf16.nomask.dv512 ", "stdout");
+        run_cli(fx, NULL, NULL, "run", "--backend", backends[i], "--head-dim", "40", "--head-dim-v",
+                "72", "--varlen", "17,1:40,0:5,3:0", "--heads-q", "4", "--heads-kv", "2",
+                "--causal", "--dtype", "f16", "--check", "--lse", "--repeat", "2", "--warmup", "0",
+                NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        expect_in(fx->r.out, "b4.hq4.hkv2.sq17.sk40.d40.f16.causal_br.varlen.dv72 ", "stdout");
+        run_cli(fx, NULL, NULL, "run", "--backend", backends[i], "--head-dim", "96", "--head-dim-v",
+                "33", "--page-size", "7", "--kv-lens", "100,1,0,37", "--seqlen-q", "2", "--heads-q",
+                "8", "--heads-kv", "2", "--causal", "--dtype", "bf16", "--check", "--shuffle-pages",
+                "--seed", "3", "--repeat", "2", "--warmup", "0", NULL);
+        fjt_cli_expect_status(&fx->r, 0);
+        expect_in(fx->r.out, "b4.hq8.hkv2.sq2.sk100.d96.bf16.causal_br.paged7.dv33 ", "stdout");
+        expect_in(fx->r.out, i ? "cpu_reference_paged" : "cpu_tiled_paged", "stdout");
+    }
+    /* equal dims: the plain problem's key */
+    run_cli(fx, NULL, NULL, "run", "--backend", "cpu", "--head-dim", "32", "--head-dim-v", "32",
+            "--seqlen-q", "4", "--repeat", "1", "--warmup", "0", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in(fx->r.out, "b1.hq8.hkv8.sq4.sk4.d32.bf16.nomask ", "stdout");
+    run_cli(fx, NULL, NULL, "bench", "--grid", "smoke", "--head-dim-v", "40", "--dtypes", "f32",
+            "--list", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in(fx->r.out, "b1.hq2.hkv2.sq64.sk64.d64.f32.nomask.dv40\n", "stdout");
+    expect_in(fx->r.out, "b1.hq4.hkv2.sq1.sk128.d64.f32.nomask.dv40\n", "stdout");
+    run_cli(fx, NULL, NULL, "bench", "--grid", "smoke", "--head-dim-v", "64", "--dtypes", "f32",
+            "--list", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    assert_null(strstr(fx->r.out, ".dv"));
+    run_cli(fx, NULL, NULL, "bench", "--grid", "smoke", "--head-dim-v", "100", "--dtypes", "f16",
+            "--backends", "cpu,reference", "--check", "--json", "--repeat", "1", "--warmup", "0",
+            "--quiet", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in(fx->r.out, "\"head_dim\": 64, \"head_dim_v\": 100", "stdout");
+    expect_in(fx->r.out, "\"problem\": \"b1.hq4.hkv2.sq1.sk128.d64.f16.nomask.dv100\"", "stdout");
+    run_cli(fx, NULL, NULL, "bench", "--grid", "smoke", "--dtypes", "f32", "--backends", "cpu",
+            "--csv", "--repeat", "1", "--warmup", "0", "--quiet", NULL);
+    fjt_cli_expect_status(&fx->r, 0);
+    expect_in(fx->r.out, ",head_dim,head_dim_v,causal,", "stdout");
+    expect_in(fx->r.out, ",64,64,none,", "stdout");
+    static const struct {
+        const char *args[4];
+        const char *message;
+    } bad[] = {
+        {{"run", "--head-dim-v", "577"}, "--head-dim-v: '577' is not an integer in [0, 576]"},
+        {{"run", "--head-dim-v=-1"}, "--head-dim-v: '-1' is not an integer in [0, 576]"},
+        {{"run", "--head-dim-v", "wide"}, "--head-dim-v: 'wide' is not an integer"},
+        {{"bench", "--head-dim-v", "600"}, "--head-dim-v: '600' is not an integer in [0, 576]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run_cli(fx, NULL, NULL, bad[i].args[0], bad[i].args[1], bad[i].args[2], bad[i].args[3],
+                NULL);
+        fjt_cli_expect_status(&fx->r, 2);
+        expect_in(fx->r.err, bad[i].message, "stderr");
+    }
+}
+
 /* FLASHJIT_LOG: an unknown value stops the program with the accepted ones
  * named (it was silently off); the known ones work. */
 static void test_log_values(void **state)
@@ -421,6 +499,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_run_varlen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_paged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bench_paged_grid, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_head_dim_v, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_info_reports_nvrtc, setup, teardown),
     };

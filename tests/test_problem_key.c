@@ -28,6 +28,7 @@ static void expect_same_fields(const fj_attention_desc *a, const fj_attention_de
     assert_int_equal(a->window_right, b->window_right);
     assert_true(a->softcap == b->softcap);
     assert_int_equal(a->features, b->features);
+    assert_int_equal(fjt_dim_v(a), fjt_dim_v(b));
 }
 
 static void test_random_problems_round_trip(void **state)
@@ -36,10 +37,12 @@ static void test_random_problems_round_trip(void **state)
     static const int seqlens[] = {1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1000, 4096};
     static const int dims[] = {1, 7, 8, 31, 32, 64, 96, 128, 255, 256};
     static const fj_dtype dtypes[] = {FJ_F32, FJ_F16, FJ_BF16};
-    fjt_axes axes = {seqlens, 13, dims, 10, dtypes, 3, 1e9};
+    /* V's head dims too: a key has dv<N> only where it differs */
+    static const int dims_v[] = {1, 7, 32, 64, 128, 192, 512, 576};
+    fjt_axes axes = {seqlens, 13, dims, 10, dtypes, 3, 1e9, dims_v, 8};
     fjt_rng rng;
     fjt_rng_init(&rng, fjt_seed());
-    int windows = 0, causal = 0;
+    int windows = 0, causal = 0, vdims = 0;
     for (int i = 0; i < 2000; i++) {
         fj_attention_desc d, back;
         fjt_random_desc(&rng, &axes, &d);
@@ -48,6 +51,17 @@ static void test_random_problems_round_trip(void **state)
         char key[FJ_PROBLEM_KEY_MAX], again[FJ_PROBLEM_KEY_MAX];
         assert_int_equal(fj_problem_key(&d, key, sizeof key), FJ_OK);
         assert_null(strchr(key, ' '));
+        /* ".dv<N>" ends the key exactly where V's head dim differs */
+        const char *dv = strstr(key, ".dv");
+        if (fjt_dim_v(&d) != d.head_dim) {
+            char want[24];
+            snprintf(want, sizeof want, ".dv%d", d.head_dim_v);
+            if (!dv || strcmp(dv, want)) fail_msg("%s does not end in %s", key, want);
+            vdims++;
+        } else if (dv) {
+            fail_msg("%s has a dv field, yet head_dim_v is %d (head_dim %d)", key, d.head_dim_v,
+                     d.head_dim);
+        }
         if (fj_problem_key_parse(key, &back) != FJ_OK)
             fail_msg("%s does not parse back: %s", key, fj_last_error());
         expect_same_fields(&d, &back);
@@ -58,6 +72,7 @@ static void test_random_problems_round_trip(void **state)
         for (int a = 0; a < 3; a++) assert_true(back.q_stride[a] == 0 && back.o_stride[a] == 0);
     }
     assert_true(windows > 100 && causal > 100); /* the menus cover the mask kinds */
+    assert_true(vdims > 500);
 }
 
 static void test_spellings(void **state)
@@ -80,7 +95,7 @@ static void test_spellings(void **state)
         {1, 1, 1, 5, 5, 8, FJ_F32, FJ_CAUSAL_NONE, -1, 3, "b1.hq1.hkv1.sq5.sk5.d8.f32.wr3"},
         {2147483647 / 65536, 1, 1, 65536, 2147483647, FJ_MAX_HEAD_DIM, FJ_BF16,
          FJ_CAUSAL_BOTTOM_RIGHT, 2147483647, 2147483647,
-         "b32767.hq1.hkv1.sq65536.sk2147483647.d512.bf16.causal_br.wl2147483647.wr2147483647"},
+         "b32767.hq1.hkv1.sq65536.sk2147483647.d576.bf16.causal_br.wl2147483647.wr2147483647"},
         {1, 4, 2, 1, 300, 257, FJ_F16, FJ_CAUSAL_NONE, -1, -1,
          "b1.hq4.hkv2.sq1.sk300.d257.f16.nomask"},
     };
@@ -170,6 +185,13 @@ static void test_softcap_field(void **state)
     if (fj_problem_key(&d, key, sizeof key)) fail_msg("longest key: %s", fj_last_error());
     assert_true(strlen(key) < FJ_PROBLEM_KEY_MAX);
     assert_non_null(strstr(key, ".alibi.sinks.varlen.paged2147483647"));
+    /* and V's head dim: its field, at most ".dv576", fits after the
+       longest of the rest (which no valid problem with it reaches: wider
+       v and o rows make these extents overflow) */
+    assert_true(strlen(key) + strlen(".dv576") < FJ_PROBLEM_KEY_MAX);
+    d.head_dim_v = 512;
+    assert_int_equal(fj_problem_key(&d, key, sizeof key), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_error(), "head_dim_v 512"));
 }
 
 /* ALiBi and sinks: ".alibi" then ".sinks" after the mask and the softcap,
@@ -256,6 +278,83 @@ static void test_features_field(void **state)
     assert_string_equal(plain.point, featured.point);
 }
 
+/* V's head dim: ".dv<N>" last, only where it differs from head_dim (so one
+ * problem has one key), after every other field; the round trip keeps it;
+ * the tuning point leaves it out (V's rows share tiles with Q's). */
+static void test_head_dim_v_field(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key;
+        int head_dim, head_dim_v;
+        uint32_t features;
+    } ok[] = {
+        {"b1.hq128.hkv1.sq1.sk4096.d576.bf16.causal_br.dv512", 576, 512, 0},
+        {"b2.hq16.hkv16.sq4096.sk4096.d192.bf16.causal_br.dv128", 192, 128, 0},
+        {"b2.hq16.hkv16.sq4096.sk4096.d128.f16.nomask.dv192", 128, 192, 0},
+        {"b1.hq1.hkv1.sq1.sk1.d1.f32.nomask.dv576", 1, 576, 0},
+        {"b1.hq1.hkv1.sq1.sk1.d576.f32.wl3.wr0.dv1", 576, 1, 0},
+        {"b1.hq8.hkv8.sq1.sk4096.d64.bf16.nomask.sc50.alibi.sinks.dv32", 64, 32,
+         FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS},
+        {"b3.hq8.hkv8.sq1.sk4095.d64.bf16.nomask.sc50.alibi.sinks.varlen.paged1.dv33", 64, 33,
+         FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS | FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV},
+        {"b16.hq32.hkv8.sq1.sk8192.d576.bf16.causal_br.paged16.dv512", 576, 512,
+         FJ_FEATURE_PAGED_KV},
+        {"b4.hq8.hkv2.sq7.sk100.d64.f16.causal_tl.wl3.varlen.dv128", 64, 128, FJ_FEATURE_VARLEN},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        fj_attention_desc d;
+        if (fj_problem_key_parse(ok[i].key, &d)) fail_msg("%s: %s", ok[i].key, fj_last_error());
+        assert_int_equal(d.head_dim, ok[i].head_dim);
+        assert_int_equal(d.head_dim_v, ok[i].head_dim_v);
+        assert_int_equal(d.features, ok[i].features);
+        char key[FJ_PROBLEM_KEY_MAX];
+        assert_int_equal(fj_problem_key(&d, key, sizeof key), FJ_OK);
+        assert_string_equal(key, ok[i].key);
+    }
+    static const struct {
+        const char *key, *message;
+    } bad[] = {
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv64", "field 9 ('dv64') is not dv<head_dim_v> "
+                                                     "with head_dim_v in 1..576 and not 64"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv0", "field 9 ('dv0') is not dv<head_dim_v>"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv577", "field 9 ('dv577')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv032", "nothing may follow 'nomask' but"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv", "nothing may follow 'nomask' but"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv-8", "nothing may follow 'nomask' but"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv32.dv32", "nothing may follow dv"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv32.alibi", "nothing may follow dv"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv32.paged16", "nothing may follow dv"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.causal_br.dv32.wl3", "nothing may follow dv"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv32.", "ends with '.'"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.bf16.dv32", "field 8 ('dv32')"},
+        {"b1.hq8.hkv8.sq1.sk4.d64.dv32.bf16.nomask", "field 7 ('dv32') is not a dtype"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fj_attention_desc d;
+        fj_attention_desc_init(&d, 3, 3, 3, 3, 3, 3, FJ_F16);
+        fj_attention_desc before = d;
+        if (fj_problem_key_parse(bad[i].key, &d) != FJ_ERR_INVALID_ARGUMENT)
+            fail_msg("'%s' parsed", bad[i].key);
+        if (!strstr(fj_last_error(), bad[i].message))
+            fail_msg("'%s': message '%s' lacks '%s'", bad[i].key, fj_last_error(), bad[i].message);
+        assert_memory_equal(&d, &before, sizeof d);
+    }
+    /* the tuning point leaves V's head dim out: such problems share tiles */
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 2, 8, 8, 3000, 5000, 192, FJ_BF16);
+    fj_problem p;
+    fj_tuning_entry plain, vdim;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    assert_int_equal(p.head_dim_v, 192);
+    fj_tuning_key_for(&p, "cpu", "x86_64", "cpu_tiled", &plain);
+    d.head_dim_v = 128;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    assert_int_equal(p.head_dim_v, 128);
+    fj_tuning_key_for(&p, "cpu", "x86_64", "cpu_tiled", &vdim);
+    assert_string_equal(plain.point, vdim.point);
+}
+
 static void test_malformed_keys_are_refused(void **state)
 {
     (void)state;
@@ -303,7 +402,7 @@ static void test_malformed_keys_are_refused(void **state)
         /* Well formed, but the desc's rules refuse it. */
         {"b0.hq8.hkv8.sq1.sk4.d64.bf16.nomask", "batch (0) must be >= 1"},
         {"b1.hq8.hkv3.sq1.sk4.d64.bf16.nomask", "heads_q (8) is not a multiple of heads_kv (3)"},
-        {"b1.hq8.hkv8.sq1.sk4.d513.bf16.nomask", "head_dim (513) must be <= 512"},
+        {"b1.hq8.hkv8.sq1.sk4.d577.bf16.nomask", "head_dim (577) must be <= 576"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj_attention_desc d;
@@ -383,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_spellings),
         cmocka_unit_test(test_softcap_field),
         cmocka_unit_test(test_features_field),
+        cmocka_unit_test(test_head_dim_v_field),
         cmocka_unit_test(test_malformed_keys_are_refused),
         cmocka_unit_test(test_buffer_and_invalid_desc),
         cmocka_unit_test(test_points),

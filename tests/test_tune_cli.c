@@ -315,7 +315,7 @@ static void test_bad_flags_exit_2_naming_the_flag(void **state)
         {{"--write"}, 2, "--write and --output exclude each other"},
         {{"--", "--decode"}, 2, "unexpected argument '--decode'"},
         {{"--head-dims", "0"}, 2, "--head-dims: '0' is not a head dim"},
-        {{"--head-dims", "64,513"}, 2, "--head-dims: '513' is not a head dim in 1..512"},
+        {{"--head-dims", "64,577"}, 2, "--head-dims: '577' is not a head dim in 1..576"},
         {{"--head-dims", "sixty"}, 2, "--head-dims: 'sixty'"},
         {{"--head-dims"}, 2, "--head-dims needs"},
         {{"--head-dims", "--decode"}, 2, "--head-dims needs"},
@@ -335,7 +335,7 @@ static void test_bad_flags_exit_2_naming_the_flag(void **state)
         {{"--backend", "cuda", "--head-dims", "264"},
          2,
          "--head-dims: 264 is not a multiple of 8 in 8..256, which the CUDA kernels need "
-         "(--backend cpu takes any head dim up to 512)"},
+         "(--backend cpu takes any head dim up to 576)"},
         {{"--backend", "cuda", "--dtypes", "f32"}, 2, "--dtypes"},
         {{"--backend", "cuda", "--configs", "q64k128"}, 2, "--configs: 'q64k128'"},
     };

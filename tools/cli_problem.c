@@ -40,6 +40,7 @@ const char *cli_problem_flags_help(void)
     return "problem (every flag has a default):\n"
            "  --batch N (1)  --heads-q N (8)  --heads-kv N (= heads-q)\n"
            "  --seqlen-q N (1024)  --seqlen-k N (= seqlen-q)  --head-dim N (128)\n"
+           "  --head-dim-v N (V's and O's head dim; 0: = head-dim; CPU backends)\n"
            "  --dtype f32|f16|bf16 (bf16)  --scale X (0: 1/sqrt(head_dim))\n"
            "  --causal [none|bottom-right|top-left] (none; alone: bottom-right)\n"
            "  --window LEFT,RIGHT (-1,-1: unbounded)\n"
@@ -304,6 +305,7 @@ static const problem_flag problem_flags[] = {
     {"seqlen-q", required_argument, set_desc_int, DESC(seqlen_q), 1, 1 << 30},
     {"seqlen-k", required_argument, set_desc_int, DESC(seqlen_k), 1, 1 << 30},
     {"head-dim", required_argument, set_desc_int, DESC(head_dim), 1, FJ_MAX_HEAD_DIM},
+    {"head-dim-v", required_argument, set_desc_int, DESC(head_dim_v), 0, FJ_MAX_HEAD_DIM},
     {"dtype", required_argument, set_dtype, 0, 0, 0},
     {"backend", required_argument, set_backend, 0, 0, 0},
     {"causal", optional_argument, set_causal, 0, 0, 0},
@@ -413,11 +415,19 @@ void cli_table_row(const char *backend, const char *key, double ms, double tflop
            err, kernel);
 }
 
+/* V's and O's head dim: head_dim_v, or head_dim when it is 0. */
+static int dim_v(const fj_attention_desc *d)
+{
+    return d->head_dim_v > 0 ? d->head_dim_v : d->head_dim;
+}
+
 double cli_min_bytes(const fj_attention_desc *d, bool with_lse)
 {
     double es = (double)elem_size(d->dtype);
-    double qo = 2.0 * d->batch * d->heads_q * (double)d->seqlen_q * d->head_dim * es;
-    double kv = 2.0 * d->batch * d->heads_kv * (double)d->seqlen_k * d->head_dim * es;
+    /* q and k rows of head_dim, v and o rows of head_dim_v */
+    const double dims = (double)d->head_dim + dim_v(d);
+    double qo = (double)d->batch * d->heads_q * (double)d->seqlen_q * dims * es;
+    double kv = (double)d->batch * d->heads_kv * (double)d->seqlen_k * dims * es;
     double lse = with_lse ? 4.0 * d->batch * d->heads_q * (double)d->seqlen_q : 0;
     return qo + kv + lse;
 }
@@ -429,8 +439,8 @@ double cli_min_bytes(const fj_attention_desc *d, bool with_lse)
  * data all the same; timing does not depend on the values, only on their
  * not being zeros or NaNs). */
 typedef struct host_tensors {
-    size_t nq, nk, no, nlse; /* elements of each tensor */
-    size_t hq, hk, ho, hlse; /* elements held on the host */
+    size_t nq, nk, nv, no, nlse; /* elements of each tensor (v, o: rows of head_dim_v) */
+    size_t hq, hk, hv, ho, hlse; /* elements held on the host */
     void *q, *k, *v, *o;
     float *lse;
     int heads_q;
@@ -498,19 +508,22 @@ static fj_status host_make(host_tensors *h, const fj_attention_desc *d, const cl
     size_t tq = (size_t)d->batch * d->seqlen_q, tk = (size_t)d->batch * d->seqlen_k;
     if (vl && vl->n) varlen_tokens(vl, &tq, &tk);
     /* (at least one element each: an empty batch still passes buffers) */
-    h->nq = h->no = tq ? tq * d->heads_q * d->head_dim : 1;
+    h->nq = tq ? tq * d->heads_q * d->head_dim : 1;
+    h->no = tq ? tq * d->heads_q * dim_v(d) : 1;
     h->nk = tk ? tk * d->heads_kv * d->head_dim : 1;
+    h->nv = tk ? tk * d->heads_kv * dim_v(d) : 1;
     h->nlse = tq ? (size_t)d->heads_q * tq : 1;
     h->heads_q = d->heads_q;
     h->features = d->features;
     if (!cap) cap = SIZE_MAX;
     h->hq = min_size(h->nq, cap);
     h->hk = min_size(h->nk, cap);
+    h->hv = min_size(h->nv, cap);
     h->ho = min_size(h->no, cap);
     h->hlse = min_size(h->nlse, cap);
     h->q = malloc(h->hq * es);
     h->k = malloc(h->hk * es);
-    h->v = malloc(h->hk * es);
+    h->v = malloc(h->hv * es);
     h->o = malloc(h->ho * es);
     h->lse = malloc(h->hlse * sizeof(float));
     if (!h->q || !h->k || !h->v || !h->o || !h->lse) {
@@ -521,7 +534,7 @@ static fj_status host_make(host_tensors *h, const fj_attention_desc *d, const cl
     uint64_t st = seed * 0x2545f4914f6cdd1dull + 1;
     fill_random(h->q, d->dtype, h->hq, &st);
     fill_random(h->k, d->dtype, h->hk, &st);
-    fill_random(h->v, d->dtype, h->hk, &st);
+    fill_random(h->v, d->dtype, h->hv, &st);
     return FJ_OK;
 }
 
@@ -567,7 +580,7 @@ static fj_status dev_make(dev_tensors *t, fj_context *ctx, const host_tensors *h
     fj_status s;
     if ((s = fj_malloc(ctx, h->nq * es, &t->q)) ||
         (with_kv && (s = fj_malloc(ctx, h->nk * es, &t->k))) ||
-        (with_kv && (s = fj_malloc(ctx, h->nk * es, &t->v))) ||
+        (with_kv && (s = fj_malloc(ctx, h->nv * es, &t->v))) ||
         (s = fj_malloc(ctx, h->no * es, &t->o)) ||
         (s = fj_malloc(ctx, h->nlse * sizeof(float), (void **)&t->lse)))
         goto fail;
@@ -575,7 +588,7 @@ static fj_status dev_make(dev_tensors *t, fj_context *ctx, const host_tensors *h
     memset(h->lse, 0xff, h->hlse * sizeof(float));
     if ((s = upload_repeated(ctx, t->q, h->q, h->nq, h->hq, es)) ||
         (with_kv && (s = upload_repeated(ctx, t->k, h->k, h->nk, h->hk, es))) ||
-        (with_kv && (s = upload_repeated(ctx, t->v, h->v, h->nk, h->hk, es))) ||
+        (with_kv && (s = upload_repeated(ctx, t->v, h->v, h->nv, h->hv, es))) ||
         (s = upload_repeated(ctx, t->o, h->o, h->no, h->ho, es)) ||
         (s = upload_repeated(ctx, t->lse, h->lse, h->nlse, h->hlse, sizeof(float))))
         goto fail;
@@ -652,12 +665,13 @@ static fj_status run_sequences_on(fj_context *ctx, const fj_attention_desc *d, c
     if (s) return s;
     size_t q0 = 0, k0 = 0;
     const size_t qrow = (size_t)d->heads_q * d->head_dim, krow = (size_t)d->heads_kv * d->head_dim;
+    const size_t vrow = (size_t)d->heads_kv * dim_v(d), orow = (size_t)d->heads_q * dim_v(d);
     for (int b = 0; b < vl->n && !s; b++) {
         const int sq = vl->len_q[b], sk = vl->len_k[b];
         if (sq && !sk) {
-            void *zeros = calloc((size_t)sq * qrow, es);
-            s = zeros ? fj_copy_to_device(ctx, (char *)t.o + q0 * qrow * es, zeros,
-                                          (size_t)sq * qrow * es)
+            void *zeros = calloc((size_t)sq * orow, es);
+            s = zeros ? fj_copy_to_device(ctx, (char *)t.o + q0 * orow * es, zeros,
+                                          (size_t)sq * orow * es)
                       : FJ_ERR_OUT_OF_MEMORY;
             free(zeros);
         } else if (sq) {
@@ -668,8 +682,8 @@ static fj_status run_sequences_on(fj_context *ctx, const fj_attention_desc *d, c
             one.seqlen_q = sq;
             one.seqlen_k = sk;
             s = fj_attention_ex(ctx, &one, (char *)t.q + q0 * qrow * es,
-                                (char *)t.k + k0 * krow * es, (char *)t.v + k0 * krow * es,
-                                (char *)t.o + q0 * qrow * es, NULL, &t.x, NULL);
+                                (char *)t.k + k0 * krow * es, (char *)t.v + k0 * vrow * es,
+                                (char *)t.o + q0 * orow * es, NULL, &t.x, NULL);
         }
         q0 += (size_t)sq;
         k0 += (size_t)sk;
@@ -781,14 +795,19 @@ static fj_status dev_paged_make(dev_paged *p, fj_context *ctx, const fj_attentio
                 (long long)used, P, d->num_pages);
         return FJ_ERR_INVALID_ARGUMENT;
     }
-    const size_t es = elem_size(d->dtype), row = (size_t)d->heads_kv * d->head_dim;
-    const size_t page_elems = (size_t)P * row, pool_elems = (size_t)d->num_pages * page_elems;
+    /* k's rows head_dim long, v's head_dim_v: a pool each */
+    const size_t es = elem_size(d->dtype);
+    const size_t rows[2] = {(size_t)d->heads_kv * d->head_dim, (size_t)d->heads_kv * dim_v(d)};
+    const size_t page_elems[2] = {(size_t)P * rows[0], (size_t)P * rows[1]};
+    const size_t pool_elems[2] = {(size_t)d->num_pages * page_elems[0],
+                                  (size_t)d->num_pages * page_elems[1]};
     const size_t table_n = (size_t)vl->n * (size_t)cols;
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)d->num_pages);
     int32_t *table = malloc(sizeof(int32_t) * (table_n ? table_n : 1));
     int32_t *lens = malloc(sizeof(int32_t) * (size_t)(vl->n ? vl->n : 1));
-    const bool exact = h->hk == h->nk;
-    char *pool = exact ? malloc(pool_elems * es) : NULL;
+    const bool exact = h->hk == h->nk && h->hv == h->nv;
+    char *pool =
+        exact ? malloc((pool_elems[0] > pool_elems[1] ? pool_elems[0] : pool_elems[1]) * es) : NULL;
     fj_status s = FJ_ERR_OUT_OF_MEMORY;
     if (!perm || !table || !lens || (exact && !pool)) goto out;
     for (int g = 0; g < d->num_pages; g++) perm[g] = g;
@@ -804,8 +823,8 @@ static fj_status dev_paged_make(dev_paged *p, fj_context *ctx, const fj_attentio
         lens[b] = vl->len_k[b];
         for (int j = 0; j < pages_of(vl->len_k[b], P); j++) table[(size_t)b * cols + j] = perm[g++];
     }
-    if ((s = fj_malloc(ctx, pool_elems * es, &p->k)) ||
-        (s = fj_malloc(ctx, pool_elems * es, &p->v)) ||
+    if ((s = fj_malloc(ctx, pool_elems[0] * es, &p->k)) ||
+        (s = fj_malloc(ctx, pool_elems[1] * es, &p->v)) ||
         (s = fj_malloc(ctx, sizeof(int32_t) * (table_n ? table_n : 1), (void **)&p->table)) ||
         (s = fj_malloc(ctx, sizeof(int32_t) * (size_t)(vl->n ? vl->n : 1), (void **)&p->used)) ||
         (s = fj_copy_to_device(ctx, p->table, table, sizeof(int32_t) * table_n)) ||
@@ -813,22 +832,23 @@ static fj_status dev_paged_make(dev_paged *p, fj_context *ctx, const fj_attentio
         goto out;
     for (int t = 0; t < 2 && !s; t++) {
         void *src = t ? h->v : h->k, *dst = t ? p->v : p->k;
+        const size_t row = rows[t];
         if (!exact) {
-            s = upload_repeated(ctx, dst, src, pool_elems, h->hk, es);
+            s = upload_repeated(ctx, dst, src, pool_elems[t], t ? h->hv : h->hk, es);
             continue;
         }
-        memset(pool, 0xff, pool_elems * es); /* NaN in every dtype */
+        memset(pool, 0xff, pool_elems[t] * es); /* NaN in every dtype */
         size_t k0 = 0;
         for (int b = 0; b < vl->n; b++) {
             const int L = vl->len_k[b];
             for (int j = 0; j * P < L; j++) {
-                const size_t rows = (size_t)(L - j * P < P ? L - j * P : P);
-                memcpy(pool + (size_t)table[(size_t)b * cols + j] * page_elems * es,
-                       (const char *)src + (k0 + (size_t)j * P) * row * es, rows * row * es);
+                const size_t n = (size_t)(L - j * P < P ? L - j * P : P);
+                memcpy(pool + (size_t)table[(size_t)b * cols + j] * page_elems[t] * es,
+                       (const char *)src + (k0 + (size_t)j * P) * row * es, n * row * es);
             }
             k0 += (size_t)L;
         }
-        s = fj_copy_to_device(ctx, dst, pool, pool_elems * es);
+        s = fj_copy_to_device(ctx, dst, pool, pool_elems[t] * es);
     }
     if (!s) {
         x->block_table = p->table;
@@ -847,7 +867,8 @@ double cli_varlen_flops(const fj_attention_desc *d, const int *len_q, const int 
 {
     double f = 0;
     for (int b = 0; b < n; b++) {
-        double one = 4.0 * d->heads_q * (double)len_q[b] * len_k[b] * d->head_dim;
+        /* 2 x D per score for Q K^T, 2 x Dv for P V (fj_attention_flops) */
+        double one = 2.0 * d->heads_q * (double)len_q[b] * len_k[b] * (d->head_dim + dim_v(d));
         if (d->causal != FJ_CAUSAL_NONE && len_q[b] == len_k[b]) one *= 0.5;
         f += one;
     }
@@ -949,8 +970,8 @@ fj_status cli_measure_ex(fj_context *ctx, fj_context *ref, const fj_attention_de
         varlen_tokens(vl, &tq, &tk);
         const double es = (double)elem_size(d->dtype);
         flops = cli_varlen_flops(d, vl->len_q, vl->len_k, vl->n);
-        bytes = 2.0 * (double)tq * d->heads_q * d->head_dim * es +
-                2.0 * (double)tk * d->heads_kv * d->head_dim * es +
+        bytes = (double)tq * d->heads_q * (d->head_dim + dim_v(d)) * es +
+                (double)tk * d->heads_kv * (d->head_dim + dim_v(d)) * es +
                 (with_lse ? 4.0 * d->heads_q * (double)tq : 0);
     }
     r->tflops = flops / (r->ms_median * 1e-3) / 1e12;

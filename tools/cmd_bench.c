@@ -26,8 +26,10 @@ typedef struct bench_grid {
     int ndtypes;
 } bench_grid;
 
-/* 0, or 2 with a message (an unknown grid, a bad line, too many shapes). */
-static int grid_rows(const char *name, bench_grid *bg)
+/* 0, or 2 with a message (an unknown grid, a bad line, too many shapes).
+ * head_dim_v >= 0 (--head-dim-v): every row's V head dim (0 or the row's
+ * head dim: none); -1: each key's own. */
+static int grid_rows(const char *name, int head_dim_v, bench_grid *bg)
 {
     cli_grid g;
     int rc = cli_grid_load("bench", "--grid", name, &g);
@@ -35,6 +37,7 @@ static int grid_rows(const char *name, bench_grid *bg)
     memset(bg, 0, sizeof *bg);
     for (int i = 0; i < g.count && !rc; i++) {
         fj_attention_desc d = g.rows[i];
+        if (head_dim_v >= 0) d.head_dim_v = head_dim_v == d.head_dim ? 0 : head_dim_v;
         bool have = false;
         for (int t = 0; t < bg->ndtypes; t++) have |= bg->dtypes[t] == d.dtype;
         if (!have) bg->dtypes[bg->ndtypes++] = d.dtype;
@@ -54,9 +57,10 @@ static void help(void)
 {
     printf("usage: flashjit bench [--grid NAME] [--backends LIST] [--dtypes LIST] [--repeat N]\n"
            "                      [--warmup N] [--check] [--json | --csv] [--plot FILE.svg]\n"
-           "                      [--plot-metric tflops|gbps] [--plot-log] [--list] [--quiet]\n\n"
-           "Times a grid of problems: median ms, TFLOP/s (4*B*H*Sq*Sk*D, halved for causal\n"
-           "when Sq == Sk), GB/s of the fewest bytes (q, k, v read once, o written once),\n"
+           "                      [--plot-metric tflops|gbps] [--plot-log] [--list] [--quiet]\n"
+           "                      [--head-dim-v N]\n\n"
+           "Times a grid of problems: median ms, TFLOP/s (2*B*H*Sq*Sk*(D+Dv), halved for\n"
+           "causal when Sq == Sk), GB/s of the fewest bytes (q, k, v read once, o written once),\n"
            "kernel launches per call, and the kernel or CPU method. Each row is named by its\n"
            "problem key (b4.hq16.hkv16.sq4096.sk4096.d128.bf16.causal_br).\n\n"
            "  --grid NAME   tools/grids/NAME.txt (%s), or a file\n"
@@ -68,6 +72,8 @@ static void help(void)
            "         and chunked-prefill rows next to their dense twins)\n"
            "  --backends auto,cuda,cpu,reference    (default: auto)\n"
            "  --dtypes bf16,f16,f32   instead of the grid's dtypes\n"
+           "  --head-dim-v N   V's and O's head dim of every row (0: the same as the row's\n"
+           "         head dim); else each key's own (.dv<N>, or its head dim). CPU backends\n"
            "  --list        print the grid's problem keys (after --dtypes) and exit\n"
            "  --plot FILE.svg   also write a bar chart of TFLOP/s: one group per shape and\n"
            "         dtype, one bar per backend (a self-contained SVG, replaced atomically;\n"
@@ -123,6 +129,7 @@ typedef struct bench_options {
     const char *grid;      /* NULL: by the first context's backend */
     const char *plot_path; /* NULL: no plot */
     int nb, nd, repeat, warmup;
+    int head_dim_v; /* --head-dim-v: V's head dim of every row; -1: each key's own */
     output_format format;
     plot_metric metric;
     bool check, list, plot_log, quiet;
@@ -143,7 +150,8 @@ enum {
     OPT_CSV,
     OPT_CHECK,
     OPT_LIST,
-    OPT_QUIET
+    OPT_QUIET,
+    OPT_HEAD_DIM_V
 };
 
 static const cli_option bench_opts[] = {
@@ -160,13 +168,19 @@ static const cli_option bench_opts[] = {
     {"check", no_argument, OPT_CHECK},
     {"list", no_argument, OPT_LIST},
     {"quiet", no_argument, OPT_QUIET},
+    {"head-dim-v", required_argument, OPT_HEAD_DIM_V},
     {NULL, 0, 0},
 };
 
 /* -1: go on; otherwise the exit status (0 after --help, 2 on a usage error). */
 static int parse_options(int argc, char **argv, bench_options *o)
 {
-    *o = (bench_options){.nb = 1, .repeat = 30, .warmup = 5, .argc = argc, .argv = argv};
+    *o = (bench_options){.nb = 1,
+                         .repeat = 30,
+                         .warmup = 5,
+                         .head_dim_v = -1,
+                         .argc = argc,
+                         .argv = argv};
     backends[0] = FJ_BACKEND_AUTO;
     bool json = false, csv = false;
     const cli_option *const tables[] = {bench_opts, NULL};
@@ -213,6 +227,9 @@ static int parse_options(int argc, char **argv, bench_options *o)
         case OPT_CHECK: o->check = true; break;
         case OPT_LIST: o->list = true; break;
         case OPT_QUIET: o->quiet = true; break;
+        case OPT_HEAD_DIM_V:
+            if (!cli_parse_int("bench", a, val, 0, FJ_MAX_HEAD_DIM, &o->head_dim_v)) return 2;
+            break;
         }
     }
     if (cli_no_arguments(&p)) return 2;
@@ -235,7 +252,8 @@ typedef struct bench_plot {
     double gbps[MAX_GROUPS * MAX_BACKENDS];   /* the same for GB/s */
 } bench_plot;
 
-/* "b1 h8 s4096 d128 causal bf16": heads and lengths once when q and kv agree. */
+/* "b1 h8 s4096 d128 causal bf16": heads and lengths once when q and kv
+ * agree; "d192/128" where V's head dim differs. */
 static void plot_label(const fj_attention_desc *d, char *buf, size_t n)
 {
     char heads[32], seqs[32];
@@ -246,7 +264,11 @@ static void plot_label(const fj_attention_desc *d, char *buf, size_t n)
     const char *mask = d->causal == FJ_CAUSAL_NONE       ? ""
                        : d->causal == FJ_CAUSAL_TOP_LEFT ? " causal-tl"
                                                          : " causal";
-    snprintf(buf, n, "b%d %s %s d%d%s %s", d->batch, heads, seqs, d->head_dim, mask,
+    char dims[32];
+    if (d->head_dim_v > 0 && d->head_dim_v != d->head_dim)
+        snprintf(dims, sizeof dims, "d%d/%d", d->head_dim, d->head_dim_v);
+    else snprintf(dims, sizeof dims, "d%d", d->head_dim);
+    snprintf(buf, n, "b%d %s %s %s%s %s", d->batch, heads, seqs, dims, mask,
              fj_dtype_name(d->dtype));
 }
 
@@ -400,11 +422,11 @@ static void json_key_string(const char *key, const char *v)
     else fputs("null", stdout);
 }
 
-static const char *const csv_columns[] = {"backend",  "dtype",      "batch",    "heads_q",
-                                          "heads_kv", "seqlen_q",   "seqlen_k", "head_dim",
-                                          "causal",   "ms",         "tflops",   "gbps",
-                                          "launches", "rel_err",    "kernel",   "problem",
-                                          "error",    "description"};
+static const char *const csv_columns[] = {"backend",    "dtype",    "batch",      "heads_q",
+                                          "heads_kv",   "seqlen_q", "seqlen_k",   "head_dim",
+                                          "head_dim_v", "causal",   "ms",         "tflops",
+                                          "gbps",       "launches", "rel_err",    "kernel",
+                                          "problem",    "error",    "description"};
 #define NCSV (sizeof csv_columns / sizeof csv_columns[0])
 
 /* --json's metadata: what made the numbers (version, devices, date, command). */
@@ -465,8 +487,9 @@ static void print_result(output_format format, bool first, const fj_attention_de
         json_key_string("backend", backend);
         json_key_string("dtype", fj_dtype_name(d->dtype));
         printf(", \"batch\": %d, \"heads_q\": %d, \"heads_kv\": %d, \"seqlen_q\": %d, "
-               "\"seqlen_k\": %d, \"head_dim\": %d",
-               d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim);
+               "\"seqlen_k\": %d, \"head_dim\": %d, \"head_dim_v\": %d",
+               d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
+               d->head_dim_v > 0 ? d->head_dim_v : d->head_dim);
         json_key_string("causal", fj_causal_name(d->causal));
         json_number("ms", "%.6f", ms);
         json_number("ms_min", "%.6f", res ? res->ms_min : NAN);
@@ -482,7 +505,7 @@ static void print_result(output_format format, bool first, const fj_attention_de
         json_key_string("error", error);
         printf("}");
     } else if (format == OUTPUT_CSV) {
-        char num[9][64];
+        char num[10][64];
         const char *f[NCSV];
         snprintf(num[0], 64, "%d", d->batch);
         snprintf(num[1], 64, "%d", d->heads_q);
@@ -490,6 +513,7 @@ static void print_result(output_format format, bool first, const fj_attention_de
         snprintf(num[3], 64, "%d", d->seqlen_q);
         snprintf(num[4], 64, "%d", d->seqlen_k);
         snprintf(num[5], 64, "%d", d->head_dim);
+        snprintf(num[9], 64, "%d", d->head_dim_v > 0 ? d->head_dim_v : d->head_dim);
         /* empty: absent */
         num[6][0] = num[7][0] = num[8][0] = '\0';
         if (isfinite(ms)) snprintf(num[6], 64, "%.6f", ms);
@@ -506,6 +530,7 @@ static void print_result(output_format format, bool first, const fj_attention_de
                                  num[3],
                                  num[4],
                                  num[5],
+                                 num[9],
                                  fj_causal_name(d->causal),
                                  num[6],
                                  num[7],
@@ -640,10 +665,11 @@ static void list_rows(const bench_grid *bg, const bench_options *o)
         }
 }
 
-/* The grid's rows, and its dtypes unless --dtypes gave them. */
+/* The grid's rows (with --head-dim-v's V head dim), and its dtypes unless
+ * --dtypes gave them. */
 static int load_grid(bench_options *o, bench_grid *bg)
 {
-    int rc = grid_rows(o->grid, bg);
+    int rc = grid_rows(o->grid, o->head_dim_v, bg);
     if (!rc && !o->nd) {
         o->nd = bg->ndtypes;
         memcpy(dtypes, bg->dtypes, sizeof bg->dtypes);

@@ -11,7 +11,8 @@ most once; then, with a softcap, sc<value> (the shortest decimal that reads
 back as the same float32, 'p' for the point: sc50, sc2p5, sc1e-05); then
 "alibi", "sinks", "varlen" and "paged<page_size>" (FJ_FEATURE_ALIBI,
 FJ_FEATURE_SINKS, FJ_FEATURE_VARLEN, FJ_FEATURE_PAGED_KV with its page size),
-in that order, each at most once. The C library's fj_problem_key_parse is the
+in that order, each at most once; last, only where V's head dim differs from
+head_dim, "dv<head_dim_v>" (fj_attention_desc.head_dim_v). The C library's fj_problem_key_parse is the
 definition; this reader follows it, and `problem_key.py --check
 path/to/flashjit` (a meson test) compares the two on every grid and on a grid
 of keys with every tail field: the keys this module lists for a grid must be
@@ -29,15 +30,15 @@ import sys
 
 GRIDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grids")
 INT_MAX = 2**31 - 1
-MAX_HEAD_DIM = 512  # FJ_MAX_HEAD_DIM
+MAX_HEAD_DIM = 576  # FJ_MAX_HEAD_DIM
 DTYPES = ("f32", "f16", "bf16")
 
 Problem = collections.namedtuple(
     "Problem",
     "batch heads_q heads_kv seqlen_q seqlen_k head_dim dtype causal window_left window_right softcap alibi "
-    "sinks varlen page_size")
-# page_size 0: not paged
-Problem.__new__.__defaults__ = ("none", -1, -1, 0.0, False, False, False, 0)
+    "sinks varlen page_size head_dim_v")
+# page_size 0: not paged; head_dim_v 0: the same as head_dim (the key has no dv field)
+Problem.__new__.__defaults__ = ("none", -1, -1, 0.0, False, False, False, 0, 0)
 
 
 def _f32(x):
@@ -81,11 +82,12 @@ def format_key(p):
         mask.append("wl%d" % p.window_left)
     if p.window_right >= 0:
         mask.append("wr%d" % p.window_right)
-    return "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s%s%s" % (
+    return "b%d.hq%d.hkv%d.sq%d.sk%d.d%d.%s.%s%s%s%s%s%s%s" % (
         p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, p.dtype,
         ".".join(mask) or "nomask", ".sc" + softcap_text(p.softcap) if p.softcap > 0 else "",
         ".alibi" if p.alibi else "", ".sinks" if p.sinks else "", ".varlen" if p.varlen else "",
-        ".paged%d" % p.page_size if p.page_size else "")
+        ".paged%d" % p.page_size if p.page_size else "",
+        ".dv%d" % p.head_dim_v if p.head_dim_v and p.head_dim_v != p.head_dim else "")
 
 
 def _number(field, prefix, what):
@@ -109,7 +111,12 @@ def parse_key(key):
             raise ValueError("field '%s' is not a dtype" % fields[6])
         causal, wl, wr, cap = "none", -1, -1, 0.0
         mask = fields[7:]
-        page_size = 0
+        page_size = head_dim_v = 0
+        if len(mask) > 1 and mask[-1].startswith("dv"):
+            head_dim_v = _number(mask.pop(), "dv", "head_dim_v")
+            if not 1 <= head_dim_v <= MAX_HEAD_DIM or head_dim_v == n[5]:
+                raise ValueError("field 'dv%d' is not dv<head_dim_v> with head_dim_v in 1..%d and "
+                                 "not %d" % (head_dim_v, MAX_HEAD_DIM, n[5]))
         if len(mask) > 1 and mask[-1].startswith("paged"):
             page_size = _number(mask.pop(), "paged", "page_size")
             if page_size < 1:
@@ -140,7 +147,7 @@ def parse_key(key):
                     raise ValueError("field '%s' is not the next mask field" % f)
     except ValueError as e:
         raise ValueError("problem key '%s': %s" % (key, e)) from None
-    p = Problem(*n, fields[6], causal, wl, wr, cap, alibi, sinks, varlen, page_size)
+    p = Problem(*n, fields[6], causal, wl, wr, cap, alibi, sinks, varlen, page_size, head_dim_v)
     if page_size and p.batch * -(-p.seqlen_k // page_size) > INT_MAX:
         raise ValueError("problem key '%s': its pools would need batch x ceil(sk / %d) pages, "
                          "more than num_pages (an int) holds" % (key, page_size))
@@ -235,7 +242,13 @@ GOOD_KEYS = (
     "b2.hq4.hkv2.sq20.sk50.d64.f16.nomask.varlen",
     "b2.hq4.hkv2.sq20.sk50.d64.f16.causal_br.alibi.paged64",
     "b1.hq4.hkv2.sq3.sk300.d512.bf16.causal_br",
+    "b1.hq4.hkv2.sq2.sk300.d576.bf16.causal_br",
     "b1.hq2.hkv1.sq1.sk9.d257.f32.nomask",
+    "b1.hq16.hkv1.sq1.sk4096.d576.bf16.causal_br.dv512",
+    "b2.hq16.hkv16.sq512.sk512.d192.bf16.causal_br.dv128",
+    "b1.hq8.hkv8.sq1.sk64.d1.f32.nomask.dv576",
+    "b3.hq4.hkv2.sq20.sk50.d64.f16.causal_br.sc50.alibi.sinks.varlen.paged7.dv33",
+    "b2.hq4.hkv2.sq1.sk100.d576.bf16.nomask.paged16.dv512",
 )
 BAD_KEYS = (
     "b01.hq1.hkv1.sq1.sk1.d8.f32.nomask", "b1.hq1.hkv1.sq1.sk1.d8.f32.wl1.causal_br",
@@ -251,7 +264,12 @@ BAD_KEYS = (
     "b1.hq8.hkv8.sq1.sk4.d64.bf16.paged16", "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged16.",
     "b100000.hq8.hkv8.sq1.sk2147483647.d64.bf16.nomask.paged1",
     "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.paged2147483648",
-    "b1.hq8.hkv8.sq1.sk4.d513.bf16.nomask",
+    "b1.hq8.hkv8.sq1.sk4.d577.bf16.nomask",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv64", "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv0",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv577", "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv032",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv32.paged16",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv32.dv32", "b1.hq8.hkv8.sq1.sk4.d64.bf16.dv32",
+    "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv", "b1.hq8.hkv8.sq1.sk4.d64.bf16.nomask.dv32.",
 )
 
 

@@ -11,7 +11,7 @@
 #include "tune.h"
 #include "tune/target.h"
 
-_Static_assert(FJ_MAX_HEAD_DIM == 512, "--head-dims' message says 1..512");
+_Static_assert(FJ_MAX_HEAD_DIM == 576, "--head-dims' message says 1..576");
 
 #define CMD "tune"
 
@@ -43,7 +43,7 @@ static const char usage_text[] =
     "                       dim, dtype and mask\n"
     "  --decode-seqlen-k N  its keys (default 8192 on CUDA, 4096 on the CPU)\n"
     "axes (each replaces that axis of the default grid; not with another grid):\n"
-    "  --head-dims LIST     e.g. 64,128 (1..512; CUDA: multiples of 8 in 8..256)\n"
+    "  --head-dims LIST     e.g. 64,128 (1..576; CUDA: multiples of 8 in 8..256)\n"
     "  --dtypes LIST        bf16,f16 (CUDA) or f32,f16,bf16 (CPU)\n"
     "  --causal LIST        none,bottom-right,top-left (the causal ones share an\n"
     "                       entry)\n"
@@ -191,7 +191,7 @@ static const struct list_flag {
     item_fn item;
     const char *expect, *example;
 } list_flags[] = {
-    {"--head-dims", head_dim_item, "is not a head dim in 1..512", "64,128"},
+    {"--head-dims", head_dim_item, "is not a head dim in 1..576", "64,128"},
     {"--dtypes", dtype_item, "is not one of f32, f16, bf16", "bf16,f16"},
     {"--causal", causal_item, "is not one of none, bottom-right, top-left", "none,bottom-right"},
     {"--seqlens", seqlen_item, "is not a sequence length in 1..1048576 (1: decode)",

@@ -42,6 +42,7 @@ def desc_for(problem, where):
     d.num_pages = problem.num_pages
     d.max_pages = problem.max_pages
     d.block_table_stride = problem.block_table_stride
+    d.head_dim_v = problem.head_dim_v
     _lib.check(_lib.lib.fj_attention_desc_validate(ctypes.byref(d)), where)
     with _descs_lock:
         if len(_descs) >= _DESC_CACHE_MAX:

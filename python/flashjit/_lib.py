@@ -61,7 +61,8 @@ class Desc(ctypes.Structure):
                 ("softcap", ctypes.c_float), ("features", ctypes.c_uint32),
                 ("page_size", ctypes.c_int), ("num_pages", ctypes.c_int),
                 ("max_pages", ctypes.c_int), ("block_table_stride", ctypes.c_int),
-                ("reserved", ctypes.c_int64 * 5)]
+                ("head_dim_v", ctypes.c_int), ("reserved_i32", ctypes.c_int32),
+                ("reserved", ctypes.c_int64 * 4)]
 
 
 class ExecuteExtras(ctypes.Structure):

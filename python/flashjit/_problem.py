@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional, Tuple
 from . import _lib
 
 INT_MAX = 2**31 - 1
-MAX_HEAD_DIM = 512  # FJ_MAX_HEAD_DIM (the CPU backends)
+MAX_HEAD_DIM = 576  # FJ_MAX_HEAD_DIM (the CPU backends)
 CUDA_MAX_HEAD_DIM = 256  # src/cuda/jit/kernel_desc.h's FJ_CUDA_MAX_HEAD_DIM
 CUDA_ROW_ALIGN_ELEMS = 8  # the CUDA kernels move 16-byte rows of 2-byte elements
 CUDA_PTR_ALIGN = 16
@@ -71,6 +71,9 @@ class Problem(NamedTuple):
     num_pages: int = 0
     max_pages: int = 0
     block_table_stride: int = 0
+    # V's and O's head dim where it differs from head_dim (DeepSeek's MLA);
+    # 0: the same (fj_attention_desc.head_dim_v)
+    head_dim_v: int = 0
 
     @property
     def empty(self):
@@ -78,8 +81,13 @@ class Problem(NamedTuple):
         return self.batch == 0 or self.seqlen_q == 0 or self.heads_q == 0
 
     @property
+    def dim_v(self):
+        """The length of v's and out's rows."""
+        return self.head_dim_v or self.head_dim
+
+    @property
     def out_shape(self):
-        return (self.batch, self.seqlen_q, self.heads_q, self.head_dim)
+        return (self.batch, self.seqlen_q, self.heads_q, self.dim_v)
 
     @property
     def lse_shape(self):
@@ -214,6 +222,21 @@ def _rows_overlap(strides, shape, head_dim):
     return False
 
 
+def check_dim_v(q, v, D, Dv, where, cuda):
+    """V's head dim (its last dimension) may differ from q's and k's (the
+    CPU backends; CUDA refuses it): 1..MAX_HEAD_DIM. Returns the
+    Problem's head_dim_v (0 where it equals D)."""
+    if Dv < 1 or Dv > MAX_HEAD_DIM:
+        _fail(ValueError, where, "%s's head_dim (%d, head_dim_v) must be in 1..%d"
+              % (v.name, Dv, MAX_HEAD_DIM))
+    if cuda and Dv != D:
+        _fail(ValueError, where,
+              "head_dim_v: %s's head_dim (%d) differs from %s's (%d), which the CUDA backend does "
+              "not take (its kernels need one head_dim); CPU tensors take any head_dim_v in 1..%d"
+              % (v.name, Dv, q.name, D, MAX_HEAD_DIM))
+    return 0 if Dv == D else Dv
+
+
 def _check_values(q, k, v, where):
     """The dtype and device rules of q, k and v: a dtype flashjit computes,
     one dtype, one device (also the varlen and KV-cache calls', _seq)."""
@@ -236,7 +259,6 @@ def check(q, k, v, out=None, *, causal=None, window=(-1, -1), scale=None, backen
           where="flashjit.attention"):
     """Checks a call on the operands' metadata; returns its Problem or
     raises TypeError/ValueError naming the argument and the rule."""
-    qkv = "%s, %s and %s" % (q.name, k.name, v.name)
     for t in (q, k, v) + ((out,) if out is not None else ()):
         if len(t.shape) != 4:
             _fail(ValueError, where, "%s must be 4-D, got shape %s" % (t.name, tuple(t.shape)))
@@ -246,13 +268,15 @@ def check(q, k, v, out=None, *, causal=None, window=(-1, -1), scale=None, backen
 
     B, Sq, Hq, D = q.shape
     _, Sk, Hkv, _ = k.shape
+    Dv = v.shape[3]  # V's and the output's head dim: D, or head_dim_v (MLA)
     for t in (k, v):
         if t.shape[0] != B:
             _fail(ValueError, where, "batch sizes differ: %s has %d and %s has %d"
                   % (q.name, B, t.name, t.shape[0]))
-        if t.shape[3] != D:
-            _fail(ValueError, where, "head_dim differs: %s has %d and %s has %d; %s need one "
-                  "head_dim" % (q.name, D, t.name, t.shape[3], qkv))
+    if k.shape[3] != D:
+        _fail(ValueError, where, "head_dim differs: %s has %d and %s has %d; %s and %s need one "
+              "head_dim (%s's may differ: head_dim_v)" % (q.name, D, k.name, k.shape[3], q.name,
+                                                          k.name, v.name))
     if v.shape[1] != Sk:
         _fail(ValueError, where, "seqlens differ: %s has %d keys and %s %d values"
               % (k.name, Sk, v.name, v.shape[1]))
@@ -276,6 +300,7 @@ def check(q, k, v, out=None, *, causal=None, window=(-1, -1), scale=None, backen
     causal_code = parse_causal(causal, where)
     wl, wr = parse_window(window, where)
     scale_value = parse_scale(scale, D, where)
+    dim_v = check_dim_v(q, v, D, Dv, where, cuda)
 
     if cuda:
         if q.dtype == _lib.F32:
@@ -294,9 +319,11 @@ def check(q, k, v, out=None, *, causal=None, window=(-1, -1), scale=None, backen
 
     q_strides, k_strides, v_strides = (_check_row_layout(t, where, cuda) for t in (q, k, v))
     if out is not None:
-        if tuple(out.shape) != (B, Sq, Hq, D):
-            _fail(ValueError, where, "%s has shape %s; it must be %s, the shape of %s"
-                  % (out.name, tuple(out.shape), (B, Sq, Hq, D), q.name))
+        if tuple(out.shape) != (B, Sq, Hq, Dv):
+            _fail(ValueError, where, "%s has shape %s; it must be %s, %s"
+                  % (out.name, tuple(out.shape), (B, Sq, Hq, Dv),
+                     "the shape of %s" % q.name if Dv == D else
+                     "%s's with %s's head_dim (head_dim_v)" % (q.name, v.name)))
         if out.dtype != q.dtype:
             _fail(TypeError, where, "dtypes differ: %s is %s and %s is %s" % (
                 out.name, out.dtype_label, q.name, q.dtype_label))
@@ -304,7 +331,7 @@ def check(q, k, v, out=None, *, causal=None, window=(-1, -1), scale=None, backen
             _fail(ValueError, where, "devices differ: %s is on %s and %s on %s"
                   % (q.name, q.device, out.name, out.device))
         o_strides = _check_row_layout(out, where, cuda)
-        if B and Sq and Hq and _rows_overlap(o_strides, (B, Sq, Hq), D):  # else none written
+        if B and Sq and Hq and _rows_overlap(o_strides, (B, Sq, Hq), Dv):  # else none written
             _fail(ValueError, where, "%s's rows overlap (strides %s): two results would be written "
                   "to the same memory" % (out.name, tuple(out.strides)))
         if out.ptr is not None and B and Sq and Hq:
@@ -315,10 +342,11 @@ def check(q, k, v, out=None, *, causal=None, window=(-1, -1), scale=None, backen
                     _fail(ValueError, where, "%s overlaps %s in memory: the output must not alias "
                           "an input" % (out.name, t.name))
     else:
-        o_strides = (Sq * Hq * D, Hq * D, D)  # the dense BSHD output this package allocates
+        o_strides = (Sq * Hq * Dv, Hq * Dv, Dv)  # the dense BSHD output this package allocates
 
     return Problem(be, q.device_index if cuda else 0, B, Hq, Hkv, Sq, Sk, D, q.dtype, causal_code,
-                   wl, wr, scale_value, q_strides, k_strides, v_strides, o_strides)
+                   wl, wr, scale_value, q_strides, k_strides, v_strides, o_strides,
+                   head_dim_v=dim_v)
 
 
 def check_pointers(problem, operands, where):

@@ -22,6 +22,7 @@ from typing import NamedTuple, Tuple
 
 from . import _execute, _lib
 from ._problem import (CUDA_MAX_HEAD_DIM, INT_MAX, MAX_HEAD_DIM, Problem, _check_row_layout,
+                       check_dim_v,
                        _check_values, _extent, _fail, _resolve_backend, _rows_overlap,
                        parse_causal, parse_scale, parse_window)
 
@@ -71,11 +72,12 @@ def _check_count(n, name, where):
 
 
 def _check_heads(q, k, v, Hq, Hkv, D, where):
-    qkv = "%s, %s and %s" % (q.name, k.name, v.name)
-    for t in (k, v):
-        if t.shape[-1] != D:
-            _fail(ValueError, where, "head_dim differs: %s has %d and %s has %d; %s need one "
-                  "head_dim" % (q.name, D, t.name, t.shape[-1], qkv))
+    """q's and k's head_dim agree (v's may differ: head_dim_v, check_dim_v),
+    and the head counts."""
+    if k.shape[-1] != D:
+        _fail(ValueError, where, "head_dim differs: %s has %d and %s has %d; %s and %s need one "
+              "head_dim (%s's may differ: head_dim_v)" % (q.name, D, k.name, k.shape[-1], q.name,
+                                                          k.name, v.name))
     if v.shape[-2] != Hkv:
         _fail(ValueError, where, "head counts differ: %s has %d heads and %s %d"
               % (k.name, Hkv, v.name, v.shape[-2]))
@@ -115,8 +117,10 @@ def _packed_layout(t, where, cuda):
 
 def _check_out(out, shape, q, inputs, strides_of, row_axes, where, cuda):
     if tuple(out.shape) != tuple(shape):
-        _fail(ValueError, where, "%s has shape %s; it must be %s, the shape of %s"
-              % (out.name, tuple(out.shape), tuple(shape), q.name))
+        _fail(ValueError, where, "%s has shape %s; it must be %s, %s"
+              % (out.name, tuple(out.shape), tuple(shape),
+                 "the shape of %s" % q.name if shape[-1] == q.shape[-1] else
+                 "%s's with V's head_dim (head_dim_v)" % q.name))
     if out.dtype != q.dtype:
         _fail(TypeError, where, "dtypes differ: %s is %s and %s is %s"
               % (out.name, out.dtype_label, q.name, q.dtype_label))
@@ -173,6 +177,7 @@ def check_varlen(q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen
 
     total_q, Hq, D = q.shape
     total_k, Hkv, _ = k.shape
+    Dv = v.shape[-1]  # V's and out's head dim
     if v.shape[0] != total_k:
         _fail(ValueError, where, "token counts differ: %s has %d keys and %s %d values"
               % (k.name, total_k, v.name, v.shape[0]))
@@ -184,21 +189,22 @@ def check_varlen(q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen
     causal_code = parse_causal(causal, where)
     wl, wr = parse_window(window, where)
     scale_value = parse_scale(scale, D, where)
+    dim_v = check_dim_v(q, v, D, Dv, where, cuda)
     if cuda:
         _check_cuda(q, D, where)
     qs, ks, vs = (_packed_layout(t, where, cuda) for t in (q, k, v))
     if out is not None:
-        os_ = _check_out(out, (total_q, Hq, D), q, (q, k, v),
+        os_ = _check_out(out, (total_q, Hq, Dv), q, (q, k, v),
                          lambda t: _packed_layout(t, where, cuda), (1, 2), where, cuda)
     else:
-        os_ = (0, Hq * D, D)
+        os_ = (0, Hq * Dv, Dv)
     # seqlen_q and seqlen_k are >= 1 in a desc: a batch whose longest
     # sequence is empty is one of longest length 1 with nothing in it
     problem = Problem(be, q.device_index if cuda else 0, max(B, 1), Hq, max(Hkv, 1), max(msq, 1),
                       max(msk, 1), D, q.dtype, causal_code, wl, wr, scale_value, qs, ks, vs, os_,
-                      features=_lib.FEATURE_VARLEN)
+                      features=_lib.FEATURE_VARLEN, head_dim_v=dim_v)
     empty = B == 0 or total_q == 0 or Hq == 0
-    return SeqCall(problem, (total_q, Hq, D), (Hq, total_q), total_q, total_k, empty, False,
+    return SeqCall(problem, (total_q, Hq, Dv), (Hq, total_q), total_q, total_k, empty, False,
                    (("seqlen_q", "max_seqlen_q"), ("seqlen_k", "max_seqlen_k")))
 
 
@@ -216,6 +222,7 @@ def check_kvcache(q, k_cache, v_cache, out, cache_seqlens, block_table, *, causa
     cuda = be == "cuda"
     B, Sq, Hq, D = q.shape
     P, page, Hkv, _ = k_cache.shape
+    Dv = v_cache.shape[-1]  # V's and out's head dim
     kn, vn = k_cache.name, v_cache.name
     if tuple(v_cache.shape[:2]) != (P, page):
         _fail(ValueError, where, "%s has shape %s and %s %s: they must hold the same %s"
@@ -267,20 +274,22 @@ def check_kvcache(q, k_cache, v_cache, out, cache_seqlens, block_table, *, causa
     causal_code = parse_causal(causal, where)
     wl, wr = parse_window(window, where)
     scale_value = parse_scale(scale, D, where)
+    dim_v = check_dim_v(q, v_cache, D, Dv, where, cuda)
     if cuda:
         _check_cuda(q, D, where)
     qs = _check_row_layout(q, where, cuda)
     ks, vs = (_check_row_layout(t, where, cuda) for t in (k_cache, v_cache))
     if out is not None:
-        os_ = _check_out(out, (B, Sq, Hq, D), q, (q, k_cache, v_cache),
+        os_ = _check_out(out, (B, Sq, Hq, Dv), q, (q, k_cache, v_cache),
                          lambda t: _check_row_layout(t, where, cuda), (0, 1, 2), where, cuda)
     else:
-        os_ = (Sq * Hq * D, Hq * D, D)
+        os_ = (Sq * Hq * Dv, Hq * Dv, Dv)
     problem = Problem(be, q.device_index if cuda else 0, max(B, 1), Hq, max(Hkv, 1), max(Sq, 1),
                       seqlen_k, D, q.dtype, causal_code, wl, wr, scale_value, qs, ks, vs, os_,
                       features=_lib.FEATURE_PAGED_KV, page_size=max(page, 1),
-                      num_pages=num_pages, max_pages=max_pages, block_table_stride=bt_stride)
-    return SeqCall(problem, (B, Sq, Hq, D), (B, Hq, Sq), 0, 0, empty, block_table is None, rename)
+                      num_pages=num_pages, max_pages=max_pages, block_table_stride=bt_stride,
+                      head_dim_v=dim_v)
+    return SeqCall(problem, (B, Sq, Hq, Dv), (B, Hq, Sq), 0, 0, empty, block_table is None, rename)
 
 
 _NOTHING = ctypes.c_double(0.0)

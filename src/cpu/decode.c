@@ -29,6 +29,10 @@
  * contiguous memory, which the hardware prefetchers follow, rather than a row
  * every few KiB per task (a third slower where measured, docs/benchmarks.md).
  *
+ * V's rows may be of another length than Q's and K's (head_dim_v): the
+ * scores' kernels run over head_dim, the values' kernels, the accumulators
+ * and the partial results over head_dim_v (each padded to FJ_DECODE_PAD).
+ *
  * A call reading less than SERIAL_BYTES of K and V is one task, on the
  * calling thread: waking the workers would cost more.
  *
@@ -108,7 +112,8 @@ struct fj_cpu_decode_plan {
     int positions;        /* query positions per block (all of them when decoding) */
     int64_t pos_blocks;   /* ceil(seqlen_q / positions) */
     int rows;             /* per kv head and block: positions x group, <= 16 */
-    int dpad;             /* head_dim rounded up to FJ_DECODE_PAD */
+    int dpad;             /* head_dim rounded up to FJ_DECODE_PAD: a query row */
+    int dpad_v;           /* head_dim_v rounded up so: an accumulator row */
     int heads_per_task;   /* kv heads one task takes (consecutive) */
     int64_t head_groups;  /* ceil(heads_kv / heads_per_task) */
     int64_t units;        /* batch x head groups x position blocks */
@@ -116,11 +121,12 @@ struct fj_cpu_decode_plan {
     bool one_task;        /* the whole call one task, on the calling thread */
     int64_t *chunk_start; /* chunks + 1 key indices */
     /* per worker: byte offsets within a worker's share; q, acc, max and sum
-       hold heads_per_task heads' rows, one after the other */
+       hold heads_per_task heads' rows, one after the other (q's dpad long,
+       acc's dpad_v) */
     size_t ws_bytes, off_q, off_s, off_acc, off_max, off_sum, off_scratch;
     unsigned char *workspace;
     /* bf16 prefill on kernels that pack V: V packed once per call for all
-       the blocks of positions ([batch x kv head][packed_keys][dpad] bf16),
+       the blocks of positions ([batch x kv head][packed_keys][dpad_v] bf16),
        and the lock that keeps two calls from packing at once */
     uint16_t *packed_v;
     int64_t packed_keys; /* seqlen_k rounded up to FJ_DECODE_PACK_KEYS */
@@ -167,6 +173,7 @@ static void make_block(const fj_problem *p, const fj_cpu_decode_plan *dp, int64_
 /* One kv head's state in a worker's workspace, and the shared buffers. */
 typedef struct decode_ws {
     void *q; /* rows x dpad floats, or bf16 for kernels that take bf16 */
+    /* acc: rows x dpad_v floats */
     float *acc, *row_max, *row_sum;
     float *s, *scratch;
 } decode_ws;
@@ -178,7 +185,7 @@ static decode_ws worker_ws(const fj_cpu_decode_plan *dp, int worker, int i)
     const size_t rows = (size_t)dp->rows * i;
     decode_ws w = {
         .q = base + dp->off_q + rows * dp->dpad * sizeof(float),
-        .acc = (float *)(base + dp->off_acc) + rows * dp->dpad,
+        .acc = (float *)(base + dp->off_acc) + rows * dp->dpad_v,
         .row_max = (float *)(base + dp->off_max) + rows,
         .row_sum = (float *)(base + dp->off_sum) + rows,
         .s = (float *)(base + dp->off_s),
@@ -277,33 +284,35 @@ static void key_block(const decode_job *j, const decode_ws *w, int64_t b, int64_
         for (int64_t c = 0; c < a; c++) srow[c] = -INFINITY;
         for (int64_t c = e; c < nk; c++) srow[c] = -INFINITY;
         float factor = fj_tiled_softmax_step(srow, nk, &w->row_max[r], &w->row_sum[r]);
-        if (factor != 1.0f) fj_vscale(w->acc + (size_t)r * dp->dpad, dp->dpad, factor);
+        if (factor != 1.0f) fj_vscale(w->acc + (size_t)r * dp->dpad_v, dp->dpad_v, factor);
     }
+    /* the values: rows of head_dim_v */
     const void *v = fj_row_ptr(j->v, p->dtype, p->v_stride, b, j0, hk);
     if (dp->packed_v) {
         const uint16_t *packed =
             dp->packed_v +
-            ((size_t)(b * p->heads_kv + hk) * dp->packed_keys + (size_t)j0) * dp->dpad;
+            ((size_t)(b * p->heads_kv + hk) * dp->packed_keys + (size_t)j0) * dp->dpad_v;
         dp->kernels->accumulate_packed(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], packed,
-                                       nk, p->head_dim, w->acc + (size_t)ra * dp->dpad, dp->dpad,
-                                       w->scratch);
+                                       nk, p->head_dim_v, w->acc + (size_t)ra * dp->dpad_v,
+                                       dp->dpad_v, w->scratch);
     } else {
-        dp->kernels->accumulate(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], nk, p->head_dim,
-                                w->acc + (size_t)ra * dp->dpad, dp->dpad, w->scratch);
+        dp->kernels->accumulate(w->s, BLOCK_KEYS, nr, v, p->v_stride[FJ_AXIS_SEQ], nk,
+                                p->head_dim_v, w->acc + (size_t)ra * dp->dpad_v, dp->dpad_v,
+                                w->scratch);
     }
 }
 
 /* Row r of (b, hk): O = acc / sum, and its lse; O = 0 and lse = -inf when
  * the row sees no key, which the mask says, not the sum: a NaN or +inf score
  * (or only -inf ones) leaves the sum NaN, and the row NaN (docs/semantics.md,
- * "Non-finite values"). acc: in the kernels' order (tmp: dpad floats of
- * scratch). */
+ * "Non-finite values"). acc: in the kernels' order, dpad_v floats (tmp:
+ * dpad_v floats of scratch). */
 static void store_row(const decode_job *j, int64_t b, int64_t hk, int64_t pos0, int r, float *acc,
                       float max, float sum, float *tmp)
 {
     const fj_problem *p = j->p;
     const fj_cpu_decode_plan *dp = j->dp;
-    if (dp->kernels->order) to_column_order(acc, dp->dpad, dp->kernels->order, tmp);
+    if (dp->kernels->order) to_column_order(acc, dp->dpad_v, dp->kernels->order, tmp);
     const int64_t t = pos0 + r / p->group;
     const int64_t h = hk * p->group + r % p->group;
     void *dst = fj_row_ptr_mut(j->o, p->dtype, p->o_stride, b, t, h);
@@ -315,11 +324,11 @@ static void store_row(const decode_job *j, int64_t b, int64_t hk, int64_t pos0, 
     float row_lse = sink;
     if (lo < hi) {
         const float f = p->sinks ? fj_sink_join((float)M_LOG2E * sink, &max, &sum, true) : 1.0f;
-        fj_vscale(acc, p->head_dim, f / sum);
-        fj_store_f32(dst, p->dtype, 0, acc, 0, 1, p->head_dim);
+        fj_vscale(acc, p->head_dim_v, f / sum);
+        fj_store_f32(dst, p->dtype, 0, acc, 0, 1, p->head_dim_v);
         row_lse = sum > 0.0f ? (float)(M_LN2 * max + log(sum)) : NAN;
     } else { /* the row sees no key */
-        memset(dst, 0, (size_t)p->head_dim * fj_dtype_size(p->dtype));
+        memset(dst, 0, (size_t)p->head_dim_v * fj_dtype_size(p->dtype));
     }
     if (j->lse) j->lse[(b * p->heads_q + h) * p->seqlen_q + t] = row_lse;
 }
@@ -338,8 +347,8 @@ static void merge_chunks(const decode_job *j, int64_t bh, int64_t b, int64_t hk,
             float x = dp->part_max[base + (size_t)c * dp->rows + r];
             if (x > m) m = x;
         }
-        float *out = acc + (size_t)r * dp->dpad;
-        memset(out, 0, (size_t)dp->dpad * sizeof(float));
+        float *out = acc + (size_t)r * dp->dpad_v;
+        memset(out, 0, (size_t)dp->dpad_v * sizeof(float));
         float sum = 0.0f;
         bool nan = false; /* a chunk whose scores were not finite: the row is NaN */
         for (int c = 0; c < dp->chunks; c++)
@@ -350,8 +359,8 @@ static void merge_chunks(const decode_job *j, int64_t bh, int64_t b, int64_t hk,
                 if (!(dp->part_sum[at] > 0.0f)) continue; /* the row saw none of this chunk */
                 const float wgt = fj_tiled_exp2(dp->part_max[at] - m);
                 sum += wgt * dp->part_sum[at];
-                const float *x = dp->part_acc + at * dp->dpad;
-                for (int d = 0; d < dp->dpad; d++) out[d] += wgt * x[d];
+                const float *x = dp->part_acc + at * dp->dpad_v;
+                for (int d = 0; d < dp->dpad_v; d++) out[d] += wgt * x[d];
             }
         if (nan) sum = NAN;
         store_row(j, b, hk, 0, r, out, m, sum, tmp); /* chunks: one block of positions */
@@ -367,7 +376,7 @@ static void finish_head(const decode_job *j, const decode_ws *w, int64_t b, int6
     const fj_problem *p = j->p;
     if (dp->chunks == 1) {
         for (int r = 0; r < blk->rows; r++)
-            store_row(j, b, hk, blk->pos0, r, w->acc + (size_t)r * dp->dpad, w->row_max[r],
+            store_row(j, b, hk, blk->pos0, r, w->acc + (size_t)r * dp->dpad_v, w->row_max[r],
                       w->row_sum[r], w->scratch);
         return;
     }
@@ -375,7 +384,7 @@ static void finish_head(const decode_job *j, const decode_ws *w, int64_t b, int6
     const size_t at = ((size_t)bh * dp->chunks + c) * dp->rows;
     memcpy(dp->part_max + at, w->row_max, (size_t)dp->rows * sizeof(float));
     memcpy(dp->part_sum + at, w->row_sum, (size_t)dp->rows * sizeof(float));
-    memcpy(dp->part_acc + at * dp->dpad, w->acc, (size_t)dp->rows * dp->dpad * sizeof(float));
+    memcpy(dp->part_acc + at * dp->dpad_v, w->acc, (size_t)dp->rows * dp->dpad_v * sizeof(float));
     /* acq_rel: the last one sees every other chunk's partial */
     if (atomic_fetch_add_explicit(&dp->finished[bh], 1, memory_order_acq_rel) == dp->chunks - 1) {
         merge_chunks(j, bh, b, hk, w->acc, w->scratch);
@@ -424,7 +433,7 @@ static void run_unit(const decode_job *j, int64_t unit, int c, int worker)
             w.row_max[r] = -INFINITY;
             w.row_sum[r] = 0.0f;
         }
-        memset(w.acc, 0, (size_t)blk.rows * dp->dpad * sizeof(float));
+        memset(w.acc, 0, (size_t)blk.rows * dp->dpad_v * sizeof(float));
         if (c0 < c1) load_queries(j, &w, b, hk0 + i, &blk);
     }
     for (int64_t j0 = c0; j0 < c1; j0 += BLOCK_KEYS) {
@@ -460,8 +469,8 @@ static void pack_task(void *arg, int64_t task, int worker)
     const fj_problem *p = j->p;
     const int64_t b = task / p->heads_kv, hk = task % p->heads_kv;
     dp->kernels->pack_values(fj_row_ptr(j->v, p->dtype, p->v_stride, b, 0, hk),
-                             p->v_stride[FJ_AXIS_SEQ], p->seqlen_k, p->head_dim,
-                             dp->packed_v + (size_t)task * dp->packed_keys * dp->dpad);
+                             p->v_stride[FJ_AXIS_SEQ], p->seqlen_k, p->head_dim_v,
+                             dp->packed_v + (size_t)task * dp->packed_keys * dp->dpad_v);
 }
 
 void fj_cpu_decode_execute(const fj_cpu_decode_plan *dp, const fj_problem *p, const void *q,
@@ -532,12 +541,22 @@ static fj_status no_memory(fj_cpu_decode_plan *dp, size_t bytes)
 }
 
 /* Whether the heads of one position lie side by side within its row of a
- * tensor (every head's row before the next position's): then one task takes
- * them all. */
-static bool heads_interleaved(const fj_problem *p, const int64_t stride[3])
+ * tensor of rows of dim elements (every head's row before the next
+ * position's): then one task takes them all. */
+static bool heads_interleaved(const fj_problem *p, const int64_t stride[3], int dim)
 {
     const int64_t hs = stride[FJ_AXIS_HEAD], ss = stride[FJ_AXIS_SEQ];
-    return p->heads_kv > 1 && hs >= 0 && ss > 0 && hs * (p->heads_kv - 1) + p->head_dim <= ss;
+    return p->heads_kv > 1 && hs >= 0 && ss > 0 && hs * (p->heads_kv - 1) + dim <= ss;
+}
+
+/* V's head dim, where it differs from Q's and K's. */
+static void describe_dims(const fj_problem *p, fj_strbuf *describe)
+{
+    if (p->head_dim_v != p->head_dim)
+        fj_strbuf_printf(describe,
+                         "head dims: q and k %d, v and o %d (head_dim_v): the scores' kernels "
+                         "over %d, the values' and the accumulators over %d\n",
+                         p->head_dim, p->head_dim_v, p->head_dim, p->head_dim_v);
 }
 
 fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_decode_plan **out,
@@ -557,6 +576,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     dp->pos_blocks = ((int64_t)p->seqlen_q + dp->positions - 1) / dp->positions;
     dp->rows = dp->positions * p->group;
     dp->dpad = (p->head_dim + FJ_DECODE_PAD - 1) / FJ_DECODE_PAD * FJ_DECODE_PAD;
+    dp->dpad_v = (p->head_dim_v + FJ_DECODE_PAD - 1) / FJ_DECODE_PAD * FJ_DECODE_PAD;
     const int mode = atomic_load(&forced_mode);
     const char *why_kernels = "this CPU has AVX-512";
     if (mode == FJ_CPU_DECODE_GENERIC) {
@@ -582,8 +602,8 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     /* Prefill: one head per task whatever the layout, so that the blocks of
        positions that follow one another keep one head's K and V in cache
        (grouping 4 heads made the dense layout's bf16 prefill 2.3x slower). */
-    const bool interleaved =
-        !prefill && heads_interleaved(p, p->k_stride) && heads_interleaved(p, p->v_stride);
+    const bool interleaved = !prefill && heads_interleaved(p, p->k_stride, p->head_dim) &&
+                             heads_interleaved(p, p->v_stride, p->head_dim_v);
     if (interleaved) {
         int most = MAX_TASK_ROWS / dp->rows;
         dp->heads_per_task = p->heads_kv < most ? p->heads_kv : most;
@@ -600,8 +620,8 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     if (prefill || jlo > jhi) jlo = jhi = 0; /* prefill: unused; decode: no row sees a key */
     /* A call that reads less than SERIAL_BYTES of K and V costs less than
        waking the workers: the calling thread does it alone. */
-    const double kv_bytes = 2.0 * (double)p->batch * p->heads_kv * (double)(jhi - jlo) *
-                            p->head_dim * fj_dtype_size(p->dtype);
+    const double kv_bytes = (double)p->batch * p->heads_kv * (double)(jhi - jlo) *
+                            (p->head_dim + p->head_dim_v) * fj_dtype_size(p->dtype);
     const bool fine = atomic_load(&forced_split);
     dp->one_task = !prefill && !fine && threads > 1 && units > 1 && kv_bytes < SERIAL_BYTES;
     dp->chunks =
@@ -618,14 +638,17 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     }
 
     const size_t R = (size_t)dp->rows * dp->heads_per_task, DP = (size_t)dp->dpad;
+    const size_t DPV = (size_t)dp->dpad_v;
     const size_t f = sizeof(float);
     size_t cur = 0;
     dp->off_q = ws_part(&cur, R * DP * f);
     dp->off_s = ws_part(&cur, (size_t)dp->rows * BLOCK_KEYS * f);
-    dp->off_acc = ws_part(&cur, R * DP * f);
+    dp->off_acc = ws_part(&cur, R * DPV * f);
     dp->off_max = ws_part(&cur, R * f);
     dp->off_sum = ws_part(&cur, R * f);
-    dp->off_scratch = ws_part(&cur, (size_t)FJ_DECODE_MAX_BLOCK * DP * f);
+    /* the scores' kernels take FJ_DECODE_MAX_BLOCK x dpad floats of
+       scratch, the values' FJ_DECODE_MAX_BLOCK x dpad_v */
+    dp->off_scratch = ws_part(&cur, (size_t)FJ_DECODE_MAX_BLOCK * (DP > DPV ? DP : DPV) * f);
     dp->ws_bytes = cur;
     if (!(dp->workspace = aligned_alloc(64, dp->ws_bytes * (size_t)threads)))
         return no_memory(dp, dp->ws_bytes * (size_t)threads);
@@ -633,8 +656,8 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     if (dp->chunks > 1) {
         const size_t heads = (size_t)p->batch * p->heads_kv;
         const size_t parts = heads * dp->chunks * dp->rows;
-        part_bytes = parts * (DP + 2) * f + heads * sizeof(atomic_int);
-        dp->part_acc = malloc(parts * DP * f);
+        part_bytes = parts * (DPV + 2) * f + heads * sizeof(atomic_int);
+        dp->part_acc = malloc(parts * DPV * f);
         dp->part_max = malloc(parts * f);
         dp->part_sum = malloc(parts * f);
         dp->finished = malloc(heads * sizeof(atomic_int));
@@ -648,7 +671,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     if (prefill && dp->kernels->pack_values) {
         dp->packed_keys =
             (p->seqlen_k + FJ_DECODE_PACK_KEYS - 1) / FJ_DECODE_PACK_KEYS * FJ_DECODE_PACK_KEYS;
-        packed_bytes = (size_t)p->batch * p->heads_kv * dp->packed_keys * DP * sizeof(uint16_t);
+        packed_bytes = (size_t)p->batch * p->heads_kv * dp->packed_keys * DPV * sizeof(uint16_t);
         if (!(dp->packed_v = malloc(packed_bytes))) return no_memory(dp, packed_bytes);
         pthread_mutex_init(&dp->pack_lock, NULL);
     }
@@ -671,6 +694,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
                          dp->kernels->name, why_kernels,
                          dp->packed_v ? "; V packed into tiles once per call" : "", dp->ws_bytes,
                          threads, packed_bytes);
+        describe_dims(p, describe);
         *out = dp;
         return FJ_OK;
     }
@@ -693,6 +717,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
                      (long long)tasks, threads, dp->chunks > 1 ? ", merged by lse" : "",
                      tasks == 1 && threads > 1 ? " (one task: on the calling thread alone)" : "",
                      BLOCK_KEYS, dp->kernels->name, why_kernels, dp->ws_bytes, threads, part_bytes);
+    describe_dims(p, describe);
     *out = dp;
     return FJ_OK;
 }

@@ -49,7 +49,7 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
-/* Scratch layout (floats): B tiles for up to 16 chunks (512 columns, every
+/* Scratch layout (floats): B tiles for up to 18 chunks (576 columns, every
    head dim), then C (16 x 16), then the bounce tile (16 x 32 bf16), then a
    second C 768 floats past the first (1024 floats in all after the B
    tiles). */

@@ -1,6 +1,7 @@
 /* The paged KV cache (FJ_FEATURE_PAGED_KV) on the CPU backends.
  *
- * k and v are pools [num_pages, page_size, heads_kv, head_dim] (the desc's
+ * k and v are pools [num_pages, page_size, heads_kv, head_dim] (v's rows
+ * head_dim_v long: each tensor is copied at its own row length) (the desc's
  * k_stride/v_stride step a page, a row, a head); sequence b's key j is row
  * j % page_size of page block_table[b * stride + j / page_size]. The CPU
  * kernels read a sequence's keys as one strided tensor, so varlen.c has
@@ -54,16 +55,17 @@ typedef struct gather_job {
     const char *src[2]; /* the k and v pools */
     char *dst[2];       /* the dense buffers */
     const int64_t *stride[2];
+    int dim[2]; /* elements of a row: head_dim, head_dim_v */
     const fj_paged_run *runs;
     size_t es;
 } gather_job;
 
-/* A pool whose pages are dense [page_size, heads_kv, head_dim] one after
+/* A pool whose pages are dense [page_size, heads_kv, dim] one after
    another: a run of pages is one block of memory. */
-static bool dense_pool(const fj_problem *p, const int64_t s[3])
+static bool dense_pool(const fj_problem *p, const int64_t s[3], int dim)
 {
-    const int64_t row = (int64_t)p->heads_kv * p->head_dim;
-    return s[FJ_AXIS_HEAD] == p->head_dim && s[FJ_AXIS_SEQ] == row &&
+    const int64_t row = (int64_t)p->heads_kv * dim;
+    return s[FJ_AXIS_HEAD] == dim && s[FJ_AXIS_SEQ] == row &&
            s[FJ_AXIS_BATCH] == row * p->page_size;
 }
 
@@ -73,12 +75,13 @@ static void gather_run(void *arg, int64_t task, int worker)
     const gather_job *j = arg;
     const fj_problem *p = j->p;
     const fj_paged_run *r = &j->runs[task];
-    const size_t D = (size_t)p->head_dim, hkv = (size_t)p->heads_kv, es = j->es;
+    const size_t hkv = (size_t)p->heads_kv, es = j->es;
     for (int t = 0; t < 2; t++) {
         const int64_t *s = j->stride[t];
+        const size_t D = (size_t)j->dim[t];
         char *dst = j->dst[t] + (size_t)r->first_key * hkv * D * es;
         const char *page = j->src[t] + (size_t)(r->first_page * s[FJ_AXIS_BATCH]) * es;
-        if (dense_pool(p, s)) {
+        if (dense_pool(p, s, j->dim[t])) {
             memcpy(dst, page, (size_t)r->keys * hkv * D * es);
             continue;
         }
@@ -105,10 +108,13 @@ void fj_cpu_paged_keys(const fj_problem *p, fj_pool *pool, const void *k, const 
                        fj_paged_run *runs, const void **kb, const void **vb)
 {
     const size_t es = fj_dtype_size(p->dtype);
-    const size_t row_bytes = (size_t)p->heads_kv * p->head_dim * es;
+    /* a key's K and V rows, all heads: the bytes a run's length is bounded by */
+    const size_t row_bytes =
+        (size_t)p->heads_kv * (p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v) * es;
     const int32_t *row = block_table + (int64_t)b * p->bt_stride;
     const int P = p->page_size, pages = (int)(((int64_t)keys + P - 1) / P);
-    const bool dense = dense_pool(p, p->k_stride) && dense_pool(p, p->v_stride);
+    const bool dense =
+        dense_pool(p, p->k_stride, p->head_dim) && dense_pool(p, p->v_stride, p->head_dim_v);
     /* runs of consecutive pages (only a dense pool's make one block),
        bounded so that a long sequence's copy still splits among workers */
     int n = 0;
@@ -139,6 +145,7 @@ void fj_cpu_paged_keys(const fj_problem *p, fj_pool *pool, const void *k, const 
         .src = {k, v},
         .dst = {buf_k, buf_v},
         .stride = {p->k_stride, p->v_stride},
+        .dim = {p->head_dim, p->head_dim_v},
         .runs = runs,
         .es = es,
     };

@@ -51,7 +51,7 @@ static void ref_task(void *arg, int64_t task, int worker)
     const ref_job *j = arg;
     const ref_plan *rp = j->plan;
     const fj_problem *p = j->p;
-    const int D = p->head_dim;
+    const int D = p->head_dim, Dv = p->head_dim_v; /* Q and K's; V and O's */
     const int64_t per_batch = (int64_t)p->heads_q * j->blocks_per_head;
     const int64_t b = task / per_batch;
     const int64_t h = (task % per_batch) / j->blocks_per_head;
@@ -73,17 +73,17 @@ static void ref_task(void *arg, int64_t task, int worker)
 
     float *qf = rp->workspace + (size_t)worker * rp->ws_floats;
     float *of = qf + (size_t)rp->block_rows * D;
-    float *kf = of + (size_t)rp->block_rows * D;
+    float *kf = of + (size_t)rp->block_rows * Dv;
     float *vf = kf + (size_t)p->seqlen_k * D;
-    float *sc = vf + (size_t)p->seqlen_k * D;
+    float *sc = vf + (size_t)p->seqlen_k * Dv;
 
     if (nk > 0) {
         fj_load_f32(qf, D, fj_row_ptr(j->q, p->dtype, p->q_stride, b, i0, h), p->dtype,
                     p->q_stride[FJ_AXIS_SEQ], rows, D);
         fj_load_f32(kf, D, fj_row_ptr(j->k, p->dtype, p->k_stride, b, jlo, hk), p->dtype,
                     p->k_stride[FJ_AXIS_SEQ], nk, D);
-        fj_load_f32(vf, D, fj_row_ptr(j->v, p->dtype, p->v_stride, b, jlo, hk), p->dtype,
-                    p->v_stride[FJ_AXIS_SEQ], nk, D);
+        fj_load_f32(vf, Dv, fj_row_ptr(j->v, p->dtype, p->v_stride, b, jlo, hk), p->dtype,
+                    p->v_stride[FJ_AXIS_SEQ], nk, Dv);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)nk, D, 1.0f, qf, D, kf,
                     D, 0.0f, sc, (int)nk);
     }
@@ -123,18 +123,18 @@ static void ref_task(void *arg, int64_t task, int worker)
         if (j->lse) j->lse[(b * p->heads_q + h) * p->seqlen_q + i0 + r] = row_lse;
     }
     if (nk > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, D, (int)nk, 1.0f, sc,
-                    (int)nk, vf, D, 0.0f, of, D);
-    else memset(of, 0, (size_t)rows * D * sizeof(float));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, Dv, (int)nk, 1.0f, sc,
+                    (int)nk, vf, Dv, 0.0f, of, Dv);
+    else memset(of, 0, (size_t)rows * Dv * sizeof(float));
     /* A row that sees no key is exactly 0 whatever V holds: its zero weights
        times a NaN in V are NaN in the product above. */
     for (int64_t r = 0; nk > 0 && r < rows; r++) {
         int64_t lo, hi;
         fj_visible_keys(p, i0 + r, &lo, &hi);
-        if (lo >= hi) memset(of + r * D, 0, (size_t)D * sizeof(float));
+        if (lo >= hi) memset(of + r * Dv, 0, (size_t)Dv * sizeof(float));
     }
     fj_store_f32(fj_row_ptr_mut(j->o, p->dtype, p->o_stride, b, i0, h), p->dtype,
-                 p->o_stride[FJ_AXIS_SEQ], of, D, rows, D);
+                 p->o_stride[FJ_AXIS_SEQ], of, Dv, rows, Dv);
 }
 
 static fj_status ref_plan_create(fj_context *ctx, const fj_problem *p, const char *config,
@@ -144,11 +144,12 @@ static fj_status ref_plan_create(fj_context *ctx, const fj_problem *p, const cha
     if (config)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "cpu-reference has no configuration to choose (got '%s')", config);
-    if (p->seqlen_k > INT32_MAX / 2 || (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
+    const int dmax = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
+    if (p->seqlen_k > INT32_MAX / 2 || (int64_t)p->seqlen_k * dmax > INT32_MAX)
         return fj_fail(FJ_ERR_UNSUPPORTED,
-                       "cpu-reference: seqlen_k (%d) x head_dim (%d) is beyond what one BLAS "
-                       "call can index (int)",
-                       p->seqlen_k, p->head_dim);
+                       "cpu-reference: seqlen_k (%d) x %s (%d) is beyond what one BLAS call can "
+                       "index (int)",
+                       p->seqlen_k, p->head_dim_v > p->head_dim ? "head_dim_v" : "head_dim", dmax);
     ref_plan *rp = calloc(1, sizeof *rp);
     if (!rp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu-reference: out of memory for the plan");
     int64_t rows = SCORE_BYTES_PER_THREAD / ((uint64_t)p->seqlen_k * sizeof(float));
@@ -158,8 +159,9 @@ static fj_status ref_plan_create(fj_context *ctx, const fj_problem *p, const cha
     rp->block_rows = (int)rows;
     rp->pool = ctx->pool;
     int threads = fj_pool_threads(ctx->pool);
-    rp->ws_floats = (size_t)rows * p->head_dim * 2 + (size_t)p->seqlen_k * p->head_dim * 2 +
-                    (size_t)rows * p->seqlen_k;
+    /* q and o rows of the block, k and v rows of every key, the scores */
+    const size_t dims = (size_t)p->head_dim + (size_t)p->head_dim_v;
+    rp->ws_floats = (size_t)rows * dims + (size_t)p->seqlen_k * dims + (size_t)rows * p->seqlen_k;
     rp->ws_floats =
         (rp->ws_floats + 15) & ~(size_t)15; /* keep each worker's part 64-byte aligned */
     size_t bytes;

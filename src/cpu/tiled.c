@@ -42,7 +42,12 @@
  * the band's edge: the work outside a causal band is half a 32 x 32 square
  * per tile. bf16 on a CPU with AVX-512 BF16 takes a set whose copies and
  * products stay bf16 (tiled_avx512_bf16.c); the others widen to floats as
- * they copy. Its workspace: O(block_q x head_dim + block_k x (head_dim + 32)). */
+ * they copy. Its workspace: O(block_q x head_dim + block_k x (head_dim + 32)).
+ *
+ * Both paths take V rows of another length than Q's and K's (head_dim_v,
+ * DeepSeek's MLA): the scores sum over head_dim, the values' products, the
+ * accumulators and the output rows run over head_dim_v, and the K and V
+ * blocks have each their own row length. */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -111,7 +116,7 @@ typedef struct tiled_job {
 typedef struct tiled_ws {
     float *q, *o, *s, *k, *v, *row_max, *row_sum;
     int64_t *lo, *hi;  /* visible keys [lo, hi) of each position of the block */
-    float *row;        /* tile kernels: a tile's rows, head_dim floats each */
+    float *row;        /* tile kernels: a tile's query rows, head_dim floats each */
     struct tile *tile; /* tile kernels: each tile's bounds */
 } tiled_ws;
 
@@ -134,27 +139,29 @@ static tiled_ws worker_ws(const tiled_plan *tp, int worker)
     return w;
 }
 
-/* Whether a strided F32 tensor can be an sgemm operand as is: BLAS wants rows
- * at least head_dim apart and a leading dimension that fits an int. */
-static bool sgemm_ready(const fj_problem *p, const int64_t stride[3])
+/* Whether a strided F32 tensor of rows of dim elements can be an sgemm
+ * operand as is: BLAS wants rows at least dim apart and a leading dimension
+ * that fits an int. */
+static bool sgemm_ready(const fj_problem *p, const int64_t stride[3], int dim)
 {
     int64_t ld = stride[FJ_AXIS_SEQ];
-    return p->dtype == FJ_F32 && ld >= p->head_dim && ld <= INT_MAX;
+    return p->dtype == FJ_F32 && ld >= dim && ld <= INT_MAX;
 }
 
-/* One block of key (or value) rows [j0, j0 + n) of kv head hk as a float
- * matrix: the tensor itself when it is sgemm-ready, else converted into buf. */
+/* One block of key (or value) rows [j0, j0 + n) of kv head hk, dim elements
+ * each (head_dim for keys, head_dim_v for values), as a float matrix: the
+ * tensor itself when it is sgemm-ready, else converted into buf. */
 static const float *kv_block(const fj_problem *p, const void *base, const int64_t stride[3],
-                             bool direct, float *buf, int64_t b, int64_t j0, int64_t n, int64_t hk,
-                             int *ld)
+                             int dim, bool direct, float *buf, int64_t b, int64_t j0, int64_t n,
+                             int64_t hk, int *ld)
 {
     const void *src = fj_row_ptr(base, p->dtype, stride, b, j0, hk);
     if (direct) {
         *ld = (int)stride[FJ_AXIS_SEQ];
         return src;
     }
-    fj_load_f32(buf, p->head_dim, src, p->dtype, stride[FJ_AXIS_SEQ], n, p->head_dim);
-    *ld = p->head_dim;
+    fj_load_f32(buf, dim, src, p->dtype, stride[FJ_AXIS_SEQ], n, dim);
+    *ld = dim;
     return buf;
 }
 
@@ -181,7 +188,7 @@ static void key_block(const row_block *rb, int64_t j0, int nk)
     const tiled_plan *tp = j->plan;
     const fj_problem *p = j->p;
     const tiled_ws *w = &rb->w;
-    const int D = p->head_dim, nh = rb->nh;
+    const int D = p->head_dim, Dv = p->head_dim_v, nh = rb->nh;
     const int64_t j1 = j0 + nk;
     /* The positions that see part of [j0, j1): consecutive, as every
        position's visible keys form a band moving right with it. */
@@ -198,7 +205,7 @@ static void key_block(const row_block *rb, int64_t j0, int nk)
        sgemm of one row is several times slower. */
     int ldk, ldv;
     const float *km =
-        kv_block(p, j->k, p->k_stride, tp->k_direct, w->k, rb->b, j0, nk, rb->hk, &ldk);
+        kv_block(p, j->k, p->k_stride, D, tp->k_direct, w->k, rb->b, j0, nk, rb->hk, &ldk);
     const float *qrows = rb->qm + (size_t)ra * rb->ldq;
     if (m == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, nk, D, rb->alpha, km, ldk, qrows, 1, 0.0f, w->s,
@@ -225,17 +232,17 @@ static void key_block(const row_block *rb, int64_t j0, int nk)
         for (int64_t c = 0; c < a; c++) srow[c] = -INFINITY; /* unseen keys: weight 0 */
         for (int64_t c = e; c < nk; c++) srow[c] = -INFINITY;
         float factor = fj_tiled_softmax_step(srow, nk, &w->row_max[r], &w->row_sum[r]);
-        if (factor != 1.0f) fj_vscale(w->o + (size_t)r * D, D, factor);
+        if (factor != 1.0f) fj_vscale(w->o + (size_t)r * Dv, Dv, factor);
     }
 
     const float *vm =
-        kv_block(p, j->v, p->v_stride, tp->v_direct, w->v, rb->b, j0, nk, rb->hk, &ldv);
-    float *orows = w->o + (size_t)ra * D;
+        kv_block(p, j->v, p->v_stride, Dv, tp->v_direct, w->v, rb->b, j0, nk, rb->hk, &ldv);
+    float *orows = w->o + (size_t)ra * Dv;
     if (m == 1)
-        cblas_sgemv(CblasRowMajor, CblasTrans, nk, D, 1.0f, vm, ldv, w->s, 1, 1.0f, orows, 1);
+        cblas_sgemv(CblasRowMajor, CblasTrans, nk, Dv, 1.0f, vm, ldv, w->s, 1, 1.0f, orows, 1);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, D, nk, 1.0f, w->s, tp->block_k,
-                    vm, ldv, 1.0f, orows, D);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, Dv, nk, 1.0f, w->s, tp->block_k,
+                    vm, ldv, 1.0f, orows, Dv);
 }
 
 /* Keys [j0, j1) in blocks of at most max_k, about equal (no runt block at the
@@ -330,23 +337,23 @@ static float finish_state(const row_block *rb, int r, float max, float sum)
         row_lse = sum > 0.0f ? (float)(M_LN2 * max + log(sum)) : NAN;
     } else { /* the row sees no key */
         memset(fj_row_ptr_mut(j->o, p->dtype, p->o_stride, rb->b, i, h), 0,
-               (size_t)p->head_dim * fj_dtype_size(p->dtype));
+               (size_t)p->head_dim_v * fj_dtype_size(p->dtype));
     }
     if (j->lse) j->lse[(rb->b * p->heads_q + h) * p->seqlen_q + i] = row_lse;
     return scale;
 }
 
-/* Row r of the block done: acc (head_dim floats, overwritten) is its
+/* Row r of the block done: acc (head_dim_v floats, overwritten) is its
  * accumulated output, max and sum its softmax state in base 2. */
 static void finish_row(const row_block *rb, int r, float *acc, float max, float sum)
 {
     const fj_problem *p = rb->job->p;
     const float scale = finish_state(rb, r, max, sum);
     if (rb->w.lo[r / rb->nh] >= rb->w.hi[r / rb->nh]) return;
-    fj_vscale(acc, p->head_dim, scale);
+    fj_vscale(acc, p->head_dim_v, scale);
     fj_store_f32(fj_row_ptr_mut(rb->job->o, p->dtype, p->o_stride, rb->b, rb->pos0 + r / rb->nh,
                                 rb->head0 + r % rb->nh),
-                 p->dtype, 0, acc, 0, 1, p->head_dim);
+                 p->dtype, 0, acc, 0, 1, p->head_dim_v);
 }
 
 /* The BLAS path: each block of keys through cblas_sgemm (key_block). */
@@ -355,7 +362,7 @@ static void tiled_task(void *arg, int64_t task, int worker)
     const tiled_job *j = arg;
     const tiled_plan *tp = j->plan;
     const fj_problem *p = j->p;
-    const int D = p->head_dim;
+    const int D = p->head_dim, Dv = p->head_dim_v;
     row_block rb;
     const key_span k = block_setup(j, task, worker, &rb);
     const int rows = rb.npos * rb.nh;
@@ -381,7 +388,7 @@ static void tiled_task(void *arg, int64_t task, int worker)
                             fj_row_ptr(j->q, p->dtype, p->q_stride, rb.b, pos0 + t, head0),
                             p->dtype, p->q_stride[FJ_AXIS_HEAD], rb.nh, D);
         }
-        memset(w->o, 0, (size_t)rows * D * sizeof(float));
+        memset(w->o, 0, (size_t)rows * Dv * sizeof(float));
 
         /* Masked edges in narrow blocks, so few (row, key) pairs outside the
            band are computed; the unmasked middle, unless it is narrower than
@@ -397,7 +404,7 @@ static void tiled_task(void *arg, int64_t task, int worker)
         }
     }
     for (int r = 0; r < rows; r++)
-        finish_row(&rb, r, w->o + (size_t)r * D, w->row_max[r], w->row_sum[r]);
+        finish_row(&rb, r, w->o + (size_t)r * Dv, w->row_max[r], w->row_sum[r]);
 }
 
 /* The address of output row `row` of the block. */
@@ -475,7 +482,8 @@ static void tile_setup(const row_block *rb, int t, int rows)
         if (w->hi[pos] < tl->half_fhi[h]) tl->half_fhi[h] = w->hi[pos];
     }
     j->plan->kern->pack_queries(src, D, qp);
-    memset(w->o + (size_t)t * D * LANES, 0, (size_t)D * LANES * sizeof(float));
+    const size_t Dv = (size_t)p->head_dim_v;
+    memset(w->o + (size_t)t * Dv * LANES, 0, Dv * LANES * sizeof(float));
     for (int r = 0; r < LANES; r++) {
         w->row_max[t * LANES + r] = -INFINITY;
         w->row_sum[t * LANES + r] = 0.0f;
@@ -490,11 +498,11 @@ static void tile_keys(const row_block *rb, int t, int half, int64_t a, int n, in
     const tiled_job *j = rb->job;
     const fj_tiled_kernels *kern = j->plan->kern;
     const fj_problem *p = j->p;
-    const int D = p->head_dim;
+    const int D = p->head_dim, Dv = p->head_dim_v;
     const tiled_ws *w = &rb->w;
     const struct tile *tl = &w->tile[t];
     const int off = half == 1 ? 16 : 0, lanes = half < 0 ? LANES : 16;
-    float *st = w->s + off, *ot = w->o + (size_t)t * D * LANES + off;
+    float *st = w->s + off, *ot = w->o + (size_t)t * Dv * LANES + off;
     /* a lane of the packed queries is 4 bytes in every set */
     const unsigned char *qp = (const unsigned char *)w->q + (size_t)t * j->plan->q_tile_bytes;
     kern->scores(qp + (size_t)off * 4, D, w->k, key0, n, rb->alpha, st, lanes);
@@ -520,7 +528,7 @@ static void tile_keys(const row_block *rb, int t, int half, int64_t a, int n, in
     float factor[LANES];
     kern->softmax(st, n, masked ? lo + off : NULL, masked ? hi + off : NULL,
                   w->row_max + t * LANES + off, w->row_sum + t * LANES + off, factor, lanes);
-    kern->values(st, n, w->v, key0, D, factor, ot, lanes);
+    kern->values(st, n, w->v, key0, Dv, factor, ot, lanes);
 }
 
 /* Keys [a, e) of tile t (the block's K and V copies from its key j0):
@@ -571,7 +579,7 @@ static void tile_task(void *arg, int64_t task, int worker)
     const tiled_job *j = arg;
     const tiled_plan *tp = j->plan;
     const fj_problem *p = j->p;
-    const int D = p->head_dim;
+    const int D = p->head_dim, Dv = p->head_dim_v;
     row_block rb;
     const key_span k = block_setup(j, task, worker, &rb);
     const int rows = rb.npos * rb.nh, tiles = (rows + LANES - 1) / LANES;
@@ -593,7 +601,7 @@ static void tile_task(void *arg, int64_t task, int worker)
         tp->kern->copy_keys(w->k, fj_row_ptr(j->k, p->dtype, p->k_stride, rb.b, j0, rb.hk),
                             p->k_stride[FJ_AXIS_SEQ], p->dtype, (int)(j1 - j0), D);
         tp->kern->copy_values(w->v, fj_row_ptr(j->v, p->dtype, p->v_stride, rb.b, j0, rb.hk),
-                              p->v_stride[FJ_AXIS_SEQ], p->dtype, (int)(j1 - j0), D);
+                              p->v_stride[FJ_AXIS_SEQ], p->dtype, (int)(j1 - j0), Dv);
         for (int t = 0; t < tiles; t++) {
             const struct tile *tl = &w->tile[t];
             const int64_t a = tl->lo > j0 ? tl->lo : j0, e = tl->hi < j1 ? tl->hi : j1;
@@ -609,7 +617,7 @@ static void tile_task(void *arg, int64_t task, int worker)
             scale[r] = finish_state(&rb, row, w->row_max[row], w->row_sum[row]);
             dst[r] = w->lo[row / rb.nh] < w->hi[row / rb.nh] ? o_row(&rb, row) : NULL;
         }
-        tp->kern->store_outputs(w->o + (size_t)t * D * LANES, D, dst, p->dtype, scale,
+        tp->kern->store_outputs(w->o + (size_t)t * Dv * LANES, Dv, dst, p->dtype, scale,
                                 w->tile[t].rows);
     }
 }
@@ -657,9 +665,9 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
     tp->position_blocks = g.position_blocks;
     tp->tasks = g.tasks;
     tp->rows = g.rows;
-    tp->q_direct = tp->heads_per_block == 1 && sgemm_ready(p, p->q_stride);
-    tp->k_direct = sgemm_ready(p, p->k_stride);
-    tp->v_direct = sgemm_ready(p, p->v_stride);
+    tp->q_direct = tp->heads_per_block == 1 && sgemm_ready(p, p->q_stride, p->head_dim);
+    tp->k_direct = sgemm_ready(p, p->k_stride, p->head_dim);
+    tp->v_direct = sgemm_ready(p, p->v_stride, p->head_dim_v);
 
     /* The tile kernels where the CPU has them, unless the blocks are so
        small that most of a tile's lanes would be empty (or a test forces
@@ -670,7 +678,7 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
         tp->q_tile_bytes = (tp->kern->query_bytes(p->head_dim) + 63) & ~(size_t)63;
     }
 
-    const size_t D = (size_t)p->head_dim, bk = (size_t)tp->block_k;
+    const size_t D = (size_t)p->head_dim, Dv = (size_t)p->head_dim_v, bk = (size_t)tp->block_k;
     const size_t rows =
         tp->kern ? (size_t)(tp->rows + FJ_TILED_LANES - 1) / FJ_TILED_LANES * FJ_TILED_LANES
                  : (size_t)tp->rows;
@@ -679,11 +687,14 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
     tp->off_q = ws_part(&cur, tp->kern       ? rows / FJ_TILED_LANES * tp->q_tile_bytes
                               : tp->q_direct ? 0
                                              : rows * D * f);
-    tp->off_o = ws_part(&cur, rows * D * f);
+    tp->off_o = ws_part(&cur, rows * Dv * f);
     tp->off_s = ws_part(&cur, (tp->kern ? FJ_TILED_LANES : rows) * bk * f);
-    const size_t kv_bytes = tp->kern ? tp->kern->copy_bytes(p->head_dim, tp->block_k) : bk * D * f;
-    tp->off_k = ws_part(&cur, tp->k_direct ? 0 : kv_bytes);
-    tp->off_v = ws_part(&cur, tp->v_direct ? 0 : kv_bytes);
+    tp->off_k = ws_part(&cur, tp->k_direct ? 0
+                              : tp->kern   ? tp->kern->copy_bytes(p->head_dim, tp->block_k)
+                                           : bk * D * f);
+    tp->off_v = ws_part(&cur, tp->v_direct ? 0
+                              : tp->kern   ? tp->kern->copy_bytes(p->head_dim_v, tp->block_k)
+                                           : bk * Dv * f);
     tp->off_max = ws_part(&cur, rows * f);
     tp->off_sum = ws_part(&cur, rows * f);
     tp->off_lo = ws_part(&cur, (size_t)tp->positions_per_block * sizeof(int64_t));
@@ -719,6 +730,11 @@ static fj_status tiled_plan_create(fj_context *ctx, const fj_problem *p, const c
                                     : "converted per block",
                      tp->k_direct ? "in place" : "converted per block",
                      tp->v_direct ? "in place" : "converted per block", tp->ws_bytes, threads);
+    if (p->head_dim_v != p->head_dim)
+        fj_strbuf_printf(describe,
+                         "head dims: q and k %d, v and o %d (head_dim_v): scores over %d, "
+                         "values and output rows of %d\n",
+                         p->head_dim, p->head_dim_v, p->head_dim, p->head_dim_v);
     *state = tp;
     return FJ_OK;
 }

@@ -198,7 +198,8 @@ fj_status fj_cpu_tiled_choose_blocks(const fj_context *ctx, const fj_problem *p,
     } else {
         out->from = FJ_TILES_HEURISTIC;
         if (fj_cpu_tiled_kernels(p->dtype)) heuristic_tiles(&bq, &bk);
-        else heuristic(p->head_dim, &bq, &bk);
+        else /* the wider of the K and V rows decides the key block's size */
+            heuristic(p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v, &bq, &bk);
         if (!out->source[0])
             snprintf(out->source, sizeof out->source, "heuristic: head dim, window, workers");
         /* Under a mask, a block of rows sees up to W + block_q - 1 keys (W:

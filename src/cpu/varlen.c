@@ -61,7 +61,8 @@ typedef struct varlen_plan {
     float *lse_rows;             /* [heads_q, seqlen_q]: one sequence's lse before its place */
     pthread_mutex_t lse_lock;    /* one execute at a time uses lse_rows and the paged buffers */
     fj_pool *pool;               /* paged: the copies' workers */
-    void *keys, *values;         /* paged: one sequence's [seqlen_k, heads_kv, head_dim] */
+    void *keys, *values;         /* paged: one sequence's [seqlen_k, heads_kv, head_dim
+                                    (values: head_dim_v)] */
     fj_paged_run *runs;          /* paged: [max_pages] runs of one sequence's pages */
 } varlen_plan;
 
@@ -215,30 +216,37 @@ static fj_status varlen_plan_create(fj_context *ctx, const fj_problem *p, const 
     vp->one.varlen = false;
     vp->one.batch = 1;
     vp->tiles_from = FJ_TILES_GIVEN;
-    size_t kv_bytes = 0;
+    size_t kv_bytes = 0, v_bytes = 0;
     if (p->paged) {
         /* each sequence's keys and values: dense [seqlen_k, heads_kv,
-           head_dim] buffers (or a dense pool's pages in place) */
-        const int64_t row = (int64_t)p->heads_kv * p->head_dim;
+           head_dim] and [seqlen_k, heads_kv, head_dim_v] buffers (or a
+           dense pool's pages in place) */
+        const int dims[2] = {p->head_dim, p->head_dim_v};
         vp->one.paged = false;
         vp->one.page_size = vp->one.num_pages = vp->one.max_pages = vp->one.bt_stride = 0;
         for (int t = 0; t < 2; t++) {
+            const int64_t row = (int64_t)p->heads_kv * dims[t];
             int64_t *st = t ? vp->one.v_stride : vp->one.k_stride;
             st[FJ_AXIS_BATCH] = row * p->seqlen_k;
             st[FJ_AXIS_SEQ] = row;
-            st[FJ_AXIS_HEAD] = p->head_dim;
+            st[FJ_AXIS_HEAD] = dims[t];
         }
         vp->pool = ctx->pool;
-        if (__builtin_mul_overflow((size_t)row * fj_dtype_size(p->dtype), (size_t)p->seqlen_k,
+        const size_t es = fj_dtype_size(p->dtype), keys = (size_t)p->seqlen_k;
+        if (__builtin_mul_overflow((size_t)p->heads_kv * (size_t)p->head_dim * es, keys,
                                    &kv_bytes) ||
+            __builtin_mul_overflow((size_t)p->heads_kv * (size_t)p->head_dim_v * es, keys,
+                                   &v_bytes) ||
             !(vp->keys = malloc(kv_bytes ? kv_bytes : 1)) ||
-            !(vp->values = malloc(kv_bytes ? kv_bytes : 1)) ||
+            !(vp->values = malloc(v_bytes ? v_bytes : 1)) ||
             !(vp->runs = malloc(sizeof *vp->runs * (size_t)p->max_pages))) {
             varlen_plan_destroy(vp);
             return fj_fail(FJ_ERR_OUT_OF_MEMORY,
-                           "%s: cannot allocate 2 x %zu MiB for one sequence's keys and values "
-                           "(seqlen_k %d x heads_kv %d x head_dim %d) copied out of the pages",
-                           dense->name, kv_bytes >> 20, p->seqlen_k, p->heads_kv, p->head_dim);
+                           "%s: cannot allocate %zu + %zu MiB for one sequence's keys and values "
+                           "(seqlen_k %d x heads_kv %d x head_dim %d, head_dim_v %d) copied out "
+                           "of the pages",
+                           dense->name, kv_bytes >> 20, v_bytes >> 20, p->seqlen_k, p->heads_kv,
+                           p->head_dim, p->head_dim_v);
         }
     }
 
@@ -283,8 +291,8 @@ static fj_status varlen_plan_create(fj_context *ctx, const fj_problem *p, const 
                          "paged: K and V in pools of %d pages of %d keys, a block table of %d "
                          "columns (row stride %d); each sequence's keys copied out of its pages, "
                          "a run of consecutive pages at a time (none when they are one run of a "
-                         "dense pool), into 2 x %zu bytes\n",
-                         p->num_pages, p->page_size, p->max_pages, p->bt_stride, kv_bytes);
+                         "dense pool), into %zu + %zu bytes\n",
+                         p->num_pages, p->page_size, p->max_pages, p->bt_stride, kv_bytes, v_bytes);
     *state = vp;
     return FJ_OK;
 }

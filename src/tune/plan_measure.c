@@ -35,7 +35,9 @@ static fj_status measure(fj_context *ctx, const fj_attention_desc *desc, const f
        strides are 0, which with batch 1 is the same tensor). A paged one
        too, its keys a dense [seqlen_k, heads_kv, head_dim] tensor (the
        copy out of the pages, src/cpu/paged.c): its k and v strides are
-       the dense ones. */
+       the dense ones. head_dim_v stays: V's rows are part of what is
+       timed, though the point (head_dim's) is shared with the problem of
+       V rows of head_dim. */
     fj_attention_desc plain = *desc;
     if (plain.features & (FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV)) plain.batch = 1;
     if (plain.features & FJ_FEATURE_PAGED_KV) {

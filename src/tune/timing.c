@@ -84,13 +84,13 @@ static fj_status allocate_set(fj_tune_inputs *in, int i, void *stage, uint64_t *
     fj_context *ctx = in->ctx;
     fj_status s;
     if ((s = fj_malloc(ctx, in->q_bytes, &in->q[i])) ||
-        (s = fj_malloc(ctx, in->kv_bytes, &in->k[i])) ||
-        (s = fj_malloc(ctx, in->kv_bytes, &in->v[i])) ||
+        (s = fj_malloc(ctx, in->k_bytes, &in->k[i])) ||
+        (s = fj_malloc(ctx, in->v_bytes, &in->v[i])) ||
         (s = fj_malloc(ctx, in->o_bytes, &in->o[i])))
         return s;
     if ((s = fill_device(ctx, in->q[i], in->q_bytes, in->dtype, stage, state)) ||
-        (s = fill_device(ctx, in->k[i], in->kv_bytes, in->dtype, stage, state)) ||
-        (s = fill_device(ctx, in->v[i], in->kv_bytes, in->dtype, stage, state)))
+        (s = fill_device(ctx, in->k[i], in->k_bytes, in->dtype, stage, state)) ||
+        (s = fill_device(ctx, in->v[i], in->v_bytes, in->dtype, stage, state)))
         return s;
     /* o is written by every run; filled once so it is never uninitialized. */
     return fill_device(ctx, in->o[i], in->o_bytes, in->dtype, stage, state);
@@ -100,17 +100,23 @@ fj_status fj_tune_inputs_prepare(fj_tune_inputs *in, fj_context *ctx, const fj_a
                                  size_t max_bytes, uint64_t seed)
 {
     size_t es = (size_t)fj_dtype_size(d->dtype);
+    /* V's and O's rows: head_dim_v (0: head_dim) */
+    const size_t dv = (size_t)(d->head_dim_v > 0 ? d->head_dim_v : d->head_dim);
     size_t q = (size_t)d->batch * d->seqlen_q * d->heads_q * d->head_dim * es;
-    size_t kv = (size_t)d->batch * d->seqlen_k * d->heads_kv * d->head_dim * es;
+    size_t k = (size_t)d->batch * d->seqlen_k * d->heads_kv * d->head_dim * es;
+    size_t v = (size_t)d->batch * d->seqlen_k * d->heads_kv * dv * es;
+    size_t o = (size_t)d->batch * d->seqlen_q * d->heads_q * dv * es;
     if (in->sets && in->ctx == ctx && in->dtype == d->dtype && in->q_bytes == q &&
-        in->kv_bytes == kv)
+        in->k_bytes == k && in->v_bytes == v && in->o_bytes == o)
         return FJ_OK; /* the same sizes: the sets made for an earlier point serve */
     fj_tune_inputs_free(in);
     in->ctx = ctx;
     in->dtype = d->dtype;
-    in->q_bytes = in->o_bytes = q;
-    in->kv_bytes = kv;
-    int want = sets_for(2 * q + 2 * kv, max_bytes);
+    in->q_bytes = q;
+    in->k_bytes = k;
+    in->v_bytes = v;
+    in->o_bytes = o;
+    int want = sets_for(q + k + v + o, max_bytes);
     void *stage = malloc(FILL_CHUNK);
     if (!stage) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "out of host memory for the input fill");
     uint64_t state = seed;

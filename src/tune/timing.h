@@ -23,7 +23,7 @@ double fj_tune_load(const void *buf, fj_dtype t, size_t i);
 typedef struct fj_tune_inputs {
     fj_context *ctx;
     fj_dtype dtype;
-    size_t q_bytes, kv_bytes, o_bytes; /* of one set */
+    size_t q_bytes, k_bytes, v_bytes, o_bytes; /* of one set (v and o: rows of head_dim_v) */
     int sets;
     void *q[FJ_TUNE_MAX_SETS], *k[FJ_TUNE_MAX_SETS], *v[FJ_TUNE_MAX_SETS], *o[FJ_TUNE_MAX_SETS];
 } fj_tune_inputs;

@@ -141,6 +141,11 @@ void fjt_store(void *buf, fj_dtype t, size_t i, double x)
 
 static size_t elem_size(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
 
+int fjt_dim_v(const fj_attention_desc *d)
+{
+    return d->head_dim_v > 0 ? d->head_dim_v : d->head_dim;
+}
+
 void fjt_poison(void *buf, fj_dtype t, size_t n) { memset(buf, 0xff, n * elem_size(t)); }
 
 void fjt_poison_f32(float *buf, size_t n) { memset(buf, 0xff, n * sizeof(float)); }
@@ -251,7 +256,8 @@ static double dot_row(const double *q, const void *x, fj_dtype t, size_t base, i
 static void oracle_row(fjt_problem *p, int b, int h, int i, double *s, double *qrow)
 {
     const fj_attention_desc *d = &p->d;
-    const int D = d->head_dim, hk = h / (d->heads_q / d->heads_kv);
+    /* q and k rows of D, v and o rows of Dv; the default scale is D's */
+    const int D = d->head_dim, Dv = fjt_dim_v(d), hk = h / (d->heads_q / d->heads_kv);
     const fj_dtype t = d->dtype;
     double scale = d->scale != 0.0f ? (double)d->scale : 1.0 / sqrt((double)D);
     size_t qo = off(p->qs, b, i, h);
@@ -269,15 +275,15 @@ static void oracle_row(fjt_problem *p, int b, int h, int i, double *s, double *q
     }
     const double sink = p->sinks ? (double)p->sinks[h] : -INFINITY;
     if (p->sinks && sink > m) m = sink;
-    double *o = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * D;
-    memset(o, 0, sizeof(double) * (size_t)D);
+    double *o = p->ref_o + (((size_t)b * d->seqlen_q + i) * d->heads_q + h) * Dv;
+    memset(o, 0, sizeof(double) * (size_t)Dv);
     double sum = p->sinks ? exp(sink - m) : 0, mag = 0; /* a row seeing no key: sum 1, lse = sink */
     for (int j = 0; j < d->seqlen_k; j++) {
         if (!sees(d, i, j)) continue;
         double e = exp(s[j] - m), vv = 0;
         sum += e;
         size_t vo = off(p->vs, b, j, hk);
-        for (int c = 0; c < D; c++) {
+        for (int c = 0; c < Dv; c++) {
             double v = load(p->v, t, vo + c);
             o[c] += e * v;
             vv += v * v;
@@ -285,7 +291,7 @@ static void oracle_row(fjt_problem *p, int b, int h, int i, double *s, double *q
         mag += e * sqrt(vv);
     }
     if (sum > 0)
-        for (int c = 0; c < D; c++) o[c] /= sum;
+        for (int c = 0; c < Dv; c++) o[c] /= sum;
     const size_t r = ((size_t)b * d->heads_q + h) * d->seqlen_q + i;
     p->ref_lse[r] = sum > 0 ? m + log(sum) : -INFINITY;
     p->ref_mag[r] = sum > 0 ? mag / sum : 0;
@@ -349,17 +355,18 @@ static bool make(fjt_problem *p, const fj_attention_desc *d, fjt_rng *rng, bool 
     memset(p, 0, sizeof *p);
     pthread_once(&half_table_once, half_table_init);
     p->d = *d;
+    const int dv = fjt_dim_v(d); /* v's and o's rows */
     resolve(p->qs, d->q_stride, d->seqlen_q, d->heads_q, d->head_dim);
     resolve(p->ks, d->k_stride, d->seqlen_k, d->heads_kv, d->head_dim);
-    resolve(p->vs, d->v_stride, d->seqlen_k, d->heads_kv, d->head_dim);
-    resolve(p->os, d->o_stride, d->seqlen_q, d->heads_q, d->head_dim);
+    resolve(p->vs, d->v_stride, d->seqlen_k, d->heads_kv, dv);
+    resolve(p->os, d->o_stride, d->seqlen_q, d->heads_q, dv);
     p->q_elems = span(p->qs, d->batch, d->seqlen_q, d->heads_q, d->head_dim);
     p->k_elems = span(p->ks, d->batch, d->seqlen_k, d->heads_kv, d->head_dim);
-    p->v_elems = span(p->vs, d->batch, d->seqlen_k, d->heads_kv, d->head_dim);
-    p->o_elems = span(p->os, d->batch, d->seqlen_q, d->heads_q, d->head_dim);
+    p->v_elems = span(p->vs, d->batch, d->seqlen_k, d->heads_kv, dv);
+    p->o_elems = span(p->os, d->batch, d->seqlen_q, d->heads_q, dv);
     p->lse_elems = (size_t)d->batch * d->heads_q * d->seqlen_q;
     size_t es = elem_size(d->dtype);
-    size_t ref_elems = (size_t)d->batch * d->seqlen_q * d->heads_q * d->head_dim;
+    size_t ref_elems = (size_t)d->batch * d->seqlen_q * d->heads_q * dv;
     p->q = malloc(p->q_elems * es);
     p->k = malloc(p->k_elems * es);
     p->v = malloc(p->v_elems * es);
@@ -462,20 +469,20 @@ bool fjt_problem_make_varlen(fjt_problem *p, const fj_attention_desc *d, const f
     p->vl = *vl;
     p->total_q = tq;
     p->total_k = tk;
-    const int D = d->head_dim, hq = d->heads_q, hkv = d->heads_kv;
+    const int D = d->head_dim, Dv = fjt_dim_v(d), hq = d->heads_q, hkv = d->heads_kv;
     const int64_t *in[4] = {d->q_stride, d->k_stride, d->v_stride, d->o_stride};
     int64_t *out[4] = {p->qs, p->ks, p->vs, p->os};
-    const int heads[4] = {hq, hkv, hkv, hq};
+    const int heads[4] = {hq, hkv, hkv, hq}, dims[4] = {D, D, Dv, Dv};
     for (int i = 0; i < 4; i++) {
-        resolve(out[i], in[i], 1, heads[i], D);
+        resolve(out[i], in[i], 1, heads[i], dims[i]);
         out[i][0] = 0; /* no batch axis */
     }
     p->q_elems = packed_span(p->qs, tq, hq, D);
     p->k_elems = packed_span(p->ks, tk, hkv, D);
-    p->v_elems = packed_span(p->vs, tk, hkv, D);
-    p->o_elems = packed_span(p->os, tq, hq, D);
+    p->v_elems = packed_span(p->vs, tk, hkv, Dv);
+    p->o_elems = packed_span(p->os, tq, hq, Dv);
     p->lse_elems = (size_t)hq * tq;
-    const size_t es = elem_size(d->dtype), ref_elems = (size_t)tq * hq * D;
+    const size_t es = elem_size(d->dtype), ref_elems = (size_t)tq * hq * Dv;
     p->q = malloc(p->q_elems * es);
     p->k = malloc(p->k_elems * es);
     p->v = malloc(p->v_elems * es);
@@ -503,11 +510,11 @@ bool fjt_problem_make_varlen(fjt_problem *p, const fj_attention_desc *d, const f
     for (int b = 0; b < vl->nseq; b++) {
         const int k0 = p->cu_k[b] + fjt_varlen_keys(vl, b), k1 = p->cu_k[b + 1];
         nan_tokens(p->k, d->dtype, p->ks, hkv, D, k0, k1);
-        nan_tokens(p->v, d->dtype, p->vs, hkv, D, k0, k1);
+        nan_tokens(p->v, d->dtype, p->vs, hkv, Dv, k0, k1);
     }
     nan_tokens(p->q, d->dtype, p->qs, hq, D, p->cu_q[vl->nseq], tq);
     nan_tokens(p->k, d->dtype, p->ks, hkv, D, p->cu_k[vl->nseq], tk);
-    nan_tokens(p->v, d->dtype, p->vs, hkv, D, p->cu_k[vl->nseq], tk);
+    nan_tokens(p->v, d->dtype, p->vs, hkv, Dv, p->cu_k[vl->nseq], tk);
     if (d->features & FJ_FEATURE_ALIBI) {
         if (!(p->alibi = malloc(sizeof(float) * (size_t)hq))) goto fail;
         for (int h = 0; h < hq; h++) p->alibi[h] = (float)(0.5 * fjt_uniform(rng));
@@ -529,9 +536,9 @@ fail:
 static bool oracle_varlen(fjt_problem *p)
 {
     const fj_attention_desc *d = &p->d;
-    const int hq = d->heads_q, D = d->head_dim;
+    const int hq = d->heads_q, Dv = fjt_dim_v(d);
     const size_t es = elem_size(d->dtype);
-    for (size_t i = 0; i < (size_t)p->total_q * hq * D; i++) p->ref_o[i] = NAN;
+    for (size_t i = 0; i < (size_t)p->total_q * hq * Dv; i++) p->ref_o[i] = NAN;
     for (size_t i = 0; i < p->lse_elems; i++) p->ref_lse[i] = p->ref_mag[i] = NAN;
     double *lse = malloc(sizeof(double) * ((size_t)hq * d->seqlen_q + 1));
     double *mag = malloc(sizeof(double) * ((size_t)hq * d->seqlen_q + 1));
@@ -553,7 +560,7 @@ static bool oracle_varlen(fjt_problem *p)
         one.q = (char *)p->q + (size_t)(p->cu_q[b] * p->qs[1]) * es;
         one.k = (char *)p->k + (size_t)(p->cu_k[b] * p->ks[1]) * es;
         one.v = (char *)p->v + (size_t)(p->cu_k[b] * p->vs[1]) * es;
-        one.ref_o = p->ref_o + (size_t)p->cu_q[b] * hq * D;
+        one.ref_o = p->ref_o + (size_t)p->cu_q[b] * hq * Dv;
         one.ref_lse = lse;
         one.ref_mag = mag;
         one.alibi = p->alibi;
@@ -663,10 +670,9 @@ bool fjt_paged_desc(fj_attention_desc *d, const fjt_varlen *vl, const fjt_paged 
     d->num_pages = used_pages + pg->spare_pages > 0 ? used_pages + pg->spare_pages : 1;
     d->max_pages = max_pages + pg->spare_cols;
     d->block_table_stride = pg->stride_pad ? d->max_pages + pg->stride_pad : 0;
-    int64_t s[3];
-    pool_strides(pg, d->heads_kv, d->head_dim, s);
-    for (int t = 0; t < 2; t++) {
-        int64_t *st = t ? d->v_stride : d->k_stride;
+    for (int t = 0; t < 2; t++) { /* k's rows head_dim long, v's head_dim_v */
+        int64_t s[3], *st = t ? d->v_stride : d->k_stride;
+        pool_strides(pg, d->heads_kv, t ? fjt_dim_v(d) : d->head_dim, s);
         if (pg->layout == FJT_POOL_DENSE) memset(st, 0, 3 * sizeof(int64_t));
         else memcpy(st, s, sizeof s);
     }
@@ -681,7 +687,7 @@ bool fjt_problem_make_paged(fjt_problem *p, const fj_attention_desc *d, const fj
         pg->spare_cols < 0 || pg->stride_pad < 0 || vl->nseq != d->batch ||
         !(d->features & FJ_FEATURE_VARLEN) != pg->dense_q)
         return false;
-    const int n = vl->nseq, P = pg->page_size, D = d->head_dim, hkv = d->heads_kv;
+    const int n = vl->nseq, P = pg->page_size, hkv = d->heads_kv;
     /* the varlen problem of the same sequences, its keys packed and used
        whole: the oracle's inputs, and the keys to page */
     fjt_varlen v = *vl;
@@ -739,11 +745,18 @@ bool fjt_problem_make_paged(fjt_problem *p, const fj_attention_desc *d, const fj
                 c < need[b] ? order[next++] : junk[(b + c) % 4];
     free(order);
 
-    /* the pools, NaN but for the sequences' keys */
-    int64_t s[3];
-    pool_strides(pg, hkv, D, s);
-    const size_t es = elem_size(d->dtype), elems = span(s, num_pages, P, hkv, D);
-    void *pool[2] = {malloc(elems * es), malloc(elems * es)};
+    /* the pools, NaN but for the sequences' keys (k's rows head_dim long,
+       v's head_dim_v) */
+    const size_t es = elem_size(d->dtype);
+    const int dims[2] = {d->head_dim, fjt_dim_v(d)};
+    int64_t s[2][3];
+    size_t elems[2];
+    void *pool[2];
+    for (int t = 0; t < 2; t++) {
+        pool_strides(pg, hkv, dims[t], s[t]);
+        elems[t] = span(s[t], num_pages, P, hkv, dims[t]);
+        pool[t] = malloc(elems[t] * es);
+    }
     if (!pool[0] || !pool[1]) {
         free(pool[0]);
         free(pool[1]);
@@ -752,22 +765,23 @@ bool fjt_problem_make_paged(fjt_problem *p, const fj_attention_desc *d, const fj
     const void *packed[2] = {p->k, p->v};
     const int64_t *ps[2] = {p->ks, p->vs};
     for (int t = 0; t < 2; t++) {
-        fjt_poison(pool[t], d->dtype, elems);
+        fjt_poison(pool[t], d->dtype, elems[t]);
         for (int b = 0; b < n; b++)
             for (int j = 0; j < v.len_k[b]; j++) {
                 const int32_t page = p->block_table[(size_t)b * p->bt_stride + j / P];
                 for (int h = 0; h < hkv; h++)
-                    memcpy((char *)pool[t] + off(s, page, j % P, h) * es,
+                    memcpy((char *)pool[t] + off(s[t], page, j % P, h) * es,
                            (const char *)packed[t] + off(ps[t], 0, p->cu_k[b] + j, h) * es,
-                           (size_t)D * es);
+                           (size_t)dims[t] * es);
             }
         free(t ? p->v : p->k);
     }
     p->k = pool[0];
     p->v = pool[1];
-    p->k_elems = p->v_elems = elems;
-    memcpy(p->ks, s, sizeof s);
-    memcpy(p->vs, s, sizeof s);
+    p->k_elems = elems[0];
+    p->v_elems = elems[1];
+    memcpy(p->ks, s[0], sizeof s[0]);
+    memcpy(p->vs, s[1], sizeof s[1]);
     p->total_k = 0;
     p->pg = *pg;
     p->d = pd;
@@ -838,18 +852,18 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
     /* A varlen batch is checked as one sequence of total_q tokens (o, ref_o
        and lse are laid out so), of which those of the sequences are rows. */
     const int nb = p->vl.nseq ? 1 : d->batch, sq = p->vl.nseq ? p->total_q : d->seqlen_q;
-    const int rows = p->vl.nseq ? p->cu_q[p->vl.nseq] : d->seqlen_q;
+    const int rows = p->vl.nseq ? p->cu_q[p->vl.nseq] : d->seqlen_q, Dv = fjt_dim_v(d);
     for (int b = 0; b < nb; b++)
         for (int i = 0; i < rows; i++)
             for (int h = 0; h < d->heads_q; h++) {
                 size_t oo = off(p->os, b, i, h);
-                const double *r = p->ref_o + (((size_t)b * sq + i) * d->heads_q + h) * d->head_dim;
+                const double *r = p->ref_o + (((size_t)b * sq + i) * d->heads_q + h) * Dv;
                 const size_t ri = ((size_t)b * d->heads_q + h) * sq + i;
                 double ref_lse = p->ref_lse[ri];
                 bool computed = !isnan(ref_lse), empty = isinf(ref_lse) && ref_lse < 0;
                 if (p->sinks && ref_lse == (double)p->sinks[h]) { /* the oracle's empty row: */
                     empty = true;                                 /* lse = the sink, O exactly 0 */
-                    for (int c = 0; c < d->head_dim && empty; c++) empty = r[c] == 0.0;
+                    for (int c = 0; c < Dv && empty; c++) empty = r[c] == 0.0;
                     /* unless the row sees keys whose weights vanish in
                        double next to the sink (the mask says; a varlen
                        row's lengths are its sequence's: the oracle's zeros
@@ -858,7 +872,7 @@ fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse)
                 }
                 double row_num = 0, row_den = 0;
                 bool row_nonzero = false;
-                for (int c = 0; c < d->head_dim; c++) {
+                for (int c = 0; c < Dv; c++) {
                     if (row_elem) row_elem[oo + c] = 1;
                     double x = fjt_load(o, d->dtype, oo + c);
                     if (!isfinite(x)) {
@@ -1024,14 +1038,14 @@ const char *fjt_desc_str(const fj_attention_desc *d)
 {
     static _Thread_local char buf[384];
     snprintf(buf, sizeof buf,
-             "b%d hq%d hkv%d sq%d sk%d d%d %s causal=%s window=%d,%d scale=%g softcap=%g "
+             "b%d hq%d hkv%d sq%d sk%d d%d dv%d %s causal=%s window=%d,%d scale=%g softcap=%g "
              "features=0x%x strides "
              "q[%lld %lld %lld] o[%lld %lld %lld]",
              d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
-             fj_dtype_name(d->dtype), fj_causal_name(d->causal), d->window_left, d->window_right,
-             (double)d->scale, (double)d->softcap, (unsigned)d->features, (long long)d->q_stride[0],
-             (long long)d->q_stride[1], (long long)d->q_stride[2], (long long)d->o_stride[0],
-             (long long)d->o_stride[1], (long long)d->o_stride[2]);
+             d->head_dim_v, fj_dtype_name(d->dtype), fj_causal_name(d->causal), d->window_left,
+             d->window_right, (double)d->scale, (double)d->softcap, (unsigned)d->features,
+             (long long)d->q_stride[0], (long long)d->q_stride[1], (long long)d->q_stride[2],
+             (long long)d->o_stride[0], (long long)d->o_stride[1], (long long)d->o_stride[2]);
     return buf;
 }
 
@@ -1071,27 +1085,31 @@ void fjt_random_desc(fjt_rng *rng, const fjt_axes *ax, fj_attention_desc *d)
            kernels take it by negating Q */
         if (fjt_range(rng, 0, 1)) d->scale = -d->scale;
     }
-    switch (fjt_range(rng, 0, 2)) {
+    const int layout = fjt_range(rng, 0, 2);
+    /* V's head dim: drawn last (suites without the axis draw as before) */
+    int dv = dim;
+    if (ax->n_head_dims_v > 0) {
+        dv = pick(rng, ax->head_dims_v, ax->n_head_dims_v);
+        d->head_dim_v = dv == dim && fjt_range(rng, 0, 1) ? 0 : dv; /* 0 and dim alike */
+    }
+    int64_t *s[4] = {d->q_stride, d->k_stride, d->v_stride, d->o_stride};
+    const int seqs[4] = {sq, sk, sk, sq}, heads[4] = {hq, hkv, hkv, hq},
+              dims[4] = {dim, dim, dv, dv};
+    switch (layout) {
     case 0: break; /* dense */
-    case 1: {      /* BHSD: [batch, heads, seq, dim] */
-        int64_t *s[4] = {d->q_stride, d->k_stride, d->v_stride, d->o_stride};
-        int seqs[4] = {sq, sk, sk, sq}, heads[4] = {hq, hkv, hkv, hq};
+    case 1:        /* BHSD: [batch, heads, seq, dim] */
         for (int i = 0; i < 4; i++) {
-            s[i][2] = (int64_t)seqs[i] * dim;
-            s[i][1] = dim;
-            s[i][0] = (int64_t)heads[i] * seqs[i] * dim;
+            s[i][2] = (int64_t)seqs[i] * dims[i];
+            s[i][1] = dims[i];
+            s[i][0] = (int64_t)heads[i] * seqs[i] * dims[i];
         }
         break;
-    }
-    case 2: { /* BSHD with padding after each row and each seq step */
-        int64_t *s[4] = {d->q_stride, d->k_stride, d->v_stride, d->o_stride};
-        int seqs[4] = {sq, sk, sk, sq}, heads[4] = {hq, hkv, hkv, hq};
+    case 2: /* BSHD with padding after each row and each seq step */
         for (int i = 0; i < 4; i++) {
-            s[i][2] = dim + 8;
-            s[i][1] = (int64_t)heads[i] * (dim + 8) + 16;
+            s[i][2] = dims[i] + 8;
+            s[i][1] = (int64_t)heads[i] * (dims[i] + 8) + 16;
             s[i][0] = (int64_t)seqs[i] * s[i][1] + 8;
         }
         break;
-    }
     }
 }

@@ -76,7 +76,7 @@ typedef struct fjt_problem {
     int64_t qs[3], ks[3], vs[3], os[3]; /* resolved strides */
     size_t q_elems, k_elems, v_elems, o_elems, lse_elems;
     void *q, *k, *v; /* host, dtype d.dtype, random in [-1, 1) */
-    double *ref_o;   /* oracle output, dense [b, sq, hq, d] */
+    double *ref_o;   /* oracle output, dense [b, sq, hq, head_dim_v] (fjt_dim_v) */
     double *ref_lse; /* oracle lse, [b, hq, sq] */
     double *ref_mag; /* [b, hq, sq]: sum_j p_j |V_j| (2-norms) of the row, the size of the
                         terms its output sums (fjt_error.mag_rel_max) */
@@ -223,6 +223,9 @@ void fjt_varlen_free(fj_context *ctx, void *mem[FJT_EXTRAS_MEM]);
 /* "17/17,0/5(3)": each sequence's queries/keys(used), for messages. */
 void fjt_varlen_str(const fjt_varlen *v, char *buf, size_t n);
 
+/* V's and O's head dim: head_dim_v, or head_dim when that is 0. */
+int fjt_dim_v(const fj_attention_desc *d);
+
 /* One line describing the desc, for failure messages. */
 const char *fjt_desc_str(const fj_attention_desc *d);
 
@@ -242,6 +245,11 @@ typedef struct fjt_axes {
     const fj_dtype *dtypes;
     int n_dtypes;
     double max_work; /* cap on batch*heads_q*sq*sk*head_dim (oracle cost) */
+    /* V's head dims (head_dim_v), drawn after the rest; none (0): V's rows
+       as Q's (head_dim_v 0). A drawn value equal to head_dim is set as 0
+       or as itself, half the time each. */
+    const int *head_dims_v;
+    int n_head_dims_v;
 } fjt_axes;
 
 /* Draws a problem; strides point into buffers fjt_problem_make allocates. */

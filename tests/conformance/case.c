@@ -27,8 +27,9 @@ void fjt_set_layout(fj_attention_desc *d, fjt_layout l)
     int64_t *s[4] = {d->q_stride, d->k_stride, d->v_stride, d->o_stride};
     const int seq[4] = {d->seqlen_q, d->seqlen_k, d->seqlen_k, d->seqlen_q};
     const int heads[4] = {d->heads_q, d->heads_kv, d->heads_kv, d->heads_q};
-    const int64_t D = d->head_dim;
     for (int i = 0; i < 4; i++) {
+        /* q's and k's rows head_dim long, v's and o's head_dim_v */
+        const int64_t D = i < 2 ? d->head_dim : fjt_dim_v(d);
         bool input_kv = i == 1 || i == 2, input_q = i == 0;
         switch (l) {
         case FJT_DENSE: s[i][0] = s[i][1] = s[i][2] = 0; break;
@@ -138,10 +139,10 @@ double fjt_case_work(const fjt_case *c)
         double w = 0;
         for (int b = 0; b < c->varlen.nseq; b++)
             w += (double)c->varlen.len_q[b] * fjt_varlen_keys(&c->varlen, b);
-        return w * d->heads_q * d->head_dim;
+        return w * d->heads_q * (d->head_dim + fjt_dim_v(d)) / 2;
     }
     double rows = c->oracle_rows ? c->n_oracle_rows : d->seqlen_q;
-    return (double)d->batch * d->heads_q * rows * d->seqlen_k * d->head_dim;
+    return (double)d->batch * d->heads_q * rows * d->seqlen_k * (d->head_dim + fjt_dim_v(d)) / 2;
 }
 
 uint64_t fjt_case_seed(const fjt_case *c, uint64_t suite_seed)

@@ -63,8 +63,8 @@ static void ref_random(builder *b, uint64_t seed)
 {
     fjt_rng rng;
     fjt_rng_init(&rng, seed ^ 0x7265662d72616e64ull);
-    fjt_axes ax = {ref_seqlens, NELEMS(ref_seqlens), ref_dims, NELEMS(ref_dims), all_dtypes, 3,
-                   3e7};
+    fjt_axes ax =
+        {ref_seqlens, NELEMS(ref_seqlens), ref_dims, NELEMS(ref_dims), all_dtypes, 3, 3e7, NULL, 0};
     for (int i = 0; i < 150; i++) {
         fj_attention_desc d;
         fjt_random_desc(&rng, &ax, &d);
@@ -683,7 +683,8 @@ static void odd_shapes(builder *b, uint64_t seed)
 
 /* Head dims 257..FJ_MAX_HEAD_DIM, which only the CPU backends take (CUDA
  * answers UNSUPPORTED, which these cases allow it): odd and even, around the
- * decode kernels' 32-column chunks (257, 511) and at the limit (512).
+ * decode kernels' 32-column chunks (257, 511), at 512 and at the limit (576,
+ * MLA's queries and keys).
  * Prefill ("rows": more than FJ_CPU_DECODE_MAX_ROWS rows per kv head, the
  * tiled path; bf16 with GQA groups up to 16 goes to the AMX row blocks
  * where the CPU has them) with seqlen_q above and below seqlen_k and keys
@@ -707,9 +708,9 @@ static void large_head_dims(builder *b)
         {"rows", 1, 6, 2, 70, 129, 300, FJ_BF16, FJ_CAUSAL_NONE, 31, 7, FJT_BHSD, true},
         {"rows", 2, 2, 1, 200, 65, 384, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1, FJT_PADDED, true},
         {"rows", 1, 2, 2, 33, 520, 511, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_PADDED3, false},
-        {"rows", 1, 4, 1, 40, 257, 512, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, -1, FJT_DENSE, true},
+        {"rows", 1, 4, 1, 40, 257, 576, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, -1, FJT_DENSE, true},
         {"rows", 1, 18, 1, 9, 130, 512, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, 5, FJT_DENSE, true},
-        {"rows", 1, 8, 2, 64, 64, 512, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true},
+        {"rows", 1, 8, 2, 64, 64, 576, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true},
         {"rows", 1, 3, 3, 129, 17, 509, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, 3, -1, FJT_BHSD, true},
         /* decode: 1..16 rows per kv head */
         {"decode", 2, 8, 2, 1, 1031, 257, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true},
@@ -717,12 +718,12 @@ static void large_head_dims(builder *b)
         {"decode", 1, 8, 4, 3, 2049, 384, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 300, 0, FJT_BHSD, true},
         {"decode", 1, 16, 2, 2, 700, 511, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_PADDED,
          true},
-        {"decode", 1, 4, 4, 1, 4099, 512, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, false},
+        {"decode", 1, 4, 4, 1, 4099, 576, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, false},
         {"decode", 2, 16, 2, 1, 1200, 512, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1000, -1,
          FJT_KV_BROADCAST, true},
         {"decode", 1, 4, 1, 4, 3, 300, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE,
          true}, /* seqlen_q > seqlen_k: row 0 sees nothing */
-        {"decode", 1, 6, 2, 5, 999, 512, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, 40, FJT_PADDED3, true},
+        {"decode", 1, 6, 2, 5, 999, 576, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, 40, FJT_PADDED3, true},
     };
     for (int i = 0; i < NELEMS(c); i++) {
         fj_attention_desc d = desc(c[i].batch, c[i].hq, c[i].hkv, c[i].sq, c[i].sk, c[i].dim,
@@ -1007,8 +1008,9 @@ static void alibi_sinks(builder *b)
    packed strides, or with pad > 0 padded ones ([token, heads, dim] with 3
    elements after each row and 5 after each token: FJT_CUSTOM). The CPU
    backends must run them; CUDA refuses them (UNSUPPORTED: a SKIP). */
-static void add_varlen(builder *b, const char *name, fj_attention_desc d, int n, const int *q,
-                       const int *k, const int *used, int pad, int slack, bool lse)
+static void add_varlen_to(builder *b, const char *group, const char *name, fj_attention_desc d,
+                          int n, const int *q, const int *k, const int *used, int pad, int slack,
+                          bool lse)
 {
     fjt_varlen v;
     memset(&v, 0, sizeof v);
@@ -1028,18 +1030,25 @@ static void add_varlen(builder *b, const char *name, fj_attention_desc d, int n,
     d.seqlen_q = mq + slack;
     d.seqlen_k = mk + slack;
     d.features |= FJ_FEATURE_VARLEN;
-    fjt_case c = fjt_case_make("varlen", name, &d, pad ? FJT_CUSTOM : FJT_DENSE, lse);
+    fjt_case c = fjt_case_make(group, name, &d, pad ? FJT_CUSTOM : FJT_DENSE, lse);
     if (pad) {
         int64_t *st[4] = {c.d.q_stride, c.d.k_stride, c.d.v_stride, c.d.o_stride};
         const int heads[4] = {d.heads_q, d.heads_kv, d.heads_kv, d.heads_q};
+        const int dims[4] = {d.head_dim, d.head_dim, fjt_dim_v(&d), fjt_dim_v(&d)};
         for (int t = 0; t < 4; t++) {
             st[t][0] = 0;
-            st[t][2] = d.head_dim + 3;
-            st[t][1] = (int64_t)heads[t] * (d.head_dim + 3) + 5;
+            st[t][2] = dims[t] + 3;
+            st[t][1] = (int64_t)heads[t] * (dims[t] + 3) + 5;
         }
     }
     c.varlen = v;
     add(b, &c);
+}
+
+static void add_varlen(builder *b, const char *name, fj_attention_desc d, int n, const int *q,
+                       const int *k, const int *used, int pad, int slack, bool lse)
+{
+    add_varlen_to(b, "varlen", name, d, n, q, k, used, pad, slack, lse);
 }
 
 /* Empty sequences (no queries, no keys), length 1, primes, Sq != Sk both
@@ -1124,8 +1133,8 @@ static void varlen(builder *b, uint64_t seed)
    desc's seqlen_q) over kv[b] cached keys, paged as pg says (the desc's
    page fields and pool strides from fjt_paged_desc). The CPU backends must
    run them; CUDA refuses them (UNSUPPORTED: a SKIP). */
-static void add_paged(builder *b, const char *name, fj_attention_desc d, int n, const int *q,
-                      const int *kv, fjt_paged pg, int slack, bool lse)
+static void add_paged_to(builder *b, const char *group, const char *name, fj_attention_desc d,
+                         int n, const int *q, const int *kv, fjt_paged pg, int slack, bool lse)
 {
     fjt_varlen v;
     memset(&v, 0, sizeof v);
@@ -1142,11 +1151,17 @@ static void add_paged(builder *b, const char *name, fj_attention_desc d, int n, 
     d.seqlen_k = mk + slack;
     d.features |= FJ_FEATURE_PAGED_KV | (pg.dense_q ? 0 : FJ_FEATURE_VARLEN);
     fjt_case c =
-        fjt_case_make("paged", name, &d, pg.layout == FJT_POOL_DENSE ? FJT_DENSE : FJT_CUSTOM, lse);
+        fjt_case_make(group, name, &d, pg.layout == FJT_POOL_DENSE ? FJT_DENSE : FJT_CUSTOM, lse);
     if (!fjt_paged_desc(&c.d, &v, &pg)) b->ok = false;
     c.varlen = v;
     c.paged = pg;
     add(b, &c);
+}
+
+static void add_paged(builder *b, const char *name, fj_attention_desc d, int n, const int *q,
+                      const int *kv, fjt_paged pg, int slack, bool lse)
+{
+    add_paged_to(b, "paged", name, d, n, q, kv, pg, slack, lse);
 }
 
 /* Decode (GQA, MQA), speculative decode (rows past a short cache see no
@@ -1241,6 +1256,123 @@ static void paged(builder *b, uint64_t seed)
     }
 }
 
+/* ---- V's head dim other than Q's and K's (issue 22) ---------------------------- */
+
+/* head_dim_v != head_dim (DeepSeek's MLA: q and k rows of 192 against v rows
+ * of 128, and the absorbed decode's 576 against 512), which only the CPU
+ * backends take (CUDA answers UNSUPPORTED, which these cases allow it): V
+ * wider and narrower than Q, odd and tiny dims (1 and 7, 33 and 17), every
+ * dtype and mask kind, windows, GQA and MQA, Sq above and below Sk, every
+ * layout (v's and o's strides step head_dim_v), lse on and off; the decode
+ * path (1..16 rows per kv head, long keys split into chunks), prefill on
+ * the tiled path (bf16 with a GQA group of 18 so AMX's row blocks do not
+ * take it, and with groups of 2 so they do where the CPU has AMX);
+ * softcap, ALiBi and sinks; varlen batches and paged caches; then random
+ * problems from the suite's seed. */
+static void head_dim_v(builder *b, uint64_t seed)
+{
+    static const struct {
+        int batch, hq, hkv, sq, sk, dim, dim_v;
+        fj_dtype t;
+        fj_causal causal;
+        int wl, wr;
+        fjt_layout layout;
+        bool lse;
+    } c[] = {
+        /* prefill: more than 16 rows per kv head */
+        {1, 4, 1, 97, 300, 192, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true},
+        {2, 2, 2, 200, 65, 128, 192, FJ_F32, FJ_CAUSAL_TOP_LEFT, -1, -1, FJT_PADDED, true},
+        {1, 2, 1, 40, 130, 576, 512, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_BHSD, true},
+        {1, 18, 1, 9, 257, 576, 512, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true},
+        {1, 8, 2, 129, 129, 64, 32, FJ_F16, FJ_CAUSAL_NONE, 17, 5, FJT_PADDED3, true},
+        {1, 3, 3, 17, 63, 1, 7, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, false},
+        {2, 4, 2, 65, 31, 33, 17, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE, true},
+        {1, 18, 1, 3, 100, 256, 96, FJ_BF16, FJ_CAUSAL_TOP_LEFT, 40, -1, FJT_BHSD, true},
+        {1, 4, 2, 33, 520, 80, 200, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 100, 3, FJT_KV_BROADCAST,
+         true},
+        {2, 2, 1, 70, 70, 128, 64, FJ_F32, FJ_CAUSAL_NONE, -1, -1, FJT_Q_BROADCAST, true},
+        {1, 2, 2, 300, 17, 17, 33, FJ_F32, FJ_CAUSAL_TOP_LEFT, 3, 9, FJT_PADDED, false},
+        /* decode: 1..16 rows per kv head */
+        {1, 16, 1, 1, 1031, 576, 512, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true},
+        {1, 8, 2, 4, 700, 576, 512, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, 300, -1, FJT_DENSE, true},
+        {2, 8, 2, 1, 2049, 192, 128, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_PADDED, true},
+        {1, 4, 1, 1, 100, 7, 1, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, FJT_DENSE, true},
+        {1, 4, 4, 5, 3, 17, 33, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, FJT_DENSE,
+         true}, /* seqlen_q > seqlen_k: rows that see nothing */
+        {1, 16, 2, 2, 600, 128, 192, FJ_F32, FJ_CAUSAL_TOP_LEFT, -1, 40, FJT_BHSD, false},
+        {1, 6, 3, 16, 129, 96, 40, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 7, 0, FJT_PADDED3, true},
+    };
+    for (int i = 0; i < NELEMS(c); i++) {
+        fj_attention_desc d = desc(c[i].batch, c[i].hq, c[i].hkv, c[i].sq, c[i].sk, c[i].dim,
+                                   c[i].t, c[i].causal, c[i].wl, c[i].wr);
+        d.head_dim_v = c[i].dim_v;
+        char name[64];
+        snprintf(name, sizeof name, "d%d-dv%d-sq%d-sk%d-h%d-%d-%s", c[i].dim, c[i].dim_v, c[i].sq,
+                 c[i].sk, c[i].hq, c[i].hkv, fj_dtype_name(c[i].t));
+        fjt_case k = fjt_case_make("head-dim-v", name, &d, c[i].layout, c[i].lse);
+        add(b, &k);
+    }
+    /* the score modifiers: a softcap, ALiBi, sinks */
+    fj_attention_desc d = desc(1, 4, 2, 70, 200, 192, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    d.head_dim_v = 128;
+    d.softcap = 30.0f;
+    d.features = FJ_FEATURE_SINKS;
+    fjt_case k = fjt_case_make("head-dim-v", "softcap-sinks-rows-bf16", &d, FJT_DENSE, true);
+    k.lse_tol = 1e-3;
+    add(b, &k);
+    d = desc(1, 8, 2, 2, 900, 64, FJ_F32, FJ_CAUSAL_NONE, 50, 3);
+    d.head_dim_v = 200;
+    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+    k = fjt_case_make("head-dim-v", "alibi-sinks-decode-f32", &d, FJT_PADDED, true);
+    add(b, &k);
+    d = desc(2, 6, 3, 33, 33, 40, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1);
+    d.head_dim_v = 13;
+    d.features = FJ_FEATURE_ALIBI;
+    k = fjt_case_make("head-dim-v", "alibi-rows-f16", &d, FJT_BHSD, false);
+    add(b, &k);
+    /* variable-length batches and paged caches */
+    static const int q1[] = {17, 1, 300, 0, 64}, k1[] = {31, 2, 7, 13, 64};
+    static const int q2[] = {1, 1, 1, 1}, k2[] = {700, 0, 33, 129};
+    static const int d3[] = {3, 3, 3, 3}, k3[] = {29, 3, 64, 65};
+    d = desc(1, 4, 2, 1, 1, 192, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    d.head_dim_v = 128;
+    add_varlen_to(b, "head-dim-v", "varlen-causal-bf16", d, 5, q1, k1, NULL, 3, 2, true);
+    d = desc(1, 16, 1, 1, 1, 576, FJ_F32, FJ_CAUSAL_NONE, -1, -1);
+    d.head_dim_v = 512;
+    d.features = FJ_FEATURE_SINKS;
+    add_varlen_to(b, "head-dim-v", "varlen-decode-mla-f32", d, 4, q2, k2, NULL, 0, 0, true);
+    const fjt_paged shuffled = {.page_size = 16,
+                                .spare_pages = 3,
+                                .spare_cols = 2,
+                                .dense_q = true};
+    const fjt_paged padded = {.page_size = 7, .layout = FJT_POOL_PADDED, .dense_q = true};
+    const fjt_paged head_major = {.page_size = 5, .stride_pad = 2, .layout = FJT_POOL_HEAD_MAJOR};
+    d = desc(1, 16, 1, 1, 1, 576, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    d.head_dim_v = 512;
+    add_paged_to(b, "head-dim-v", "paged-decode-mla-bf16", d, 4, q2, k2, shuffled, 0, true);
+    d = desc(1, 4, 2, 1, 1, 33, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1);
+    d.head_dim_v = 65;
+    add_paged_to(b, "head-dim-v", "paged-speculative-padded-f16", d, 4, d3, k3, padded, 1, true);
+    d = desc(1, 6, 3, 1, 1, 128, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, 20, -1);
+    d.head_dim_v = 40;
+    add_paged_to(b, "head-dim-v", "paged-prefill-head-major-f32", d, 5, q1, k1, head_major, 0,
+                 true);
+
+    fjt_rng rng;
+    fjt_rng_init(&rng, seed ^ 0x6865616476ull);
+    static const int seqlens[] = {1, 2, 3, 16, 17, 63, 64, 65, 129, 300};
+    static const int dims[] = {1, 7, 16, 33, 64, 96, 128, 192, 256, 512, 576};
+    fjt_axes ax = {seqlens, NELEMS(seqlens), dims, NELEMS(dims), all_dtypes, 3, 2e7,
+                   dims,    NELEMS(dims)};
+    for (int i = 0; i < 16; i++) {
+        fjt_random_desc(&rng, &ax, &d);
+        char name[48];
+        snprintf(name, sizeof name, "random-%d", i);
+        k = fjt_case_make("head-dim-v", name, &d, layout_of(&d), i % 4 != 0);
+        add(b, &k);
+    }
+}
+
 /* `flashjit bench --grid smoke`'s problems, in bench's order (dtype, then
  * shape): --perf prints the rows bench prints for them. */
 static void bench_smoke(builder *b)
@@ -1289,6 +1421,7 @@ bool fjt_cases_build(fjt_case_list *l, uint64_t seed)
     alibi_sinks(&b);
     varlen(&b, seed);
     paged(&b, seed);
+    head_dim_v(&b, seed);
     bench_smoke(&b);
     return b.ok;
 }

@@ -143,7 +143,7 @@ static double output_distance(const fjt_problem *p, const void *x, const void *y
         for (int i = 0; i < rows; i++)
             for (int h = 0; h < d->heads_q; h++) {
                 size_t base = (size_t)(b * p->os[0] + i * p->os[1] + h * p->os[2]);
-                for (int c = 0; c < d->head_dim; c++) {
+                for (int c = 0; c < fjt_dim_v(d); c++) {
                     double a = fjt_load(x, d->dtype, base + c), r = fjt_load(y, d->dtype, base + c);
                     if (!isfinite(a) || !isfinite(r)) return INFINITY;
                     num += (a - r) * (a - r);

@@ -71,7 +71,8 @@ fj_status fjt_perf_row(const fjt_case *c, fj_context *ctx, uint64_t suite_seed, 
                 tk += used[b];
             }
             flops = cli_varlen_flops(d, c->varlen.len_q, used, c->varlen.nseq);
-            bytes = (2.0 * tq * d->heads_q + 2.0 * tk * d->heads_kv) * d->head_dim * (double)es +
+            bytes = ((double)tq * d->heads_q + (double)tk * d->heads_kv) *
+                        (d->head_dim + fjt_dim_v(d)) * (double)es +
                     (c->lse ? 4.0 * tq * d->heads_q : 0);
         }
         cli_table_row(fj_backend_name(fj_context_backend(ctx)), shape, median,

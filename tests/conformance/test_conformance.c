@@ -75,6 +75,7 @@ static void test_families(void **state)
         {"sampled", 88},     {"split", 13},      {"decode", 18},        {"broadcast", 6},
         {"odd", 24},         {"softcap", 36},    {"softcap-cpu", 19},   {"alibi-sinks", 54},
         {"varlen", 22},      {"paged", 21},      {"bench-smoke", 9},    {"large-dims", 16},
+        {"head-dim-v", 42},
     };
     fjt_case_list l = {0};
     assert_true(fjt_cases_build(&l, fjt_seed()));
@@ -178,6 +179,45 @@ static void test_coverage(void **state)
                 big_decode >= 5 && big_rows >= 5 && big_one >= 3 && big_gqa >= 8 && big_gt >= 3 &&
                 big_lt >= 5 && big_odd >= 4 && big_max >= 4 && big_masked >= 3 && big_lse >= 10 &&
                 big_lse < big);
+    /* V's head dim other than Q's and K's (the CPU backends' alone): MLA's
+       pairs, V wider and narrower, each dtype and causal kind, decode and
+       prefill rows, Sq above and below Sk, GQA, lse on and off, the
+       modifiers, varlen and paged, layouts other than dense */
+    int vd = 0, vd_dtype[3] = {0}, vd_causal[3] = {0}, vd_decode = 0, vd_rows = 0, vd_wider = 0;
+    int vd_narrower = 0, vd_gt = 0, vd_lt = 0, vd_gqa = 0, vd_lse = 0, vd_mla = 0, vd_mla192 = 0;
+    int vd_features = 0, vd_varlen = 0, vd_paged = 0, vd_strided = 0, vd_odd = 0;
+    for (int i = 0; i < l.n; i++) {
+        const fjt_case *c = &l.cases[i];
+        const fj_attention_desc *d = &c->d;
+        const int dv = fjt_dim_v(d);
+        if (dv == d->head_dim) continue;
+        assert_false(c->must_run & FJT_ON(FJ_BACKEND_CUDA));
+        assert_true(dv >= 1 && dv <= FJ_MAX_HEAD_DIM);
+        const int64_t rows = (int64_t)d->seqlen_q * (d->heads_q / d->heads_kv);
+        vd++;
+        vd_dtype[d->dtype]++;
+        vd_causal[d->causal]++;
+        vd_decode += rows <= 16 && !c->varlen.nseq;
+        vd_rows += rows > 16 && !c->varlen.nseq;
+        vd_wider += dv > d->head_dim;
+        vd_narrower += dv < d->head_dim;
+        vd_gt += d->seqlen_q > d->seqlen_k;
+        vd_lt += d->seqlen_q < d->seqlen_k;
+        vd_gqa += d->heads_q > d->heads_kv;
+        vd_lse += c->lse;
+        vd_mla += d->head_dim == 576 && dv == 512;
+        vd_mla192 += d->head_dim == 192 && dv == 128;
+        vd_features += d->softcap > 0 || (d->features & (FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS));
+        vd_varlen += c->varlen.nseq && !c->paged.page_size;
+        vd_paged += c->paged.page_size > 0;
+        vd_strided += c->layout != FJT_DENSE;
+        vd_odd += dv % 2 || d->head_dim % 2;
+    }
+    assert_true(vd >= 30 && vd_dtype[0] >= 5 && vd_dtype[1] >= 5 && vd_dtype[2] >= 5 &&
+                vd_causal[0] && vd_causal[1] && vd_causal[2] && vd_decode >= 8 && vd_rows >= 8 &&
+                vd_wider >= 8 && vd_narrower >= 8 && vd_gt >= 3 && vd_lt >= 8 && vd_gqa >= 10 &&
+                vd_lse >= 10 && vd_lse < vd && vd_mla >= 5 && vd_mla192 >= 3 && vd_features >= 3 &&
+                vd_varlen >= 2 && vd_paged >= 3 && vd_strided >= 10 && vd_odd >= 5);
     assert_true(pg >= 20 && pg_dense >= 5 && pg_varlen >= 4 && pg_shuffled >= 5 && pg_tail >= 5 &&
                 pg_partial >= 10 && pg_empty >= 3 && pg_layout[0] && pg_layout[1] && pg_layout[2] &&
                 pg_gqa >= 5 && pg_causal[0] && pg_causal[1] && pg_causal[2]);
@@ -264,12 +304,12 @@ static void spoil_nan(judged *j, fjt_output *o)
 }
 static void spoil_gap(judged *j, fjt_output *o)
 {
-    /* padded layout: the element after the first row's head_dim values */
-    fjt_store(o->o, j->c.d.dtype, (size_t)j->c.d.head_dim, 0.5);
+    /* padded layout: the element after the first row's head_dim_v values */
+    fjt_store(o->o, j->c.d.dtype, (size_t)fjt_dim_v(&j->c.d), 0.5);
 }
 static void spoil_value(judged *j, fjt_output *o)
 {
-    for (int c = 0; c < j->c.d.head_dim; c++)
+    for (int c = 0; c < fjt_dim_v(&j->c.d); c++)
         fjt_store(o->o, j->c.d.dtype, row_offset(j, false) + (size_t)c, 0.9);
 }
 static void spoil_empty_row(judged *j, fjt_output *o)

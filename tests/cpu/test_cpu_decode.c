@@ -80,7 +80,7 @@ static size_t nonzero_empty_rows(const fjt_problem *p, fj_context *ctx)
         for (int h = 0; h < d->heads_q; h++)
             for (int i = 0; i < d->seqlen_q; i++) {
                 if (fjt_row_sees_keys(d, i)) continue;
-                for (int c = 0; c < d->head_dim; c++)
+                for (int c = 0; c < fjt_dim_v(d); c++)
                     if (fjt_load(o, d->dtype, o_offset(p, b, i, h) + (size_t)c) != 0.0) {
                         bad++;
                         break;
@@ -153,24 +153,25 @@ static void set_layouts(fj_attention_desc *d, enum layout l)
 {
     set_layout(d->q_stride, l, d->seqlen_q, d->heads_q, d->head_dim);
     set_layout(d->k_stride, l, d->seqlen_k, d->heads_kv, d->head_dim);
-    set_layout(d->v_stride, l, d->seqlen_k, d->heads_kv, d->head_dim);
-    set_layout(d->o_stride, l, d->seqlen_q, d->heads_q, d->head_dim);
+    set_layout(d->v_stride, l, d->seqlen_k, d->heads_kv, fjt_dim_v(d));
+    set_layout(d->o_stride, l, d->seqlen_q, d->heads_q, fjt_dim_v(d));
 }
 
 /* Head dims around the kernels' vector widths (16 floats, 32 bf16) and the
- * 128-column passes, up to FJ_MAX_HEAD_DIM (AMX's 16 B tiles at 512); key
+ * 128-column passes, up to FJ_MAX_HEAD_DIM (AMX's 18 B tiles at 576); key
  * counts around the 16-key groups, the 128-key blocks and the 512-key
  * chunks. */
-static const int dims[] = {1,   7,   8,   15,  16,  17,  31,  32,  33,  48,  64,  80, 96,
-                           127, 128, 129, 160, 200, 255, 256, 257, 300, 384, 511, 512};
+static const int dims[] = {1,   7,   8,   15,  16,  17,  31,  32,  33,  48,  64,  80,  96,
+                           127, 128, 129, 160, 200, 255, 256, 257, 300, 384, 511, 512, 576};
 static const int keys[] = {1,   2,   15,  16,  17,   100,  127,  128, 129,
                            255, 256, 257, 700, 1024, 1100, 2049, 3001};
 static const int positions[] = {1, 1, 1, 2, 3, 4, 5, 8, 16};
 
 /* A random decode-shaped problem: rows per kv head (positions x group) at
  * most FJ_CPU_DECODE_MAX_ROWS, any mask, any layout, sometimes a sharp
- * scale (a peaky softmax, so the running max matters). */
-static void random_decode(fjt_rng *rng, fj_attention_desc *d)
+ * scale (a peaky softmax, so the running max matters); with vdim, V's head
+ * dim drawn from dims too (drawn last: the other draws are random_decode's). */
+static void random_decode_v(fjt_rng *rng, fj_attention_desc *d, bool vdim)
 {
     int sq = positions[fjt_range(rng, 0, NELEMS(positions) - 1)];
     int max_group = FJ_CPU_DECODE_MAX_ROWS / sq;
@@ -195,8 +196,18 @@ static void random_decode(fjt_rng *rng, fj_attention_desc *d)
     default: break;
     }
     if (fjt_range(rng, 0, 2) == 0) d->scale = (float)(0.05 + 3.0 * fjt_uniform(rng));
-    set_layouts(d, (enum layout)fjt_range(rng, 0, LAYOUTS - 1));
+    const enum layout l = (enum layout)fjt_range(rng, 0, LAYOUTS - 1);
+    if (vdim) {
+        do d->head_dim_v = dims[fjt_range(rng, 0, NELEMS(dims) - 1)];
+        while (d->head_dim_v == d->head_dim);
+        while ((double)d->batch * d->heads_q * sq * sk * (d->head_dim + d->head_dim_v) > 4e7 &&
+               d->batch > 1)
+            d->batch--;
+    }
+    set_layouts(d, l);
 }
+
+static void random_decode(fjt_rng *rng, fj_attention_desc *d) { random_decode_v(rng, d, false); }
 
 /* ---- the suites ------------------------------------------------------------ */
 
@@ -363,6 +374,56 @@ static void test_alibi_sinks(void **state)
     assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_AUTO), FJ_OK);
 }
 
+/* V's head dim other than Q's and K's (head_dim_v; DeepSeek's MLA) on every
+ * kernel set, keys whole and split finely (the partial results and their
+ * merge are head_dim_v wide), each dtype, mask and layout, with softcap,
+ * ALiBi and sinks now and then; MLA's own pairs first. The plan says so. */
+static void test_head_dim_v(void **state)
+{
+    (void)state;
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0xd0d5);
+    static const fj_cpu_decode_mode modes[] = {FJ_CPU_DECODE_AUTO, FJ_CPU_DECODE_NO_AMX,
+                                               FJ_CPU_DECODE_GENERIC};
+    static const int mla[][2] = {{576, 512}, {192, 128}, {128, 192}, {64, 32}, {1, 7}, {33, 17}};
+    int differ = 0;
+    for (int m = 0; m < NELEMS(modes); m++)
+        for (int fine = 0; fine <= 1; fine++) {
+            assert_int_equal(fj_cpu_decode_force(modes[m]), FJ_OK);
+            fj_cpu_decode_force_split(fine);
+            fj_context *ctx = make_context(fine ? 5 : 2);
+            const char *kernels = modes[m] == FJ_CPU_DECODE_GENERIC ? "generic" : NULL;
+            for (int i = 0; i < NELEMS(mla); i++) { /* decode of 1..16 rows per kv head */
+                fj_attention_desc d;
+                const int sq = 1 + i % 3, group = (i + m) % 2 ? 16 / sq : 2;
+                fj_attention_desc_init(&d, 1, 2 * group, 2, sq, 700 + 37 * i, mla[i][0],
+                                       (fj_dtype)((i + m + fine) % 3));
+                d.head_dim_v = mla[i][1];
+                d.causal = (fj_causal)(i % 3);
+                set_layouts(&d, (enum layout)((i + fine) % LAYOUTS));
+                check_decode(ctx, &d, &rng, kernels);
+                differ++;
+            }
+            for (int i = 0; i < 10; i++) {
+                fj_attention_desc d;
+                random_decode_v(&rng, &d, true);
+                if (fjt_range(&rng, 0, 3) == 0) d.softcap = 5.0f;
+                if (fjt_range(&rng, 0, 3) == 0) d.features = (uint32_t)fjt_range(&rng, 1, 3);
+                char text[2048];
+                plan_text(ctx, &d, text, sizeof text);
+                if (!strstr(text, "head dims: q and k"))
+                    fail_msg("%s: describe does not give the two head dims:\n%s", fjt_desc_str(&d),
+                             text);
+                check_decode(ctx, &d, &rng, kernels);
+                differ++;
+            }
+            fj_context_destroy(ctx);
+        }
+    fj_cpu_decode_force_split(false);
+    assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_AUTO), FJ_OK);
+    assert_true(differ >= 90);
+}
+
 /* bf16 prefill on the AMX tiles (blocks of up to 16 rows per kv head): more
  * than 16 rows per kv head, every mask, GQA up to 16, odd sizes, every
  * layout, 1-3 workers. Where the CPU has no AMX the suite says so and
@@ -393,6 +454,12 @@ static void test_amx_prefill(void **state)
             if (fjt_range(&rng, 0, 3) == 0) d.window_right = fjt_range(&rng, 0, 20);
             if (fjt_range(&rng, 0, 2) == 0) d.scale = (float)(0.05 + 2.0 * fjt_uniform(&rng));
             set_layouts(&d, (enum layout)fjt_range(&rng, 0, LAYOUTS - 1));
+            /* every third with V rows of another length (after the draws
+               above: the problems are those of before) */
+            if (i % 3 == 2) {
+                d.head_dim_v = d.head_dim > 64 ? d.head_dim - 64 + i : d.head_dim * 2 + 1;
+                set_layouts(&d, (enum layout)(i % LAYOUTS));
+            }
             if (fj_decode_kernels_amx()) {
                 check_method(ctx, &d, &rng, "method: AMX row blocks", "amx-bf16");
             } else {
@@ -657,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_random_widened),
         cmocka_unit_test(test_softcap),
         cmocka_unit_test(test_alibi_sinks),
+        cmocka_unit_test(test_head_dim_v),
         cmocka_unit_test(test_amx_prefill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -338,7 +338,7 @@ static void check_scores_values(const kernel_set *set, fjt_rng *rng)
     const fj_tiled_kernels *kern = set->kern;
     const fj_dtype dt = set->dtype;
     const size_t es = dt == FJ_F32 ? 4 : 2;
-    static const int dims[] = {1, 3, 12, 16, 17, 64, 100, 128, 256, 300, 511, 512};
+    static const int dims[] = {1, 3, 12, 16, 17, 64, 100, 128, 256, 300, 511, 512, 576};
     static const int keys[] = {1, 2, 3, 4, 5, 7, 8, 11, 12, 13, 23, 24, 25, 37, 128};
     static const int firsts[] = {0, 1, 2, 5};
     const int maxd = FJ_MAX_HEAD_DIM, maxk = 128 + 8, lds = maxd + 5;
@@ -592,7 +592,7 @@ static void test_tile_pack_store_load(void **state)
     (void)state;
     const fj_tiled_kernels *kern = tile_kernels();
     if (!kern) return;
-    static const int dims[] = {1, 5, 15, 16, 17, 31, 33, 100, 128, 256, 257, 511, 512};
+    static const int dims[] = {1, 5, 15, 16, 17, 31, 33, 100, 128, 256, 257, 511, 512, 576};
     /* output rows RS apart (64-byte multiples; D + the offset 3 fits) */
     enum { MAXD = FJ_MAX_HEAD_DIM, RS = MAXD + 16 };
     fjt_rng rng;
@@ -810,6 +810,60 @@ static void test_large_head_dims(void **state)
     if (tiles) assert_true(n_tiles >= n / 2); /* the prefill cases' blocks of many rows */
 }
 
+/* V's head dim other than Q's and K's (head_dim_v) on the tiled path: the
+ * conformance list's head-dim-v family (its decode-shaped, varlen and paged
+ * cases too), with blocks forced around the tiles of 32 rows and across
+ * keys, on the tile kernels (where the CPU has them) and with sgemm forced:
+ * each path's scores over head_dim and values, accumulators and stores over
+ * head_dim_v, and the describe text giving both. */
+static void test_head_dim_v(void **state)
+{
+    (void)state;
+    static const int blocks[][2] = {{64, 128}, {33, 47}, {32, 256}, {17, 300}, {5, 9}};
+    const bool tiles = fj_cpu_tiled_kernels(FJ_F32) != NULL;
+    fjt_case_list all = {0};
+    assert_true(fjt_cases_build(&all, suite_seed));
+    int n = 0, n_tiles = 0, n_blas = 0;
+    for (int i = 0; i < all.n; i++) {
+        const fjt_case *k = &all.cases[i];
+        if (strcmp(k->group, "head-dim-v")) continue;
+        const int *bl = blocks[n % NELEMS(blocks)];
+        assert_int_equal(fj_cpu_tiled_force_blocks(bl[0], bl[1]), FJ_OK);
+        for (int blas = 0; blas <= (tiles ? 1 : 0); blas++) {
+            fj_cpu_tiled_force_blas(blas);
+            checkers c = {make_context(FJ_BACKEND_CPU, 3),
+                          make_context(FJ_BACKEND_CPU_REFERENCE, 2)};
+            fj_plan *plan;
+            assert_int_equal(fj_plan_create(c.tiled, &k->d, &plan), FJ_OK);
+            const char *text = fj_plan_describe(plan);
+            if (!strstr(text, "forced"))
+                fail_msg("%s: forced blocks not in describe:\n%s", k->name, text);
+            const int dv = fjt_dim_v(&k->d);
+            if (dv != k->d.head_dim) {
+                char want[80];
+                snprintf(want, sizeof want, "head dims: q and k %d, v and o %d", k->d.head_dim, dv);
+                if (!strstr(text, want)) fail_msg("%s: not '%s':\n%s", k->name, want, text);
+            }
+            const bool on_tiles = strstr(text, "kernels: avx512") != NULL;
+            if (blas && on_tiles) fail_msg("%s: sgemm forced, yet:\n%s", k->name, text);
+            n_tiles += on_tiles;
+            n_blas += strstr(text, "kernels: sgemm") != NULL;
+            fj_plan_destroy(plan);
+            check_case(&c, k);
+            fj_context_destroy(c.tiled);
+            fj_context_destroy(c.ref);
+        }
+        fj_cpu_tiled_force_blas(false);
+        n++;
+    }
+    assert_int_equal(fj_cpu_tiled_force_blocks(0, 0), FJ_OK);
+    fjt_case_list_free(&all);
+    printf("# %d head-dim-v cases on the tiled path: %d on the tile kernels, %d on sgemm\n", n,
+           n_tiles, n_blas);
+    assert_true(n >= 30 && n_blas >= n);
+    if (tiles) assert_true(n_tiles >= n / 2);
+}
+
 /* Softcap, ALiBi and sinks on the tile path with masks, against the oracle
  * and the reference. */
 static void test_tile_features(void **state)
@@ -855,7 +909,7 @@ static size_t workspace_bytes(fj_context *ctx, int seqlen, int dim)
 static void test_workspace_bounded(void **state)
 {
     const checkers *c = *state;
-    static const int dims[] = {8, 64, 128, 256, 384, 512};
+    static const int dims[] = {8, 64, 128, 256, 384, 512, 576};
     for (int i = 0; i < NELEMS(dims); i++) {
         size_t small = workspace_bytes(c->tiled, 4096, dims[i]);
         size_t huge = workspace_bytes(c->tiled, 1 << 20, dims[i]);
@@ -1017,7 +1071,7 @@ int main(void)
         cmocka_unit_test(test_forced_small_blocks), cmocka_unit_test(test_tile_scores_values),
         cmocka_unit_test(test_tile_softmax),        cmocka_unit_test(test_tile_pack_store_load),
         cmocka_unit_test(test_tile_causal_edges),   cmocka_unit_test(test_tile_features),
-        cmocka_unit_test(test_large_head_dims),
+        cmocka_unit_test(test_large_head_dims),     cmocka_unit_test(test_head_dim_v),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -917,7 +917,7 @@ static void test_unsupported_problems(void **state)
 
     /* above CUDA's 256: refused at plan creation, naming the head dim and
        the CPU backends' limit (which the desc itself passes) */
-    static const int big[] = {264, 300, 512};
+    static const int big[] = {264, 300, 512, 576};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
         fj_attention_desc_init(&d, 1, 4, 2, 1 + 99 * (int)i, 300, big[i], FJ_BF16);
         plan = (fj_plan *)&d;
@@ -927,7 +927,23 @@ static void test_unsupported_problems(void **state)
         snprintf(want, sizeof want, "head_dim %d: the CUDA backend takes head dims up to 256",
                  big[i]);
         assert_contains(fj_last_error(), want);
-        assert_contains(fj_last_error(), "take up to 512");
+        assert_contains(fj_last_error(), "take up to 576");
+    }
+
+    /* V's head dim other than Q's and K's: refused at plan creation,
+       naming head_dim_v and the CPU backends (the desc itself is valid) */
+    static const int dims[][2] = {{192, 128}, {128, 64}, {64, 128}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fj_attention_desc_init(&d, 1, 4, 2, 1 + 63 * (int)i, 200, dims[i][0], FJ_BF16);
+        d.head_dim_v = dims[i][1];
+        assert_int_equal(fj_attention_desc_validate(&d), FJ_OK);
+        plan = (fj_plan *)&d;
+        assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+        assert_null(plan);
+        char want[64];
+        snprintf(want, sizeof want, "head_dim_v %d with head_dim %d", dims[i][1], dims[i][0]);
+        assert_contains(fj_last_error(), want);
+        assert_contains(fj_last_error(), "FJ_BACKEND_CPU");
     }
 
     /* a seq stride of 2*64+4 elements: rows 8 bytes off 16-byte alignment */

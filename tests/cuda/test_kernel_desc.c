@@ -742,7 +742,7 @@ static void test_for_problem_rejections(void **state)
     /* Above CUDA's 256 (the CPU backends take up to FJ_MAX_HEAD_DIM): refused
        by name, on every arch, multiples of 8 or not, up to the library's
        limit. */
-    static const int big[] = {257, 264, 300, 384, 511, 512};
+    static const int big[] = {257, 264, 300, 384, 511, 512, 576};
     static const uint32_t archs[] = {80, 90};
     for (size_t a = 0; a < 2; a++)
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
@@ -752,12 +752,42 @@ static void test_for_problem_rejections(void **state)
             char want[256];
             snprintf(want, sizeof want,
                      "head_dim %d: the CUDA backend takes head dims up to 256 (a multiple of 8); "
-                     "the CPU backends (FJ_BACKEND_CPU, FJ_BACKEND_CPU_REFERENCE) take up to 512",
+                     "the CPU backends (FJ_BACKEND_CPU, FJ_BACKEND_CPU_REFERENCE) take up to 576",
                      big[i]);
             assert_string_equal(fj_last_error(), want);
         }
     assert_int_equal(desc_for(256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1, 90, &k), FJ_OK);
     assert_int_equal(k.head_dim, 256);
+    /* V's head dim other than Q's and K's (the CPU backends take it):
+       refused by name on every arch, whatever the two dims, the message the
+       same through fj_kernel_desc_supports and for_problem; equal dims
+       given explicitly are the plain problem */
+    static const int dims[][2] = {{192, 128}, {128, 192}, {576, 512}, {64, 32}, {8, 16}, {7, 1}};
+    for (size_t a = 0; a < 2; a++)
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+            fj_attention_desc d;
+            fj_attention_desc_init(&d, 2, 8, 2, 1 + 99 * (int)(i % 2), 300, dims[i][0],
+                                   i % 2 ? FJ_F16 : FJ_BF16);
+            d.head_dim_v = dims[i][1];
+            d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+            fj_problem p;
+            assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+            char want[256];
+            snprintf(want, sizeof want,
+                     "head_dim_v %d with head_dim %d: the CUDA kernels take V's head dim equal to "
+                     "Q's and K's only; the CPU backends (FJ_BACKEND_CPU, "
+                     "FJ_BACKEND_CPU_REFERENCE) take any head_dim_v in 1..576",
+                     dims[i][1], dims[i][0]);
+            assert_int_equal(fj_kernel_desc_supports(&p), FJ_ERR_UNSUPPORTED);
+            assert_string_equal(fj_last_error(), want);
+            assert_int_equal(fj_kernel_desc_for_problem(&p, archs[a], &k), FJ_ERR_UNSUPPORTED);
+            assert_string_equal(fj_last_error(), want);
+            d.head_dim_v = d.head_dim;
+            if (d.head_dim % 8 == 0 && d.head_dim <= 256) {
+                assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+                assert_int_equal(fj_kernel_desc_supports(&p), FJ_OK);
+            }
+        }
     assert_int_equal(desc_for(128, FJ_F16, FJ_CAUSAL_NONE, -1, -1, 75, &k), FJ_ERR_UNSUPPORTED);
     assert_contains(fj_last_error(), "arch sm_75 is older than sm_80");
 }

@@ -7,7 +7,7 @@
  *               with bit 5 also the softcap (any float bits), with bit 4
  *               the features (any 32 bits: unknown ones refused; with
  *               FJ_FEATURE_PAGED_KV the four page fields, raw, after the
- *               strides).
+ *               strides); with bit 3 but not bit 2 head_dim_v, raw, last.
  *               The rules must hold without a crash: an invalid desc is
  *               FJ_ERR_INVALID_ARGUMENT with a message, for validate, plan
  *               creation and fj_attention alike, and fj_attention writes
@@ -19,7 +19,9 @@
  *               0.01 to 100, down to 2^-140 or any float bits, read after
  *               the scale; with bit 4, when not non-finite, ALiBi, sinks or
  *               both, their per-head values drawn by the harness after
- *               q, k and v) run on cpu-reference and cpu
+ *               q, k and v; with bit 3 but not bit 2 V's own head dim,
+ *               1..FJ_MAX_HEAD_DIM, read after the features: v's and o's
+ *               layouts step its rows) run on cpu-reference and cpu
  *               with poisoned outputs; each must be within the dtype's
  *               tolerance of the oracle, write nothing between output rows,
  *               and give rows that see no key exactly 0 and lse -inf.
@@ -27,6 +29,8 @@
  *               then no oracle, but a row that sees keys must never come out
  *               as one that sees none (lse -inf), and one that sees none
  *               must still be exactly 0 and -inf (docs/semantics.md).
+ * (Bit 3 alone: the one found input with bits 2 and 3, f32-d1-output-cancels,
+ * predates head_dim_v and keeps its meaning.)
  * FUZZ_VERBOSE=1 prints each input's desc (to read a crash or a seed). */
 #include <float.h>
 #include <math.h>
@@ -112,6 +116,7 @@ static void validation(fuzz_input *in, uint8_t flags)
         d.max_pages = raw_size(in);
         d.block_table_stride = fuzz_u8(in) < 128 ? 0 : raw_size(in);
     }
+    if ((flags & 0x0c) == 0x08) d.head_dim_v = raw_size(in); /* V's head dim, raw */
 
     fj_status s = fj_attention_desc_validate(&d);
     if (getenv("FUZZ_VERBOSE"))
@@ -158,35 +163,49 @@ static void validation(fuzz_input *in, uint8_t flags)
 /* ---- execution mode ------------------------------------------------------- */
 
 /* A layout for d from the input; strides may be invalid (raw), validation
- * says so. */
+ * says so. q's and k's rows are head_dim long, v's and o's head_dim_v. */
 static void layout(fuzz_input *in, fj_attention_desc *d)
 {
-    const int64_t D = d->head_dim, sq = d->seqlen_q, sk = d->seqlen_k;
+    const int64_t D = d->head_dim, Dv = fjt_dim_v(d), sq = d->seqlen_q, sk = d->seqlen_k;
     const int64_t hq = d->heads_q, hkv = d->heads_kv;
     switch (fuzz_u8(in) % 6) {
     case 0: break; /* dense */
     case 1:        /* BHSD */
-        d->q_stride[0] = d->o_stride[0] = hq * sq * D;
-        d->q_stride[1] = d->o_stride[1] = D;
-        d->q_stride[2] = d->o_stride[2] = sq * D;
-        d->k_stride[0] = d->v_stride[0] = hkv * sk * D;
-        d->k_stride[1] = d->v_stride[1] = D;
-        d->k_stride[2] = d->v_stride[2] = sk * D;
+        d->q_stride[0] = hq * sq * D;
+        d->q_stride[1] = D;
+        d->q_stride[2] = sq * D;
+        d->o_stride[0] = hq * sq * Dv;
+        d->o_stride[1] = Dv;
+        d->o_stride[2] = sq * Dv;
+        d->k_stride[0] = hkv * sk * D;
+        d->k_stride[1] = D;
+        d->k_stride[2] = sk * D;
+        d->v_stride[0] = hkv * sk * Dv;
+        d->v_stride[1] = Dv;
+        d->v_stride[2] = sk * Dv;
         break;
     case 2: { /* padded rows */
         int64_t pad = fuzz_range(in, 0, 9);
-        d->q_stride[2] = d->o_stride[2] = D + pad;
-        d->q_stride[1] = d->o_stride[1] = hq * (D + pad) + pad;
-        d->q_stride[0] = d->o_stride[0] = sq * d->q_stride[1] + pad;
-        d->k_stride[2] = d->v_stride[2] = D + pad;
-        d->k_stride[1] = d->v_stride[1] = hkv * (D + pad) + pad;
-        d->k_stride[0] = d->v_stride[0] = sk * d->k_stride[1] + pad;
+        d->q_stride[2] = D + pad;
+        d->q_stride[1] = hq * (D + pad) + pad;
+        d->q_stride[0] = sq * d->q_stride[1] + pad;
+        d->o_stride[2] = Dv + pad;
+        d->o_stride[1] = hq * (Dv + pad) + pad;
+        d->o_stride[0] = sq * d->o_stride[1] + pad;
+        d->k_stride[2] = D + pad;
+        d->k_stride[1] = hkv * (D + pad) + pad;
+        d->k_stride[0] = sk * d->k_stride[1] + pad;
+        d->v_stride[2] = Dv + pad;
+        d->v_stride[1] = hkv * (Dv + pad) + pad;
+        d->v_stride[0] = sk * d->v_stride[1] + pad;
         break;
     }
     case 3: /* K and V broadcast over the batch */
         d->k_stride[0] = d->v_stride[0] = 0;
-        d->k_stride[1] = d->v_stride[1] = hkv * D;
-        d->k_stride[2] = d->v_stride[2] = D;
+        d->k_stride[1] = hkv * D;
+        d->k_stride[2] = D;
+        d->v_stride[1] = hkv * Dv;
+        d->v_stride[2] = Dv;
         break;
     case 4: /* Q broadcast over the batch, K rows overlapping */
         d->q_stride[0] = 0;
@@ -262,7 +281,7 @@ static void check_nonfinite(int c, const fjt_problem *p, bool with_lse)
                                  (double)l);
                 if (!empty) continue;
                 size_t row = (size_t)(b * p->os[0] + (int64_t)i * p->os[1] + (int64_t)h * p->os[2]);
-                for (int x = 0; x < d->head_dim; x++)
+                for (int x = 0; x < fjt_dim_v(d); x++)
                     FUZZ_REQUIRE(fjt_load(o, d->dtype, row + x) == 0.0,
                                  "%s: %s: row b%d h%d i%d sees no key but O is %g",
                                  context_names[c], fjt_desc_str(d), b, h, i,
@@ -319,8 +338,11 @@ static void execution(fuzz_input *in, uint8_t flags)
     /* the inputs before bit 4 existed draw no features; the non-finite
        mode's check runs fj_attention, without arrays */
     if ((flags & 0x10) && !(flags & 0x40)) d.features = (uint32_t)(fuzz_u8(in) % 3 + 1);
+    /* bit 3 without bit 2: V's own head dim (the inputs before it drew none) */
+    if ((flags & 0x0c) == 0x08) d.head_dim_v = fuzz_range(in, 1, FJ_MAX_HEAD_DIM);
     layout(in, &d);
-    double work = (double)d.batch * d.heads_q * d.seqlen_q * d.seqlen_k * d.head_dim;
+    double work =
+        (double)d.batch * d.heads_q * d.seqlen_q * d.seqlen_k * (d.head_dim + fjt_dim_v(&d)) / 2;
     if (work > MAX_WORK) return;
 
     fj_status s = fj_attention_desc_validate(&d);

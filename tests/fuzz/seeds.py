@@ -37,9 +37,11 @@ GROUPS = [1, 2, 3, 4, 5, 8]
 
 
 def execution(flags, hkv, group, batch, sq, sk, dim, dtype, causal, wl, wr, scale_kind,
-              scale_arg, layout, layout_arg=b"", seed=12345, tail=b"", softcap=b"", features=b""):
+              scale_arg, layout, layout_arg=b"", seed=12345, tail=b"", softcap=b"", features=b"",
+              dim_v=None):
     # softcap: with flags bit 5, its kind byte and value (read after the scale)
     # features: with flags bit 4, one byte (% 3: alibi, sinks, both), after the softcap
+    # dim_v: with flags bit 3 (not bit 2), V's head dim, after the features
     b = u8(flags)
     b += rng_range(1, 3, hkv)
     b += rng_range(1, 3, batch)
@@ -50,6 +52,9 @@ def execution(flags, hkv, group, batch, sq, sk, dim, dtype, causal, wl, wr, scal
     b += (u8(0) if wl == -1 else u8(200) + rng_range(-2, max_seq + 8, wl))
     b += (u8(0) if wr == -1 else u8(200) + rng_range(-2, max_seq + 8, wr))
     b += u8(scale_kind) + scale_arg + softcap + features
+    if dim_v is not None:
+        assert flags & 0x0C == 0x08
+        b += rng_range(1, 576, dim_v)
     b += u8(layout) + layout_arg
     b += u64(seed) + tail
     return b
@@ -140,6 +145,27 @@ def attention_seeds():
     s["paged-huge-page"] = (u8(0x90) + size(0, 1) * 3 + size(0, 8) * 2 + size(0, 64) + u8(0) +
                             u8(0) + u32(1) + u8(0) + u8(0) + u32(0x8) + u8(0) * 4 + size(1, 0) +
                             size(2, 20) + size(0, 5) + u8(200) + size(0, 2))
+    # V's own head dim (flags bit 3 without bit 2): execution draws it after
+    # the features; validation reads it raw, last
+    s["vdim-mla-decode-bf16"] = execution(0x09, 1, 8, 1, 1, 60, 576, 2, 0, -1, -1, 0, b"", 0,
+                                          dim_v=512)
+    s["vdim-wider-padded-f32"] = execution(0x08, 1, 2, 1, 33, 37, 16, 0, 1, -1, -1, 0, b"", 2,
+                                           u32(3), dim_v=40)
+    s["vdim-narrower-bhsd-f16"] = execution(0x08, 2, 2, 1, 12, 19, 64, 1, 2, -1, -1, 0, b"", 1,
+                                            dim_v=8)
+    s["vdim-kv-broadcast-bf16"] = execution(0x08, 1, 2, 3, 7, 13, 96, 2, 0, -1, -1, 0, b"", 3,
+                                            dim_v=33)
+    s["vdim-softcap-sinks-f32"] = execution(0x39, 1, 3, 1, 60, 100, 16, 0, 2, 17, 3, 0, b"", 0,
+                                            softcap=u8(1) + rng_range(1, 100, 30),
+                                            features=u8(2), dim_v=5)
+    sprinkle = rng_range(1, 6, 2) + u8(2) + u32(40) + u8(0) + u8(1) + u32(3) + u8(1)
+    s["vdim-nonfinite-f32"] = execution(0x48, 1, 1, 1, 10, 12, 8, 0, 1, -1, -1, 0, b"", 0,
+                                        tail=sprinkle, dim_v=24)
+    plain = (size(0, 1) * 3 + size(0, 8) * 2 + size(0, 64) + u8(0) + u8(0) + u32(1) + u8(0) +
+             u8(0) + u8(0) * 4)
+    s["vdim-valid"] = u8(0x88) + plain + size(0, 40)
+    s["vdim-negative"] = u8(0x88) + plain + size(0, -2)
+    s["vdim-past-max"] = u8(0x88) + plain + size(3, 577)
     return s
 
 

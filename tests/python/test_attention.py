@@ -27,7 +27,8 @@ CPU_ONLY_CASES = [
     (1, 2, 1, 97, 53, 13),      # primes, an odd head dim
     (1, 4, 2, 1, 70, 300),      # head dims above CUDA's 256: decode, GQA
     (2, 2, 2, 3, 9, 257),       # odd
-    (1, 6, 2, 40, 33, 512),     # FJ_MAX_HEAD_DIM, GQA rows
+    (1, 6, 2, 40, 33, 512),     # GQA rows
+    (1, 4, 2, 9, 40, 576),      # FJ_MAX_HEAD_DIM (MLA's queries and keys)
 ]
 # (causal, window): every mask kind, windows on either side and both
 MASKS = [

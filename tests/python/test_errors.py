@@ -71,7 +71,8 @@ def test_head_counts_not_divisible():
 def test_shapes_that_disagree():
     q, k, v = qkv()
     expect(ValueError, r"batch sizes differ: q has 2 and k has 3", q, torch.randn(3, 7, 2, 16), v)
-    expect(ValueError, r"head_dim differs: q has 16 and v has 8", q, k, torch.randn(2, 7, 2, 8))
+    expect(ValueError, r"head_dim differs: q has 16 and k has 8; q and k need one head_dim \(v's "
+           r"may differ: head_dim_v\)", q, torch.randn(2, 7, 2, 8), v)
     expect(ValueError, r"seqlens differ: k has 7 keys and v 6 values", q, k, torch.randn(2, 6, 2, 16))
     expect(ValueError, r"head counts differ: k has 2 heads and v 1", q, k, torch.randn(2, 7, 1, 16))
     expect(ValueError, r"q must be 4-D, got shape \(5, 4, 16\)", q[0], k, v, out=torch.zeros(1))
@@ -79,8 +80,8 @@ def test_shapes_that_disagree():
 
 
 def test_unsupported_head_dim():
-    q, k, v = qkv(d=513)
-    expect(ValueError, r"head_dim \(513\) must be in 1..512", q, k, v)
+    q, k, v = qkv(d=577)
+    expect(ValueError, r"head_dim \(577\) must be in 1..576", q, k, v)
 
 
 def test_out_shape_overlap_and_alias():
@@ -197,7 +198,7 @@ def test_cuda_errors():
            r"of 8 in 8..256", q12, k12, v12)
     q264, k264, v264 = qkv(dtype=torch.float16, device="cuda", d=264)
     expect(ValueError, r"head_dim 264 is not supported by the CUDA backend, which takes head dims "
-           r"up to 256 \(a multiple of 8\); CPU tensors take up to 512", q264, k264, v264)
+           r"up to 256 \(a multiple of 8\); CPU tensors take up to 576", q264, k264, v264)
     expect(ValueError, r"devices differ: q is on cuda:0 and k on cpu", q, k.cpu(), v)
     expect(ValueError, r'backend="cpu" computes on host memory, and q is on cuda:0', q, k, v,
            backend="cpu")

@@ -560,8 +560,10 @@ KVCACHE_ERRORS = [
     (ValueError, r"k_cache must be 4-D", lambda a: (a[0], a[1][0], a[2][0]) + a[3:]),
     (TypeError, r"dtypes differ: q is torch.float32 and k_cache is torch.bfloat16",
      lambda a: (a[0], a[1].bfloat16(), a[2].bfloat16()) + a[3:]),
-    (ValueError, r"head_dim differs: q has 16 and v_cache has 8",
-     lambda a: (a[0], a[1], torch.randn(5, 4, 2, 8)) + a[3:]),
+    (ValueError, r"head_dim differs: q has 16 and k_cache has 8; q and k_cache need one head_dim",
+     lambda a: (a[0], torch.randn(5, 4, 2, 8), a[2]) + a[3:]),
+    (ValueError, r"v_cache's head_dim \(577, head_dim_v\) must be in 1..576",
+     lambda a: (a[0], a[1], torch.randn(5, 4, 2, 577)) + a[3:]),
     # the values, checked by the library
     (flashjit.ArgumentError, r"block_table\[0\]\[1\] \(5, entry 1\) is outside the pools: a page "
      r"must be in \[0, num_pages = 5\)",

@@ -444,6 +444,14 @@ void fj_kernel_desc_for_device(const fj_problem *view, uint32_t arch, int sm_cou
 
 fj_status fj_kernel_desc_supports(const fj_problem *p)
 {
+    /* Every template keeps V's and O's rows as long as Q's and K's (one
+       head dim in the name, the tiles and the shared-memory formula). */
+    if (p->head_dim_v != p->head_dim)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "head_dim_v %d with head_dim %d: the CUDA kernels take V's head dim equal "
+                       "to Q's and K's only; the CPU backends (FJ_BACKEND_CPU, "
+                       "FJ_BACKEND_CPU_REFERENCE) take any head_dim_v in 1..%d",
+                       p->head_dim_v, p->head_dim, FJ_MAX_HEAD_DIM);
     if (p->dtype == FJ_F32)
         return fj_fail(FJ_ERR_UNSUPPORTED,
                        "the CUDA backend computes f16 and bf16; for f32 use the CPU backend "
