@@ -32,7 +32,9 @@
  * tiled path.
  *
  * vdpbf16ps treats subnormal bf16 inputs as 0 and flushes subnormal
- * results; scores and P V of that size are far below the outputs' rounding.
+ * results (as the AMX tiles do): a subnormal K or V element counts as 0,
+ * which moves an output by less than 2^-126 x its row's P sum. P itself is
+ * never subnormal (the softmax's exp2 gives 0 below 2^-126).
  * The softmax and the output stores are the AVX-512 set's. */
 #include "tiled_kernels.h"
 
