@@ -33,7 +33,7 @@
  *
  * vdpbf16ps treats subnormal bf16 inputs as 0 and flushes subnormal
  * results (as the AMX tiles do): a subnormal K or V element counts as 0,
- * which moves an output by less than 2^-126 x its row's P sum. P itself is
+ * which moves an output by less than 2^-126 (the weights sum to 1). P is
  * never subnormal (the softmax's exp2 gives 0 below 2^-126).
  * The softmax and the output stores are the AVX-512 set's. */
 #include "tiled_kernels.h"
