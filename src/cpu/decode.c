@@ -3,7 +3,7 @@
  * A task is one chunk of keys of one (batch, group of kv heads). The rows of
  * a kv head are every query position p of the call and every query head h of
  * its GQA group, row p * group + h. The task walks its chunk in blocks of
- * BLOCK_KEYS keys, and for each block each of its kv heads in turn:
+ * BLOCK_KEYS keys, and for each block, for each of its kv heads:
  *     S = log2(e) scale Q K_blk^T          (kernels->scores, the rows that see
  *                                           part of the block)
  *     with a softcap c: S = c tanh(S / c) in base 2 on the keys a row sees
@@ -36,9 +36,18 @@
  * TASKS_PER_WORKER per worker (so uneven kv heads, masks and the last task's
  * tail even out), none shorter than MIN_CHUNK_KEYS (a partial result costs a
  * merge); one when the (batch, head group) pairs alone are that many. Memory:
- * per worker, the task's queries, accumulators, scores for one block and a
- * scratch block; per plan, the partial results of at most
+ * per worker, the task's queries, accumulators, scores for one block per
+ * head and a scratch block; per plan, the partial results of at most
  * ~(TASKS_PER_WORKER + 1) x workers chunks: nothing grows with seqlen_k.
+ *
+ * The kernels take a block in pieces, each read for every head of the task
+ * before the next piece: the scores of a piece for every head, then the
+ * next piece's; the online softmax step of every head; the values of each
+ * piece alike. A piece holds as many rows as L1 keeps while the task's
+ * heads each read their part of them (piece_keys: 16 keys where the heads
+ * of 8 kv heads of 128 bf16 columns lie side by side, rows 2 KiB apart);
+ * one line of every 4 KiB of the next piece is prefetched before a piece
+ * is computed (touch_keys).
  *
  * A paged KV cache (FJ_FEATURE_PAGED_KV, with or without FJ_FEATURE_VARLEN;
  * src/cpu/varlen.c makes the plan when its rows per kv head are few enough):
@@ -46,9 +55,9 @@
  * own lengths (its query rows, its seqused_k keys, their causal alignment),
  * its queries at its batch entry or its first token, its lse in its place.
  * Its keys are never copied: the kernels take keys one row stride apart, so
- * a block is cut where a page ends (pieces of min(BLOCK_KEYS, the keys left
- * in the page)), or where a run of pages consecutive in a dense pool ends,
- * and each piece is passed as its page's rows. The chunks are laid out at
+ * a piece also ends where a page ends (a piece is at most the keys left in
+ * the page), or where a run of pages consecutive in a dense pool ends, and
+ * each piece is passed as its page's rows. The chunks are laid out at
  * each execute from the lengths (paged_schedule): one chunk length for the
  * call, a whole number of pages, from the keys of all its sequences, so
  * that the tasks again number about TASKS_PER_WORKER per worker and a long
@@ -73,13 +82,18 @@
 #include "tiled_softmax.h"
 #include "vmath.h"
 
-/* Keys per block: the scores of a block stay in L1 between the softmax and
-   the values' pass (16 rows x 128 keys = 8 KiB). */
+/* Keys per block: the scores of a block stay in L1 or L2 between the softmax
+   and the values' pass (a task's 64 rows x 128 keys = 32 KiB at most). */
 #define BLOCK_KEYS 128
 #define TASKS_PER_WORKER 4
 #define MIN_CHUNK_KEYS 512
 /* Most rows (heads x rows per kv head) one task keeps state for. */
 #define MAX_TASK_ROWS 64
+/* The L1 data cache the pieces of a block are sized for (piece_keys): 64
+   sets of 64-byte lines, 8 ways (32 KiB; a 48 KiB L1 has the same sets and
+   more ways). */
+#define L1_SETS 64
+#define L1_WAYS 8
 /* K and V bytes under which a call runs on the calling thread alone. */
 #define SERIAL_BYTES (512 << 10)
 
@@ -143,6 +157,7 @@ struct fj_cpu_decode_plan {
     bool one_task;        /* the whole call one task, on the calling thread (paged: likewise) */
     bool fine;            /* fj_cpu_decode_force_split(true) when the plan was made */
     int64_t *chunk_start; /* chunks + 1 key indices (not paged) */
+    int64_t piece[2];     /* most keys of K, V one kernel call reads (piece_keys) */
     /* per worker: byte offsets within a worker's share; q, acc, max and sum
        hold heads_per_task heads' rows, one after the other */
     size_t ws_bytes, off_q, off_s, off_acc, off_max, off_sum, off_scratch;
@@ -181,6 +196,36 @@ typedef struct decode_job {
     int64_t chunk_len;
     bool one_task;
 } decode_job;
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Most keys of a tensor whose rows lie `stride` elements apart that one
+ * kernel call reads. A call reads its keys one head at a time, a few lines
+ * of each row: rows a power of two apart fall in few of L1's sets (1 KiB
+ * apart, 4 of them; 4 KiB, 1), and past L1_WAYS rows a set they would evict
+ * each other before the task's next head reads the rest of those rows. So a
+ * block's keys go in pieces of as many rows as the sets they fall in hold,
+ * at least 16 (the kernels' group of keys) and at most the block; rows
+ * whose stride is not a multiple of a line spread over every set. Where
+ * measured this made rows 2 and 4 KiB apart (8 kv heads of 128 bf16
+ * columns side by side; of 256) 3-40% faster (docs/benchmarks.md, "Paged
+ * decode on the CPU"). */
+static int64_t piece_keys(const fj_problem *p, int64_t stride)
+{
+    const int64_t bytes = (stride < 0 ? -stride : stride) * (int64_t)fj_dtype_size(p->dtype);
+    if (bytes == 0 || bytes % 64) return BLOCK_KEYS;
+    const int64_t sets = L1_SETS / gcd64(bytes / 64 % L1_SETS, L1_SETS);
+    const int64_t keys = L1_WAYS * sets / 16 * 16;
+    return keys < 16 ? 16 : keys > BLOCK_KEYS ? BLOCK_KEYS : keys;
+}
 
 /* One block of query positions: which, and the keys each sees. */
 typedef struct pos_block {
@@ -316,11 +361,15 @@ static const void *key_row(const seq_view *s, const void *base, const int64_t st
     return fj_row_ptr(base, p->dtype, st, s->pages[j / p->page_size], j % p->page_size, hk);
 }
 
-/* The end of the run of keys from j (< j1) that lie one row stride apart:
- * j1 when dense; paged, the end of j's page, or of the pages after it that
- * follow it in a pool whose pages are rows of that stride too. */
-static int64_t run_end(const seq_view *s, const int64_t st[3], int64_t j, int64_t j1)
+/* The end of the piece of keys from j (< j1) of K (t 0) or V (1) that the
+ * kernels take in one call: keys one row stride apart (to j1 when dense;
+ * paged, to the end of j's page, or of the pages after it that follow it
+ * in a pool whose pages are rows of that stride too), at most the plan's
+ * piece of that tensor. */
+static int64_t run_end(const seq_view *s, int t, const int64_t st[3], int64_t j, int64_t j1)
 {
+    const int64_t most = s->j->dp->piece[t];
+    if (j1 - j > most) j1 = j + most;
     if (!s->pages) return j1;
     const int64_t P = s->p->page_size;
     const bool joined = st[FJ_AXIS_BATCH] == P * st[FJ_AXIS_SEQ];
@@ -346,7 +395,7 @@ static decode_ws worker_ws(const fj_cpu_decode_plan *dp, int worker, int i)
         .acc = (float *)(base + dp->off_acc) + rows * dp->dpad,
         .row_max = (float *)(base + dp->off_max) + rows,
         .row_sum = (float *)(base + dp->off_sum) + rows,
-        .s = (float *)(base + dp->off_s),
+        .s = (float *)(base + dp->off_s) + rows * BLOCK_KEYS,
         .scratch = (float *)(base + dp->off_scratch),
     };
     return w;
@@ -400,13 +449,33 @@ typedef struct cap_factors {
     float in, out;
 } cap_factors;
 
-/* Keys [j0, j0 + nk) for the rows that see part of them. The kernels take
- * keys one row stride apart: a paged block is cut where its keys leave a
- * page (or a run of consecutive pages), each piece's scores written into
- * its columns of the block and its values accumulated from its columns, so
- * that the softmax still steps once per block. */
-static void key_block(const seq_view *sv, const decode_ws *w, int64_t hk, int64_t j0, int nk,
-                      float alpha, const cap_factors *cap, const pos_block *blk)
+/* One line of every 4 KiB of keys [a, e) of K (t 0) or V (1) of kv head
+ * hk (and the heads beside it): prefetched ahead of the kernels, so that
+ * the page walks and first misses of a piece start while the one before is
+ * computed, where the hardware would start them only at its first row
+ * (rows KiBs apart, a page of the pool anywhere; 1.1x on dense rows too). */
+static void touch_keys(const seq_view *sv, int t, int64_t hk, int64_t a, int64_t e)
+{
+    const fj_problem *p = sv->p;
+    const int64_t *st = t ? p->v_stride : p->k_stride;
+    const void *base = t ? sv->v : sv->k;
+    const int64_t row = st[FJ_AXIS_SEQ] * (int64_t)fj_dtype_size(p->dtype);
+    const int64_t step = row >= 4096 || row <= 0 ? (row > 0 ? 1 : e - a) : 4096 / row;
+    for (int64_t j = a; j < e; j += step) __builtin_prefetch(key_row(sv, base, st, j, hk), 0, 3);
+}
+
+/* Keys [j0, j0 + nk) of kv heads [hk0, hk0 + heads) (the worker's
+ * workspace heads 0..heads - 1), of a chunk that ends at c1, for the rows
+ * that see part of them. The kernels take a block in pieces (run_end: a
+ * page of a paged block at most, rows that stay in L1), each piece's
+ * scores written into its columns of the block and its values accumulated
+ * from its columns, so that the softmax still steps once per block. Each
+ * piece is read for every head of the task before the next (scores, then
+ * values): where the heads of a key lie side by side, a piece is read
+ * whole, as one sweep, before the next, and the next one's pages are
+ * touched first (touch_keys). */
+static void key_block(const seq_view *sv, int worker, int64_t hk0, int heads, int64_t j0, int nk,
+                      int64_t c1, float alpha, const cap_factors *cap, const pos_block *blk)
 {
     const fj_problem *p = sv->p;
     const decode_job *j = sv->j;
@@ -422,51 +491,70 @@ static void key_block(const seq_view *sv, const decode_ws *w, int64_t hk, int64_
         }
     if (ta >= tb) return;
     const int ra = ta * p->group, nr = (tb - ta) * p->group;
-    const size_t q_elem = dp->kernels->q_bf16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t q_off = (size_t)ra * dp->dpad * (dp->kernels->q_bf16 ? sizeof(uint16_t) : 4);
+    const size_t acc_off = (size_t)ra * dp->dpad;
 
-    const void *qa = (const char *)w->q + (size_t)ra * dp->dpad * q_elem;
     for (int64_t a = j0, e; a < j1; a = e) {
-        e = run_end(sv, p->k_stride, a, j1);
-        dp->kernels->scores(qa, dp->dpad, nr, key_row(sv, sv->k, p->k_stride, a, hk),
-                            p->k_stride[FJ_AXIS_SEQ], (int)(e - a), p->head_dim, alpha,
-                            w->s + (a - j0), BLOCK_KEYS, w->scratch);
-    }
-    for (int r = ra; r < ra + nr; r++) {
-        const int t = r / p->group;
-        float *srow = w->s + (size_t)(r - ra) * BLOCK_KEYS;
-        int64_t a = blk->lo[t] > j0 ? blk->lo[t] - j0 : 0;
-        int64_t e = blk->hi[t] < j1 ? blk->hi[t] - j0 : nk;
-        if (a >= e) { /* a row of the range that sees none of this block */
-            memset(srow, 0, (size_t)nk * sizeof(float));
-            continue;
+        e = run_end(sv, 0, p->k_stride, a, j1);
+        /* the next piece's keys (this block's, or the next block's first)
+           and this piece's values */
+        touch_keys(sv, 0, hk0, e, e + (e - a) < c1 ? e + (e - a) : c1);
+        touch_keys(sv, 1, hk0, a, e);
+        for (int i = 0; i < heads; i++) {
+            const decode_ws w = worker_ws(dp, worker, i);
+            dp->kernels->scores((const char *)w.q + q_off, dp->dpad, nr,
+                                key_row(sv, sv->k, p->k_stride, a, hk0 + i),
+                                p->k_stride[FJ_AXIS_SEQ], (int)(e - a), p->head_dim, alpha,
+                                w.s + (a - j0), BLOCK_KEYS, w.scratch);
         }
-        if (cap->out > 0.0f) fj_vsoftcap(srow + a, e - a, cap->in, cap->out);
-        if (p->alibi) { /* after the cap: -slope |i + diag_offset - j|, in base 2 */
-            const float s2 = (float)M_LOG2E * j->in->alibi_slopes[hk * p->group + r % p->group];
-            const int64_t i = blk->pos0 + t;
-            for (int64_t c = a; c < e; c++) srow[c] += fj_alibi_bias(p, s2, i, j0 + c);
-        }
-        for (int64_t c = 0; c < a; c++) srow[c] = -INFINITY;
-        for (int64_t c = e; c < nk; c++) srow[c] = -INFINITY;
-        float factor = fj_tiled_softmax_step(srow, nk, &w->row_max[r], &w->row_sum[r]);
-        if (factor != 1.0f) fj_vscale(w->acc + (size_t)r * dp->dpad, dp->dpad, factor);
     }
-    float *acc = w->acc + (size_t)ra * dp->dpad;
+    for (int i = 0; i < heads; i++) {
+        const decode_ws w = worker_ws(dp, worker, i);
+        const int64_t hk = hk0 + i;
+        for (int r = ra; r < ra + nr; r++) {
+            const int t = r / p->group;
+            float *srow = w.s + (size_t)(r - ra) * BLOCK_KEYS;
+            int64_t a = blk->lo[t] > j0 ? blk->lo[t] - j0 : 0;
+            int64_t e = blk->hi[t] < j1 ? blk->hi[t] - j0 : nk;
+            if (a >= e) { /* a row of the range that sees none of this block */
+                memset(srow, 0, (size_t)nk * sizeof(float));
+                continue;
+            }
+            if (cap->out > 0.0f) fj_vsoftcap(srow + a, e - a, cap->in, cap->out);
+            if (p->alibi) { /* after the cap: -slope |i + diag_offset - j|, in base 2 */
+                const float s2 = (float)M_LOG2E * j->in->alibi_slopes[hk * p->group + r % p->group];
+                const int64_t row = blk->pos0 + t;
+                for (int64_t c = a; c < e; c++) srow[c] += fj_alibi_bias(p, s2, row, j0 + c);
+            }
+            for (int64_t c = 0; c < a; c++) srow[c] = -INFINITY;
+            for (int64_t c = e; c < nk; c++) srow[c] = -INFINITY;
+            float factor = fj_tiled_softmax_step(srow, nk, &w.row_max[r], &w.row_sum[r]);
+            if (factor != 1.0f) fj_vscale(w.acc + (size_t)r * dp->dpad, dp->dpad, factor);
+        }
+    }
     if (dp->packed_v) { /* bf16 prefill: never paged */
-        const uint16_t *packed =
-            dp->packed_v +
-            ((size_t)(sv->b * p->heads_kv + hk) * dp->packed_keys + (size_t)j0) * dp->dpad;
-        dp->kernels->accumulate_packed(w->s, BLOCK_KEYS, nr,
-                                       key_row(sv, sv->v, p->v_stride, j0, hk),
-                                       p->v_stride[FJ_AXIS_SEQ], packed, nk, p->head_dim, acc,
-                                       dp->dpad, w->scratch);
+        for (int i = 0; i < heads; i++) {
+            const decode_ws w = worker_ws(dp, worker, i);
+            const int64_t hk = hk0 + i;
+            const uint16_t *packed =
+                dp->packed_v +
+                ((size_t)(sv->b * p->heads_kv + hk) * dp->packed_keys + (size_t)j0) * dp->dpad;
+            dp->kernels->accumulate_packed(w.s, BLOCK_KEYS, nr,
+                                           key_row(sv, sv->v, p->v_stride, j0, hk),
+                                           p->v_stride[FJ_AXIS_SEQ], packed, nk, p->head_dim,
+                                           w.acc + acc_off, dp->dpad, w.scratch);
+        }
         return;
     }
     for (int64_t a = j0, e; a < j1; a = e) {
-        e = run_end(sv, p->v_stride, a, j1);
-        dp->kernels->accumulate(w->s + (a - j0), BLOCK_KEYS, nr,
-                                key_row(sv, sv->v, p->v_stride, a, hk), p->v_stride[FJ_AXIS_SEQ],
-                                (int)(e - a), p->head_dim, acc, dp->dpad, w->scratch);
+        e = run_end(sv, 1, p->v_stride, a, j1);
+        for (int i = 0; i < heads; i++) {
+            const decode_ws w = worker_ws(dp, worker, i);
+            dp->kernels->accumulate(w.s + (a - j0), BLOCK_KEYS, nr,
+                                    key_row(sv, sv->v, p->v_stride, a, hk0 + i),
+                                    p->v_stride[FJ_AXIS_SEQ], (int)(e - a), p->head_dim,
+                                    w.acc + acc_off, dp->dpad, w.scratch);
+        }
     }
 }
 
@@ -590,10 +678,7 @@ static void run_chunk(const seq_view *sv, int64_t hk0, int heads, const pos_bloc
     }
     for (int64_t j0 = c0; j0 < c1; j0 += BLOCK_KEYS) {
         const int nk = (int)(c1 - j0 < BLOCK_KEYS ? c1 - j0 : BLOCK_KEYS);
-        for (int i = 0; i < heads; i++) {
-            const decode_ws w = worker_ws(dp, worker, i);
-            key_block(sv, &w, hk0 + i, j0, nk, alpha, &cap, blk);
-        }
+        key_block(sv, worker, hk0, heads, j0, nk, c1, alpha, &cap, blk);
     }
     for (int i = 0; i < heads; i++) {
         const decode_ws w = worker_ws(dp, worker, i);
@@ -875,23 +960,13 @@ static bool alloc_workspace(fj_cpu_decode_plan *dp, int threads)
     const size_t f = sizeof(float);
     size_t cur = 0;
     dp->off_q = ws_part(&cur, R * DP * f);
-    dp->off_s = ws_part(&cur, (size_t)dp->rows * BLOCK_KEYS * f);
+    dp->off_s = ws_part(&cur, R * BLOCK_KEYS * f);
     dp->off_acc = ws_part(&cur, R * DP * f);
     dp->off_max = ws_part(&cur, R * f);
     dp->off_sum = ws_part(&cur, R * f);
     dp->off_scratch = ws_part(&cur, (size_t)FJ_DECODE_MAX_BLOCK * DP * f);
     dp->ws_bytes = cur;
     return (dp->workspace = aligned_alloc(64, dp->ws_bytes * (size_t)threads)) != NULL;
-}
-
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        const int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
 }
 
 /* The rest of a paged plan (decode-shaped: one block of positions): the
@@ -1003,6 +1078,10 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
         why_kernels = "AMX turned off by fj_cpu_decode_force";
     }
     if (!dp->kernels) dp->kernels = fj_decode_kernels_generic(p->dtype);
+    /* AMX's scores rebuild their query tiles at every call: whole blocks */
+    const bool amx = dp->kernels == fj_decode_kernels_amx();
+    dp->piece[0] = amx ? BLOCK_KEYS : piece_keys(p, p->k_stride[FJ_AXIS_SEQ]);
+    dp->piece[1] = amx ? BLOCK_KEYS : piece_keys(p, p->v_stride[FJ_AXIS_SEQ]);
 
     dp->heads_per_task = 1;
     /* Prefill: one head per task whatever the layout, so that the blocks of
