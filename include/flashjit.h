@@ -541,11 +541,13 @@ FJ_API fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k,
  * read is in [0, num_pages). Pages may be in any order and shared between
  * sequences (a common prefix). cu_seqlens_k must be NULL and total_k 0
  * (the keys are in the pages); with FJ_FEATURE_VARLEN too, cu_seqlens_q
- * and total_q place the queries as above. The CPU backends copy each
- * sequence's keys out of the pages (a run of consecutive pages at a time;
- * none when they are one run already laid out as a dense sequence) into a
- * plan-owned buffer of seqlen_k keys, so the executes of one paged plan
- * take turns on it (a lock). */
+ * and total_q place the queries as above. On the CPU backends a
+ * decode-shaped plan (at most 16 query rows per kv head, the cpu backend)
+ * reads the keys through the block table where they lie in the pools;
+ * other plans copy each sequence's keys out of the pages (a run of
+ * consecutive pages at a time; none when they are one run already laid out
+ * as a dense sequence) into a plan-owned buffer of seqlen_k keys, so the
+ * executes of one such plan take turns on it (a lock). */
 typedef struct fj_execute_extras {
     const float *alibi_slopes; /* FJ_FEATURE_ALIBI: slope_h, [heads_q] */
     const float *sinks;        /* FJ_FEATURE_SINKS: sink_h (natural log units), [heads_q] */
@@ -606,7 +608,9 @@ typedef struct fj_plan_info {
     int local_bytes;  /* CUDA: local memory per thread (spills); 0 on the CPU */
     int shared_bytes; /* CUDA: shared memory per block (dynamic + static); 0 on the CPU */
     int threads;      /* CUDA: threads per block; CPU: worker threads */
-    int splits;       /* key splits (1: none); CPU decode: key chunks */
+    int splits;       /* key splits (1: none); CPU decode: key chunks (paged: the most
+                                    chunks of a sequence at the plan's latest execute, or before
+                                    one, of a batch of seqlen_k-key sequences) */
     int launches;     /* kernel launches per execute; 0 on the CPU */
     int reserved[8];  /* zero: room for fields added later (see "Structs and ABI room") */
 } fj_plan_info;

@@ -249,7 +249,8 @@ static void test_run_paged(void **state)
                   "paged: 5 sequences, 438 keys in 65 pages of 7 keys (shuffled), pools of 65 "
                   "pages, block table 5 x 43",
                   "stdout");
-        expect_in(fx->r.out, i ? "cpu_reference_paged" : "cpu_tiled_paged", "stdout");
+        /* 12 rows per kv head: the decode path, through the block table */
+        expect_in(fx->r.out, i ? "cpu_reference_paged" : "cpu_decode_", "stdout");
 
         run_cli(fx, NULL, NULL, "run", "--backend", backends[i], "--page-size", "16", "--varlen",
                 "17,1:40,0:5,3:0,300:301", "--heads-q", "4", "--head-dim", "32", "--causal",
@@ -324,7 +325,7 @@ static void test_bench_paged_grid(void **state)
     static const char *const rows[] = {
         "cpu            b2.hq4.hkv2.sq1.sk100.d64.bf16.nomask.paged16",
         "cpu-reference  b2.hq4.hkv2.sq1.sk100.d64.bf16.nomask.paged16",
-        "cpu_tiled_paged",
+        "cpu_decode_", /* cpu_decode_<loops>_paged: 2 rows per kv head */
         "cpu            b3.hq4.hkv2.sq20.sk50.d64.bf16.causal_br.sinks.varlen.paged7",
         "cpu_tiled_varlen_paged",
         "cpu            b2.hq4.hkv2.sq20.sk50.d64.bf16.causal_br.varlen",
@@ -369,7 +370,9 @@ static void test_head_dim_v(void **state)
                 "--seed", "3", "--repeat", "2", "--warmup", "0", NULL);
         fjt_cli_expect_status(&fx->r, 0);
         expect_in(fx->r.out, "b4.hq8.hkv2.sq2.sk100.d96.bf16.causal_br.paged7.dv33 ", "stdout");
-        expect_in(fx->r.out, i ? "cpu_reference_paged" : "cpu_tiled_paged", "stdout");
+        /* 2 x 4 = 8 rows per kv head: the decode path through the block table */
+        expect_in(fx->r.out, i ? "cpu_reference_paged" : "cpu_decode_", "stdout");
+        expect_in(fx->r.out, "_paged", "stdout");
     }
     /* equal dims: the plain problem's key */
     run_cli(fx, NULL, NULL, "run", "--backend", "cpu", "--head-dim", "32", "--head-dim-v", "32",

@@ -10,7 +10,8 @@ extern const fj_backend_ops fj_cpu_reference_ops; /* src/cpu/reference.c */
 
 /* Their plans for variable-length batches and paged KV caches
    (src/cpu/varlen.c, src/cpu/paged.c): each sequence through a plan of the
-   ops above. */
+   ops above, or, for a decode-shaped paged cache on cpu, the whole batch
+   through the decode path (src/cpu/decode.c). */
 extern const fj_backend_ops fj_cpu_tiled_sequence_ops;
 extern const fj_backend_ops fj_cpu_reference_sequence_ops;
 

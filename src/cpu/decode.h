@@ -32,14 +32,28 @@ typedef struct fj_cpu_decode_plan fj_cpu_decode_plan;
  * path). */
 bool fj_cpu_decode_chosen(const fj_problem *p);
 
+/* Whether a paged plan (FJ_FEATURE_PAGED_KV, with or without
+ * FJ_FEATURE_VARLEN) without a given configuration is a decode plan of the
+ * whole batch, its keys read through the block table (src/cpu/varlen.c):
+ * as fj_cpu_decode_chosen, and at most FJ_CPU_DECODE_MAX_ROWS rows per kv
+ * head (bf16 prefill on AMX copies each sequence's keys out first, as the
+ * tiled path does). */
+bool fj_cpu_decode_takes_paged(const fj_problem *p);
+
 /* The plan for p on the pool's workers (the chunking, the kernels for the
  * dtype and this CPU, and every workspace). Appends the method, its reasons
- * and the workspace to describe. */
+ * and the workspace to describe. A paged p (fj_cpu_decode_takes_paged) runs
+ * every sequence of an execute in one pass, as a problem of its own
+ * lengths, K and V read where they lie in the pools; its chunks are laid
+ * out at each execute from the sequences' lengths. */
 fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_decode_plan **out,
                                     fj_strbuf *describe);
 
 /* Runs it (on the pool; returns when done). Concurrent calls on one plan are
- * serialized by the pool, which also orders each call's workspace use. */
+ * serialized by the pool, which also orders each call's workspace use (a
+ * paged plan's by a lock of its own, taken around its chunks' layout too).
+ * Paged: in's block table, seqused_k (and with varlen cu_seqlens_q and
+ * total_q) checked already (src/cpu/paged.c, fj_cpu_paged_check). */
 void fj_cpu_decode_execute(const fj_cpu_decode_plan *dp, const fj_problem *p, const void *q,
                            const void *k, const void *v, void *o, float *lse,
                            const fj_exec_inputs *in);

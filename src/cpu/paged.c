@@ -3,14 +3,19 @@
  * k and v are pools [num_pages, page_size, heads_kv, head_dim] (v's rows
  * head_dim_v long: each tensor is copied at its own row length) (the desc's
  * k_stride/v_stride step a page, a row, a head); sequence b's key j is row
- * j % page_size of page block_table[b * stride + j / page_size]. The CPU
- * kernels read a sequence's keys as one strided tensor, so varlen.c has
- * each sequence's keys copied out of the pages into a dense [keys,
- * heads_kv, head_dim] buffer first: a run of pages consecutive in the pool
- * at a time (one memcpy when the pool is dense, else one per row or per
- * head's row), split among the pool's workers when the sequence is long;
- * nothing copied at all when the whole sequence is one run of a dense pool
- * (its keys already are such a tensor, inside the pool).
+ * j % page_size of page block_table[b * stride + j / page_size].
+ *
+ * Decode-shaped problems (few query rows per kv head) on the cpu backend
+ * read the keys through the block table where they lie (src/cpu/decode.c,
+ * run by varlen.c): nothing here but the check. The other paths (the tiled
+ * path, the reference backend, bf16 prefill on AMX) read a sequence's keys
+ * as one strided tensor, so varlen.c has each sequence's keys copied out of
+ * the pages into a dense [keys, heads_kv, head_dim] buffer first
+ * (fj_cpu_paged_keys): a run of pages consecutive in the pool at a time
+ * (one memcpy when the pool is dense, else one per row or per head's row),
+ * split among the pool's workers when the sequence is long; nothing copied
+ * at all when the whole sequence is one run of a dense pool (its keys
+ * already are such a tensor, inside the pool).
  *
  * fj_cpu_paged_check reads every value the execute will use before
  * anything is written: an entry outside the pool or a length past the

@@ -1,6 +1,8 @@
 /* The paged KV cache (FJ_FEATURE_PAGED_KV) on the CPU backends: the rules
  * of an execute's block table and KV lengths, and one sequence's keys and
- * values copied out of the page pools. src/cpu/varlen.c runs the sequences. */
+ * values copied out of the page pools for the paths that read them as one
+ * tensor (the decode path reads the pages in place). src/cpu/varlen.c runs
+ * the sequences. */
 #ifndef FJ_CPU_PAGED_H
 #define FJ_CPU_PAGED_H
 

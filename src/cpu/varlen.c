@@ -28,16 +28,24 @@
  * seqused_k is checked against the rules of include/flashjit.h
  * (fj_execute_extras): a bad batch writes nothing.
  *
- * A paged plan runs the same way: each sequence a problem of its own
- * lengths (seqlen_q query rows, or its cu_seqlens_q share with varlen too;
- * seqused_k[b] keys), its keys and values those paged.c copies out of its
- * pages into plan-owned dense buffers of seqlen_k keys (or the pools
- * themselves when the pages are one run of a dense pool), which the one
- * sequence's plan was made for. Dense queries (paged alone) place
- * sequence b at q's and o's batch stride and its lse at [b, heads_q,
- * seqlen_q], as a dense problem's. The buffers make a paged plan's
- * executes take turns (the lock); the block table and the lengths are
- * checked in full first (paged.c). */
+ * A paged plan whose rows per kv head the decode path takes (at most
+ * FJ_CPU_DECODE_MAX_ROWS: decode, speculative decode; on the cpu backend,
+ * no configuration given) is a decode plan of the whole batch instead
+ * (decode.c, fj_cpu_decode_takes_paged): one pass over the pool's workers
+ * runs every sequence as a problem of its own lengths, K and V read
+ * through the block table where they lie in the pools, nothing copied, lse
+ * written in its place; the chunks of keys follow each execute's lengths.
+ *
+ * Any other paged plan runs the same way as varlen: each sequence a
+ * problem of its own lengths (seqlen_q query rows, or its cu_seqlens_q
+ * share with varlen too; seqused_k[b] keys), its keys and values those
+ * paged.c copies out of its pages into plan-owned dense buffers of
+ * seqlen_k keys (or the pools themselves when the pages are one run of a
+ * dense pool), which the one sequence's plan was made for. Dense queries
+ * (paged alone) place sequence b at q's and o's batch stride and its lse
+ * at [b, heads_q, seqlen_q], as a dense problem's. The buffers make such a
+ * plan's executes take turns (the lock). Either way the block table and
+ * the lengths are checked in full first (paged.c). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +54,7 @@
 #include "backend.h"
 #include "context.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/decode.h"
 #include "cpu/paged.h"
 #include "cpu/tiled_blocks.h"
 #include "pool.h"
@@ -64,6 +73,7 @@ typedef struct varlen_plan {
     void *keys, *values;         /* paged: one sequence's [seqlen_k, heads_kv, head_dim
                                     (values: head_dim_v)] */
     fj_paged_run *runs;          /* paged: [max_pages] runs of one sequence's pages */
+    fj_cpu_decode_plan *decode;  /* paged, decode-shaped: the whole batch, nothing copied */
 } varlen_plan;
 
 /* Every rule of the sequences (include/flashjit.h, fj_execute_extras), each
@@ -136,6 +146,10 @@ static fj_status varlen_execute(const void *state, const fj_problem *p, const vo
     const varlen_plan *vp = state;
     fj_status s = check_sequences(p, in);
     if (s) return s;
+    if (vp->decode) { /* every sequence at once, K and V read in the pools */
+        fj_cpu_decode_execute(vp->decode, p, q, k, v, o, lse, in);
+        return FJ_OK;
+    }
     const int64_t es = (int64_t)fj_dtype_size(p->dtype);
     const int32_t *cq = in->cu_seqlens_q, *ck = in->cu_seqlens_k, *used = in->seqused_k;
     /* varlen's lse goes through lse_rows; paged's keys through the buffers */
@@ -180,6 +194,7 @@ static void varlen_plan_destroy(void *state)
     varlen_plan *vp = state;
     if (!vp) return;
     if (vp->inner) vp->dense->plan_destroy(vp->inner);
+    fj_cpu_decode_plan_destroy(vp->decode);
     pthread_mutex_destroy(&vp->lse_lock);
     free(vp->lse_rows);
     free(vp->keys);
@@ -188,11 +203,46 @@ static void varlen_plan_destroy(void *state)
     free(vp);
 }
 
+/* A decode-shaped paged problem on the tiled backend: one decode plan for
+ * the whole batch (src/cpu/decode.c), each sequence as a problem of its own
+ * lengths within one pass over the pool's workers, K and V read through
+ * the block table where they lie: no buffers, no copy, and lse written in
+ * its place directly. */
+static fj_status paged_decode_plan_create(fj_context *ctx, const fj_problem *p, void **state,
+                                          fj_strbuf *describe)
+{
+    varlen_plan *vp = calloc(1, sizeof *vp);
+    if (!vp) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "cpu: out of memory for the plan");
+    pthread_mutex_init(&vp->lse_lock, NULL);
+    vp->dense = &fj_cpu_tiled_ops;
+    vp->tiled = true;
+    vp->varlen = p->varlen;
+    vp->paged = true;
+    fj_status s = fj_cpu_decode_plan_create(ctx->pool, p, &vp->decode, describe);
+    if (s) {
+        varlen_plan_destroy(vp);
+        return s;
+    }
+    fj_strbuf_printf(describe,
+                     "sequences: %d, %s, each its own problem (at most %d query rows and %d "
+                     "keys) within one pass of the decode path above\n"
+                     "paged: K and V in pools of %d pages of %d keys, a block table of %d "
+                     "columns (row stride %d); the decode path reads them through the block "
+                     "table (no copy)\n",
+                     p->batch, p->varlen ? "queries packed along the token axis" : "dense queries",
+                     p->seqlen_q, p->seqlen_k, p->num_pages, p->page_size, p->max_pages,
+                     p->bt_stride);
+    *state = vp;
+    return FJ_OK;
+}
+
 static fj_status varlen_plan_create(fj_context *ctx, const fj_problem *p, const char *config,
                                     void **state, fj_strbuf *describe, const fj_backend_ops *dense,
                                     bool tiled)
 {
     *state = NULL;
+    if (tiled && !config && p->paged && fj_cpu_decode_takes_paged(p))
+        return paged_decode_plan_create(ctx, p, state, describe);
     size_t lse_bytes;
     if (__builtin_mul_overflow((size_t)p->heads_q * sizeof(float), (size_t)p->seqlen_q, &lse_bytes))
         return fj_fail(FJ_ERR_OUT_OF_MEMORY,
@@ -312,11 +362,12 @@ static fj_status reference_varlen_plan_create(fj_context *ctx, const fj_problem 
 static void varlen_info(const void *state, fj_plan_info *info)
 {
     const varlen_plan *vp = state;
-    vp->dense->info(vp->inner, info);
+    if (vp->decode) fj_cpu_decode_plan_info(vp->decode, info);
+    else vp->dense->info(vp->inner, info);
     size_t n = strlen(info->kernel);
     snprintf(info->kernel + n, sizeof info->kernel - n, "%s%s", vp->varlen ? "_varlen" : "",
              vp->paged ? "_paged" : "");
-    if (vp->tiled) info->tiles_source = vp->tiles_from;
+    if (vp->tiled && !vp->decode) info->tiles_source = vp->tiles_from;
 }
 
 const fj_backend_ops fj_cpu_tiled_sequence_ops = {
