@@ -1115,9 +1115,8 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     /* Prefill: one head per task whatever the layout, so that the blocks of
        positions that follow one another keep one head's K and V in cache
        (grouping 4 heads made the dense layout's bf16 prefill 2.3x slower). */
-    const bool interleaved =
-        !prefill && heads_interleaved(p, p->k_stride, p->head_dim) &&
-        heads_interleaved(p, p->v_stride, p->head_dim_v);
+    const bool interleaved = !prefill && heads_interleaved(p, p->k_stride, p->head_dim) &&
+                             heads_interleaved(p, p->v_stride, p->head_dim_v);
     if (interleaved) {
         int most = MAX_TASK_ROWS / dp->rows;
         dp->heads_per_task = p->heads_kv < most ? p->heads_kv : most;
