@@ -23,6 +23,7 @@
  * f16 and bf16 are widened and rounded here too (vcvtph2ps, vcvtps2ph, and
  * bf16 by shifts), bit for bit as half.h converts. */
 #include "tiled_kernels.h"
+#include "tiled_groups.h"
 
 #include <stddef.h>
 
@@ -52,7 +53,7 @@
 #endif
 
 #define L FJ_TILED_LANES
-#define GROUP 12 /* keys (scores) or head-dim columns (values) per pass */
+#define GROUP FJ_TILED_GROUP
 
 /* ---- scores --------------------------------------------------------------- */
 
@@ -88,23 +89,10 @@ AVX512 INLINE void scores_any(const int V, const float *qp, int head_dim, const 
                               int64_t ldk, int nk, float alpha, float *st)
 {
     const __m512 a = _mm512_set1_ps(alpha);
-    int j = 0;
-    for (; j + GROUP <= nk; j += GROUP)
-        scores_keys(V, GROUP, qp, head_dim, k + (size_t)j * ldk, ldk, a, st + (size_t)j * L);
-    if (nk - j >= 8) {
-        scores_keys(V, 8, qp, head_dim, k + (size_t)j * ldk, ldk, a, st + (size_t)j * L);
-        j += 8;
-    }
-    if (nk - j >= 4) {
-        scores_keys(V, 4, qp, head_dim, k + (size_t)j * ldk, ldk, a, st + (size_t)j * L);
-        j += 4;
-    }
-    if (nk - j >= 2) {
-        scores_keys(V, 2, qp, head_dim, k + (size_t)j * ldk, ldk, a, st + (size_t)j * L);
-        j += 2;
-    }
-    if (nk - j >= 1)
-        scores_keys(V, 1, qp, head_dim, k + (size_t)j * ldk, ldk, a, st + (size_t)j * L);
+#define STEP(NR, at) \
+    scores_keys(V, NR, qp, head_dim, k + (size_t)(at)*ldk, ldk, a, st + (size_t)(at)*L)
+    FJ_TILED_GROUPS(nk, STEP);
+#undef STEP
 }
 
 /* Floats between the rows of a key block's copy: whole 64-byte lines, an
@@ -251,22 +239,9 @@ AVX512 INLINE void values_any(const int V, const float *pt, int nk, const float 
 {
     __m512 f[2];
     UNROLL for (int h = 0; h < V; h++) f[h] = _mm512_loadu_ps(factor + 16 * h);
-    int d = 0;
-    for (; d + GROUP <= head_dim; d += GROUP)
-        values_cols(V, GROUP, pt, nk, v + d, ldv, f, ot + (size_t)d * L);
-    if (head_dim - d >= 8) {
-        values_cols(V, 8, pt, nk, v + d, ldv, f, ot + (size_t)d * L);
-        d += 8;
-    }
-    if (head_dim - d >= 4) {
-        values_cols(V, 4, pt, nk, v + d, ldv, f, ot + (size_t)d * L);
-        d += 4;
-    }
-    if (head_dim - d >= 2) {
-        values_cols(V, 2, pt, nk, v + d, ldv, f, ot + (size_t)d * L);
-        d += 2;
-    }
-    if (head_dim - d >= 1) values_cols(V, 1, pt, nk, v + d, ldv, f, ot + (size_t)d * L);
+#define STEP(NR, at) values_cols(V, NR, pt, nk, v + (at), ldv, f, ot + (size_t)(at)*L)
+    FJ_TILED_GROUPS(head_dim, STEP);
+#undef STEP
 }
 
 AVX512 static void values(float *pt, int nk, const void *vc, int key0, int head_dim,

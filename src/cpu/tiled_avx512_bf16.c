@@ -37,6 +37,7 @@
  * never subnormal (the softmax's exp2 gives 0 below 2^-126).
  * The softmax and the output stores are the AVX-512 set's. */
 #include "tiled_kernels.h"
+#include "tiled_groups.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -68,7 +69,7 @@
 #endif
 
 #define L FJ_TILED_LANES
-#define GROUP 12 /* keys (scores) or head-dim columns (values) per pass */
+#define GROUP FJ_TILED_GROUP
 
 /* The copies and the packed queries are written as uint16/uint32 and read
    as pairs: through this type, which may alias either. */
@@ -188,22 +189,9 @@ BF16 INLINE void scores_any(const int V, const pair_t *qp, int pairs, const uint
                             int nk, float alpha, float *st)
 {
     const __m512 a = _mm512_set1_ps(alpha);
-    int j = 0;
-    for (; j + GROUP <= nk; j += GROUP)
-        scores_keys(V, GROUP, qp, pairs, k + (size_t)j * ld, ld, a, st + (size_t)j * L);
-    if (nk - j >= 8) {
-        scores_keys(V, 8, qp, pairs, k + (size_t)j * ld, ld, a, st + (size_t)j * L);
-        j += 8;
-    }
-    if (nk - j >= 4) {
-        scores_keys(V, 4, qp, pairs, k + (size_t)j * ld, ld, a, st + (size_t)j * L);
-        j += 4;
-    }
-    if (nk - j >= 2) {
-        scores_keys(V, 2, qp, pairs, k + (size_t)j * ld, ld, a, st + (size_t)j * L);
-        j += 2;
-    }
-    if (nk - j >= 1) scores_keys(V, 1, qp, pairs, k + (size_t)j * ld, ld, a, st + (size_t)j * L);
+#define STEP(NR, at) scores_keys(V, NR, qp, pairs, k + (size_t)(at)*ld, ld, a, st + (size_t)(at)*L)
+    FJ_TILED_GROUPS(nk, STEP);
+#undef STEP
 }
 
 BF16 static void scores(const void *qp, int head_dim, const void *kc, int key0, int nk, float alpha,
@@ -312,22 +300,9 @@ BF16 INLINE void values_any(const int V, float *pt, int nk, const void *vcopy, i
     const pair_t *vc = vcopy;
     __m512 f[2];
     UNROLL for (int h = 0; h < V; h++) f[h] = _mm512_loadu_ps(factor + 16 * h);
-    int d = 0;
-    for (; d + GROUP <= head_dim; d += GROUP)
-        values_cols(V, GROUP, pt, vc + d, ld, &kr, f, ot + (size_t)d * L);
-    if (head_dim - d >= 8) {
-        values_cols(V, 8, pt, vc + d, ld, &kr, f, ot + (size_t)d * L);
-        d += 8;
-    }
-    if (head_dim - d >= 4) {
-        values_cols(V, 4, pt, vc + d, ld, &kr, f, ot + (size_t)d * L);
-        d += 4;
-    }
-    if (head_dim - d >= 2) {
-        values_cols(V, 2, pt, vc + d, ld, &kr, f, ot + (size_t)d * L);
-        d += 2;
-    }
-    if (head_dim - d >= 1) values_cols(V, 1, pt, vc + d, ld, &kr, f, ot + (size_t)d * L);
+#define STEP(NR, at) values_cols(V, NR, pt, vc + (at), ld, &kr, f, ot + (size_t)(at)*L)
+    FJ_TILED_GROUPS(head_dim, STEP);
+#undef STEP
 }
 
 /* P's bf16 pairs are written over pt (tiled_kernels.h allows it). */
