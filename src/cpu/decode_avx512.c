@@ -374,6 +374,31 @@ AVX512 INLINE void values_tile(const float *p, int ldp, const char *row0, int64_
         _mm512_storeu_ps(acc + (size_t)r * ldacc + 32 * c + 16 * v, a[r][v]);
 }
 
+/* TILE(R, C) (defined by the caller) for `rows` (1-4) rows and nc (1, 2,
+ * or 4 with at most 2 rows) chunks, as constants: the value tiles of both
+ * sets unroll their register arrays for them. */
+#define VALUE_TILE_DISPATCH(rows, nc)    \
+    do {                                 \
+        if ((nc) == 4) {                 \
+            if ((rows) == 1) TILE(1, 4); \
+            else TILE(2, 4);             \
+        } else if ((nc) == 2) {          \
+            switch (rows) {              \
+            case 1: TILE(1, 2); break;   \
+            case 2: TILE(2, 2); break;   \
+            case 3: TILE(3, 2); break;   \
+            default: TILE(4, 2); break;  \
+            }                            \
+        } else {                         \
+            switch (rows) {              \
+            case 1: TILE(1, 1); break;   \
+            case 2: TILE(2, 1); break;   \
+            case 3: TILE(3, 1); break;   \
+            default: TILE(4, 1); break;  \
+            }                            \
+        }                                \
+    } while (0)
+
 /* All rows and chunks for n keys from row0 (16 accumulators a tile: 1-2
  * rows x 4 chunks, 3-4 rows x 2). */
 AVX512 INLINE void values_group(const float *p, int ldp, int nr, const char *row0, int64_t ldb,
@@ -391,22 +416,7 @@ AVX512 INLINE void values_group(const float *p, int ldp, int nr, const char *row
 #define TILE(R, C)                                                             \
     (m ? values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, true) \
        : values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, false))
-#define ROWS(C)                 \
-    switch (rows) {             \
-    case 1: TILE(1, C); break;  \
-    case 2: TILE(2, C); break;  \
-    case 3: TILE(3, C); break;  \
-    default: TILE(4, C); break; \
-    }
-            if (nc == 4) {
-                if (rows == 1) TILE(1, 4);
-                else TILE(2, 4);
-            } else if (nc == 2) {
-                ROWS(2)
-            } else {
-                ROWS(1)
-            }
-#undef ROWS
+            VALUE_TILE_DISPATCH(rows, nc);
 #undef TILE
             c += nc;
         }
@@ -647,22 +657,7 @@ BF16DOT static void values_dot(const float *p, int ldp, int nr, const void *v, i
 #define TILE(R, C)                                                             \
     (m ? values_tile_dot(pr, ldpp, v, ldb, nk, ar, ldacc, c, tail, R, C, true) \
        : values_tile_dot(pr, ldpp, v, ldb, nk, ar, ldacc, c, tail, R, C, false))
-#define ROWS(C)                 \
-    switch (rows) {             \
-    case 1: TILE(1, C); break;  \
-    case 2: TILE(2, C); break;  \
-    case 3: TILE(3, C); break;  \
-    default: TILE(4, C); break; \
-    }
-            if (nc == 4) {
-                if (rows == 1) TILE(1, 4);
-                else TILE(2, 4);
-            } else if (nc == 2) {
-                ROWS(2)
-            } else {
-                ROWS(1)
-            }
-#undef ROWS
+            VALUE_TILE_DISPATCH(rows, nc);
 #undef TILE
             c += nc;
         }

@@ -10,24 +10,23 @@
    query (or P) vectors and the broadcast. */
 #define FJ_TILED_GROUP 12
 
-#define FJ_TILED_GROUPS(n, STEP)                                            \
-    do {                                                                    \
-        int at_ = 0;                                                        \
-        for (; at_ + FJ_TILED_GROUP <= (n); at_ += FJ_TILED_GROUP)          \
-            STEP(FJ_TILED_GROUP, at_);                                      \
-        if ((n)-at_ >= 8) {                                                 \
-            STEP(8, at_);                                                   \
-            at_ += 8;                                                       \
-        }                                                                   \
-        if ((n)-at_ >= 4) {                                                 \
-            STEP(4, at_);                                                   \
-            at_ += 4;                                                       \
-        }                                                                   \
-        if ((n)-at_ >= 2) {                                                 \
-            STEP(2, at_);                                                   \
-            at_ += 2;                                                       \
-        }                                                                   \
-        if ((n)-at_ >= 1) STEP(1, at_);                                     \
+#define FJ_TILED_GROUPS(n, STEP)                                                              \
+    do {                                                                                      \
+        int at_ = 0;                                                                          \
+        for (; at_ + FJ_TILED_GROUP <= (n); at_ += FJ_TILED_GROUP) STEP(FJ_TILED_GROUP, at_); \
+        if ((n)-at_ >= 8) {                                                                   \
+            STEP(8, at_);                                                                     \
+            at_ += 8;                                                                         \
+        }                                                                                     \
+        if ((n)-at_ >= 4) {                                                                   \
+            STEP(4, at_);                                                                     \
+            at_ += 4;                                                                         \
+        }                                                                                     \
+        if ((n)-at_ >= 2) {                                                                   \
+            STEP(2, at_);                                                                     \
+            at_ += 2;                                                                         \
+        }                                                                                     \
+        if ((n)-at_ >= 1) STEP(1, at_);                                                       \
     } while (0)
 
 #endif
