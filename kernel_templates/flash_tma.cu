@@ -23,8 +23,8 @@
  *     the tensor cores (the ping-pong).
  * Grid: persistent, at most one block per SM, dealt the work tiles in rounds
  * (nth_tile) of a schedule that keeps head_group heads together (so their K
- * and V stay in L2) and, under a causal mask, takes the query tiles with the
- * most keys first.
+ * and V stay in L2); under a causal mask, where the tiles differ in length,
+ * each block takes the list of tiles the host made for it (t.schedule).
  *
  * Head dims: every multiple of 16 from 64 to 256, exactly. A tile's rows are
  * stored as column blocks of 64 elements (128-byte rows, 128-byte swizzle),
@@ -319,15 +319,20 @@ __device__ __forceinline__ Tile tile_of(const fj_fwd_params &p, const fj_tma_par
     return w;
 }
 
-/* The r-th work tile of this block: rounds of gridDim.x tiles, dealt
-   alternately forwards and backwards, so that a block that drew one of the
-   longest tiles of a round (the schedule's order puts them first) draws one
-   of the shortest of the next; -1 past the last. */
+/* The r-th work tile of this block, -1 past its last. Under a causal mask
+   the tiles differ in length: the host dealt them into a list per block
+   (t.schedule). Otherwise in rounds of gridDim.x tiles, dealt alternately
+   forwards and backwards. */
 __device__ __forceinline__ int nth_tile(const fj_tma_params &t, int r)
 {
     const int g = (int)gridDim.x, i = (int)blockIdx.x;
+#if FJ_CAUSAL
+    const int at = t.schedule[i] + r;
+    return at < t.schedule[i + 1] ? t.schedule[g + 1 + at] : -1;
+#else
     const int tile = r * g + (r & 1 ? g - 1 - i : i);
     return tile < t.tiles ? tile : -1;
+#endif
 }
 
 /* ---- the producer --------------------------------------------------------------- */

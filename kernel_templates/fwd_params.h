@@ -46,10 +46,14 @@ typedef struct fj_tensor_map {
 
 typedef struct fj_tma_params {
     fj_tensor_map q[3], k[3], v[3], o[3];
+    /* Under a causal mask, each block's work tiles (src/cuda/tma_schedule.h):
+       gridDim.x + 1 offsets, then the tile ids; NULL otherwise (the tiles
+       are dealt in rounds) */
+    const int *schedule;
     int tiles;      /* work tiles: m_blocks * heads_q * batch */
     int m_blocks;   /* query tiles per (head, batch) */
     int head_group; /* (head, batch) pairs whose tiles run side by side */
-    int reserved;
+    int reserved[3];
 } fj_tma_params;
 
 #endif

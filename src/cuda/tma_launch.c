@@ -41,23 +41,16 @@ void fj_tma_layout_make(const fj_problem *p, const fj_kernel_desc *k, size_t l2_
     out->m_blocks = (int)((p->seqlen_q + (int64_t)k->block_m - 1) / k->block_m);
     const int64_t pairs = (int64_t)p->heads_q * p->batch;
     out->tiles = (int)(out->m_blocks * pairs);
-    /* Without a mask every tile reads all of its pair's K and V: pairs go
-       side by side in groups whose K and V fit in L2, read from memory once.
-       Under a causal mask the tiles differ in length, and only one list of
-       them all, longest first, deals them evenly (groups of pairs made a
-       saw-tooth of lengths that left blocks idle: 1.7x the mean load on b1
-       h16 s16384 in a model of the dealing); the tiles of one length start
-       at neighbouring diagonals and walk down the same keys at once, so
-       they share them in L2 anyway. */
-    int64_t group = pairs;
-    if (k->mask != FJ_MASK_CAUSAL && k->mask != FJ_MASK_CAUSAL_WINDOW) {
-        /* K and V bytes per (head, batch) pair, shared by the group's heads */
-        const double kv_bytes = (double)p->seqlen_k * d * 2.0 * 2.0 / p->group;
-        double fit = (double)(l2_bytes / L2_SHARE_DIVISOR) / (kv_bytes > 1 ? kv_bytes : 1);
-        group = fit < 1 ? 1 : fit > (double)pairs ? pairs : (int64_t)fit;
-        /* whole GQA groups, so the heads sharing K and V stay together */
-        if (p->group > 1 && group >= p->group) group -= group % p->group;
-    }
+    /* Pairs go side by side in groups whose K and V fit in L2, so that each
+       pair's keys come from memory once (under a causal mask, once per band
+       of the schedule: tma_schedule.c, which also evens out the groups'
+       unequal tiles). K and V bytes per (head, batch) pair, shared by the
+       group's heads: */
+    const double kv_bytes = (double)p->seqlen_k * d * 2.0 * 2.0 / p->group;
+    double fit = (double)(l2_bytes / L2_SHARE_DIVISOR) / (kv_bytes > 1 ? kv_bytes : 1);
+    int64_t group = fit < 1 ? 1 : fit > (double)pairs ? pairs : (int64_t)fit;
+    /* whole GQA groups, so the heads sharing K and V stay together */
+    if (p->group > 1 && group >= p->group) group -= group % p->group;
     out->head_group = (int)(group < 1 ? 1 : group);
 }
 

@@ -28,8 +28,7 @@ typedef struct fj_tma_layout {
 } fj_tma_layout;
 
 /* The layout for kernel k on the launch view p; l2_bytes: the device's L2,
- * which sets how many (head, batch) pairs run side by side without a causal
- * mask (with one, all of them). */
+ * which sets how many (head, batch) pairs run side by side. */
 void fj_tma_layout_make(const fj_problem *p, const fj_kernel_desc *k, size_t l2_bytes,
                         fj_tma_layout *out);
 
