@@ -16,13 +16,20 @@ build/tests/cpu/libfjt_read.so): the machine's read bandwidth for those bytes,
 measured in the same run. GB/s count the K and V bytes; "of read" is the
 median over the rounds of read time / flashjit time.
 
+--ggml-lib LIB adds ggml's CPU attention (GGML_OP_FLASH_ATTN_EXT, what
+llama.cpp runs) as a third column, on copies of the same tensors in ggml's
+layout (Q in f32, as ggml takes it; K and V in the row's type), on a
+thread pool of the same size, timed in the same rounds: LIB is
+tools/dev/ggml_attention.c built against a ggml checkout by
+tools/dev/build_ggml_peer.sh.
+
 --stat best prints the best round of each (flashjit, torch, read) instead of
 the medians, and "of read" as best read time / best flashjit time: on a
 machine shared with other jobs, the rounds least disturbed by them.
 
 usage: compare_torch_cpu.py [--lib build/libflashjit.so] [--read-lib LIB] [--threads N]
                             [--rounds R] [--stat median|best] [--reference]
-                            [--grid cpu|decode|causal|smoke] [--json FILE]
+                            [--grid cpu|decode|causal|smoke] [--ggml-lib LIB] [--json FILE]
 """
 import argparse
 import ctypes
@@ -63,6 +70,42 @@ def grid(name):
     return rows
 
 
+class Ggml:
+    """tools/dev/ggml_attention.c: one problem's ggml graph, computed on demand."""
+
+    TYPES = {"f32": 0, "f16": 1, "bf16": 2}
+
+    def __init__(self, path, threads):
+        self.lib = ctypes.CDLL(path)
+        self.lib.fjt_ggml_prepare.restype = ctypes.c_void_p
+        self.lib.fjt_ggml_prepare.argtypes = [ctypes.c_int] * 8 + [ctypes.c_float, ctypes.c_int] + \
+            [ctypes.c_void_p] * 3
+        self.lib.fjt_ggml_run.argtypes = [ctypes.c_void_p]
+        self.lib.fjt_ggml_output.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self.lib.fjt_ggml_free.argtypes = [ctypes.c_void_p]
+        self.threads = threads
+
+    def prepare(self, q, k, v, dt, causal):
+        b, hq, sq, d = q.shape
+        hkv, sk = k.shape[1], k.shape[2]
+        h = self.lib.fjt_ggml_prepare(b, hq, hkv, sq, sk, d, self.TYPES[dt], int(causal),
+                                      d ** -0.5, self.threads, q.data_ptr(), k.data_ptr(),
+                                      v.data_ptr())
+        if not h:
+            raise RuntimeError("fjt_ggml_prepare failed")
+        return h
+
+    def run(self, h):
+        if self.lib.fjt_ggml_run(h):
+            raise RuntimeError("ggml_graph_compute failed")
+
+    def output(self, h, o):
+        self.lib.fjt_ggml_output(h, o.data_ptr())
+
+    def free(self, h):
+        self.lib.fjt_ggml_free(h)
+
+
 class Reader:
     """fjt_read_seconds from libfjt_read.so: one timed read of buffers."""
 
@@ -96,6 +139,7 @@ def main():
     ap.add_argument("--stat", default="median", choices=["median", "best"])
     ap.add_argument("--reference", action="store_true", help="time FJ_BACKEND_CPU_REFERENCE")
     ap.add_argument("--grid", default="cpu", choices=["cpu", "decode", "causal", "smoke"])
+    ap.add_argument("--ggml-lib", help="tools/dev/build_ggml_peer.sh's libfjt_ggml.so: a ggml column")
     ap.add_argument("--json")
     args = ap.parse_args()
     # Before the library reads them: the backend, and one worker per thread.
@@ -111,6 +155,7 @@ def main():
     if "%d threads" % args.threads not in fj.describe():
         sys.exit("flashjit's CPU worker count is not %d:\n%s" % (args.threads, fj.describe()))
     reader = Reader(args.read_lib, args.threads) if args.grid in ("decode", "smoke") else None
+    ggml = Ggml(args.ggml_lib, args.threads) if args.ggml_lib else None
     torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
     fj_dtype = {torch.float32: FJ_F32, torch.float16: FJ_F16, torch.bfloat16: FJ_BF16}
     torch.manual_seed(0)
@@ -122,10 +167,11 @@ def main():
     decode_cols = reader is not None
     if decode_cols:
         print("%-36s %9s %9s %8s %8s %8s %7s %8s %8s" % ("shape", "fj ms", "torch ms", "fj GB/s",
-              "torch", "read", "of read", "fj/torch", "err"))
+              "torch", "read", "of read", "fj/torch", "err"), end="")
     else:
         print("%-40s %10s %10s %9s %9s %8s %9s" % ("shape", "fj ms", "torch ms", "fj GF/s",
-                                                   "torch GF/s", "fj/torch", "err"))
+                                                   "torch GF/s", "fj/torch", "err"), end="")
+    print(" %9s %8s %9s" % ("ggml ms", "fj/ggml", "ggml err") if ggml else "")
     results = []
     for (dt, b, hq, hkv, sq, sk, d, causal) in grid(args.grid):
         dtype = torch_dtype[dt]
@@ -139,9 +185,14 @@ def main():
         fj_fn = lambda: fj.execute(plan, q, k, v, o, None)
         fj_fn()
         torch_fn()
-        t_fj, t_torch, t_read = [], [], []
+        t_fj, t_torch, t_read, t_ggml = [], [], [], []
+        fns = [(fj_fn, t_fj), (torch_fn, t_torch)]
+        if ggml:
+            gh = ggml.prepare(q, k, v, dt, causal)
+            fns.append((lambda: ggml.run(gh), t_ggml))
+            fns[-1][0]()
         for _ in range(args.rounds):
-            for fn, out in ((fj_fn, t_fj), (torch_fn, t_torch)):
+            for fn, out in fns:
                 t0 = time.perf_counter()
                 fn()
                 out.append((time.perf_counter() - t0) * 1e3)
@@ -151,6 +202,14 @@ def main():
                                              enable_gqa=gqa)
         err = ((o.double() - ref).norm() / ref.norm()).item()
         fj.destroy(plan)
+        ggml_cols = ""
+        if ggml:
+            og = torch.empty(q.shape, dtype=torch.float32)
+            ggml.output(gh, og)
+            ggml.free(gh)
+            g_err = ((og.double() - ref).norm() / ref.norm()).item()
+            ms_ggml = stat(t_ggml)
+            ggml_cols = " %9.3f %8.2f %9.1e" % (ms_ggml, ms_ggml / stat(t_fj), g_err)
         flops = 4.0 * b * hq * sq * sk * d * (0.5 if causal and sq == sk else 1.0)
         kv_bytes = 2 * k.numel() * k.element_size()
         ms_fj, ms_torch = stat(t_fj), stat(t_torch)
@@ -163,12 +222,15 @@ def main():
                        if args.stat == "median" else ms_read / ms_fj)
             print("%-36s %9.3f %9.3f %8.1f %8.1f %8.1f %6.0f%% %8.2f %8.1e" % (
                 shape, ms_fj, ms_torch, kv_bytes / ms_fj / 1e6, kv_bytes / ms_torch / 1e6,
-                kv_bytes / ms_read / 1e6, 100 * of_read, ms_torch / ms_fj, err), flush=True)
+                kv_bytes / ms_read / 1e6, 100 * of_read, ms_torch / ms_fj, err) + ggml_cols,
+                flush=True)
             row.update({"read_ms": ms_read, "of_read": of_read, "kv_bytes": kv_bytes})
         else:
             print("%-40s %10.3f %10.3f %9.1f %9.1f %8.2f %9.1e" % (
                 shape, ms_fj, ms_torch, flops / ms_fj / 1e6, flops / ms_torch / 1e6,
-                ms_torch / ms_fj, err), flush=True)
+                ms_torch / ms_fj, err) + ggml_cols, flush=True)
+        if ggml:
+            row.update({"ggml_ms": ms_ggml, "ggml_rel_err": g_err})
         results.append(row)
         del q, k, v, o, ref
     if args.json:
