@@ -461,6 +461,12 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     char why[512];
     fj_tiles_source from;
     if ((st = choose_tiles(ctx, p, config, &k, &from, why, sizeof why))) return st;
+    char refused[256];
+    if (from == FJ_TILES_HEURISTIC &&
+        fj_kernel_desc_modifier_fallback(&packed, (uint32_t)s->arch, refused, sizeof refused)) {
+        size_t used = strlen(why);
+        snprintf(why + used, sizeof why - used, "; not %s", refused);
+    }
     fj_tma_layout tma;
     if ((st = check_tma_layout(s, &packed, config, may_split, &k, &from, why, sizeof why, &tma)))
         return st;

@@ -569,10 +569,15 @@ static void test_alibi_sinks_launches(void **state)
     d.features = FJ_FEATURE_SINKS;
     assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
     assert_contains(fj_plan_describe(plan), "flash_tma.d64.bf16.nomask.sinks.m192n128c3s2");
+    assert_null(strstr(fj_plan_describe(plan), "; not kernel"));
     fj_plan_destroy(plan);
     d.features = FJ_FEATURE_ALIBI;
     assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
-    assert_contains(fj_plan_describe(plan), "flash_wgmma.d64.bf16.nomask.alibi.");
+    desc = fj_plan_describe(plan);
+    assert_contains(desc, "flash_wgmma.d64.bf16.nomask.alibi.");
+    /* the describe says why not flash_tma's tiles */
+    assert_contains(desc, "; not kernel flash_tma.d64.bf16.nomask.alibi.m192n128c3s2.sm_90: alibi: "
+                          "flash_tma has no registers for the bias");
     fj_plan_destroy(plan);
 
     fj_free(ctx, slopes);

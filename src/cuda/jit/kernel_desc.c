@@ -453,6 +453,18 @@ void fj_kernel_desc_default(const fj_problem *p, uint32_t arch, fj_kernel_desc *
         fj_kernel_desc_heuristic_excluding(k, r->id);
 }
 
+bool fj_kernel_desc_modifier_fallback(const fj_problem *view, uint32_t arch, char *why, size_t n)
+{
+    fj_kernel_desc k;
+    default_tiles(view, arch, &k);
+    const fj_template_row *r = fj_template_row_of(k.template_id);
+    if (!r || (!(k.softcap && !softcap_fits(&k, r)) && modifiers_fit(&k, r))) return false;
+    if (fj_kernel_desc_check(&k, SIZE_MAX) == FJ_OK) return false;
+    snprintf(why, n, "%s", fj_last_error());
+    fj_clear_error();
+    return true;
+}
+
 static void default_tiles(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
 {
     fj_kernel_desc_init(k);

@@ -88,6 +88,13 @@ fj_status fj_kernel_desc_supports(const fj_problem *p);
  * fj_kernel_desc_heuristic's. */
 void fj_kernel_desc_default(const fj_problem *view, uint32_t arch, fj_kernel_desc *k);
 
+/* For a plan's describe: when the heuristic's tiles for view (a problem
+ * with a softcap, ALiBi or sinks) break a modifier's rule (flash_tma's
+ * tiles that would spill) so that fj_kernel_desc_default took the next
+ * template's, writes the refused kernel's check error into why and returns
+ * true; else false (why untouched). */
+bool fj_kernel_desc_modifier_fallback(const fj_problem *view, uint32_t arch, char *why, size_t n);
+
 /* Whether a kernel of a template without split-KV variants keeps a device of
  * sm_count SMs busy on the launch view p: at least half as many work tiles
  * (query tiles x heads x batch) as SMs. Without that, a template that can
