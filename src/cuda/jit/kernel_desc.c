@@ -16,10 +16,9 @@
 #define NAME_MAX_LEN 127
 
 /* The grammar, spelled once for error messages. */
-#define NAME_GRAMMAR                                                                       \
-    "<template>.d<head_dim>.<dtype>.<mask>[.softcap][.alibi][.sinks].m<M>n<N>{w<warps>|g<" \
-    "warpgroups>}"                                                                         \
-    "s<S>[.split].sm_<arch>"
+#define NAME_GRAMMAR                                                  \
+    "<template>.d<head_dim>.<dtype>.<mask>[.softcap][.alibi][.sinks]" \
+    ".m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split].sm_<arch>"
 
 void fj_kernel_desc_init(fj_kernel_desc *k)
 {
