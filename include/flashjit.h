@@ -321,11 +321,13 @@ typedef struct fj_attention_desc {
 enum {
     /* ALiBi: each score gains -slope_h |i + off - j| (off: seqlen_k -
        seqlen_q, or 0 with FJ_CAUSAL_TOP_LEFT), after the scale and the
-       softcap; slope_h per query head, fj_execute_extras.alibi_slopes. */
+       softcap; slope_h per query head, fj_execute_extras.alibi_slopes.
+       Every backend (CUDA: kernels of their own; docs/semantics.md). */
     FJ_FEATURE_ALIBI = 1u << 0,
     /* Attention sinks (gpt-oss): per query head a logit sink_h joins each
        row's softmax denominator without a value row, so a row may attend to
-       "nothing"; fj_execute_extras.sinks. lse includes it. */
+       "nothing"; fj_execute_extras.sinks. lse includes it (once, also when
+       CUDA splits the keys). Every backend. */
     FJ_FEATURE_SINKS = 1u << 1,
     /* Variable-length batches (FlashAttention's varlen): q, k, v and o hold
        `batch` sequences of different lengths packed one after another

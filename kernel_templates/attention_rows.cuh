@@ -10,6 +10,16 @@
 
 #define FJ_THREADS (32 * FJ_WARPS)
 
+/* ALiBi (FJ_ALIBI, mask.cuh's alibi_scores) and attention sinks (FJ_SINKS,
+   finish_rows_sink; combine.cu after a split): only kernels with the
+   feature define them, so plain kernels are the code they were. */
+#ifndef FJ_ALIBI
+#define FJ_ALIBI 0
+#endif
+#ifndef FJ_SINKS
+#define FJ_SINKS 0
+#endif
+
 namespace fja {
 
 /* The block's first query row: blockIdx.x's tile of FJ_BLOCK_M rows. */
@@ -141,7 +151,40 @@ struct Ctx {
     float scale;  /* |scale_log2|, or softcap_log2 when FJ_SOFTCAP */
     float cap_in; /* FJ_SOFTCAP: |softcap_in| (Q negated for a negative scale) */
     int n_begin; /* the lowest key tile this block handles (tiles run downwards) */
+    float alibi_slope, alibi_scale; /* FJ_ALIBI: alibi_scores's slope and scale */
 };
+
+/* The score modifiers' part of Ctx, once scale is set: with ALiBi
+ * (FJ_ALIBI) the scores leave alibi_scores scaled, so the softmax runs at
+ * scale 1 (a constant: its multiplies fold away) and alibi_scores takes the
+ * scale. ALiBi problems are never GQA-packed (launch_view.c), so h is the
+ * user's query head. Nothing without the feature. */
+__device__ __forceinline__ void ctx_modifiers(const fj_fwd_params &p, int h, Ctx &c)
+{
+#if FJ_ALIBI
+    c.alibi_slope = -p.alibi_slopes[h] * FJ_LOG2E;
+    c.alibi_scale = c.scale;
+    c.scale = 1.f;
+#else
+    (void)p;
+    (void)h;
+    (void)c;
+#endif
+}
+
+/* The user's query head of row i of launch-view head h: GQA packing puts
+ * pack_group heads' rows in one (fwd_params.h). */
+__device__ __forceinline__ int user_head(const fj_fwd_params &p, int h, long long i)
+{
+    return p.pack_rows ? h * p.pack_group + (int)(i / p.pack_rows) : h;
+}
+
+/* Row i of head h's sink (FJ_SINKS), -inf for rows past seqlen_q (never
+ * stored; their head may lie past heads_q when packed). */
+__device__ __forceinline__ float row_sink(const fj_fwd_params &p, int h, long long i)
+{
+    return i < p.seqlen_q ? p.sinks[user_head(p, h, i)] : FJ_NEG_INF;
+}
 
 /* The unmasked tiles [u0, u1): [un_lo, un_hi) clamped into [n_begin,
    n_end). Kept out of key_tiles so that each kernel clamps next to the loop

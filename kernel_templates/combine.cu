@@ -23,6 +23,13 @@
  * base and strides multiples of 8 elements; o_partial 16-byte aligned).
  */
 
+/* FJ_SINKS: the row's attention sink joins the merged row here, once (the
+ * split kernels leave it out): one more "split" of lse sink_h and no value
+ * row. A row no split saw: O = 0, lse = the sink. */
+#ifndef FJ_SINKS
+#define FJ_SINKS 0
+#endif
+
 namespace fjc {
 
 constexpr int D = FJ_HEAD_DIM;
@@ -152,7 +159,20 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
         scale[w] = mx == FJ_NEG_INF ? 0.f : fj_exp2(warp_m[w] - mx);
         total += scale[w] * warp_l[w];
     }
+#if FJ_SINKS
+    /* m' = max(M, sink), total' = total 2^(M - m') + 2^(sink - m'), O
+       scaled by 2^(M - m') / total' (finish_rows_sink of the attention templates; a
+       NaN total or sink, or a sink of +inf, gives NaN) */
+    const float sink = p.sinks[p.pack_rows ? h * p.pack_group + i / p.pack_rows : h];
+    const float s2 = sink * FJ_LOG2E;
+    const float nm = s2 <= mx ? mx : s2;
+    const float f = fj_exp2(mx - nm);
+    const float joint = fmaf(total, f, fj_exp2(s2 - nm));
+    const float inv = total == 0.f ? 0.f : f * fj_rcp(joint);
+    const float row_lse = total == 0.f ? sink : (nm + fj_log2(joint)) * FJ_LN2;
+#else
     const float inv = total == 0.f ? 0.f : fj_rcp(total); /* total >= 1 when any split saw keys */
+#endif
     fj_elem *dst = (fj_elem *)p.o + (b * p.o_stride[0] + (long long)i * p.o_stride[1] +
                                      h * p.o_stride[2]);
     for (int c = tid; c < C4; c += THREADS) {
@@ -167,5 +187,9 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
         }
         fj_st_global_v2(dst + 4 * c, fj_pack2(t.x * inv, t.y * inv), fj_pack2(t.z * inv, t.w * inv));
     }
+#if FJ_SINKS
+    if (p.lse && tid == 0) p.lse[row] = row_lse;
+#else
     if (p.lse && tid == 0) p.lse[row] = total == 0.f ? FJ_NEG_INF : (mx + fj_log2(total)) * FJ_LN2;
+#endif
 }

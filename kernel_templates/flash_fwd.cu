@@ -441,6 +441,17 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
     mask_scores(p, row0, col0, s);
 }
 
+/* ALiBi's bias on the KSUB keys from n0, scaling S (mask.cuh). */
+template <int NT>
+__device__ __forceinline__ void alibi_tile(const fj_fwd_params &p, const Ctx &c, int n0,
+                                           float (&s)[MT][NT][4])
+{
+    const int tid = threadIdx.x;
+    const long long row0 =
+        (long long)block_m0() + (int)warp_q((unsigned)tid) * WARP_ROWS + ((tid & 31) >> 2);
+    fja::alibi_scores(p, row0, n0 + 2 * (tid & 3), c.alibi_slope, c.alibi_scale, s);
+}
+
 /* O += P V for the KSUB keys at byte offset v_off of V stage 0, P = s (the
  * exp2 of the scores, packed into A fragments by pack_p_step, softmax.cuh).
  * Packing step by step lets each float score die as soon as it is packed. */
@@ -560,6 +571,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
         if constexpr (FJ_SOFTCAP) fja::cap_scores(s, c.cap_in);
+        if constexpr (FJ_ALIBI) alibi_tile(p, c, n * BN + key0, s);
         if constexpr (MASKED) mask_tile(p, n * BN + key0, s);
         online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         fj_cp_async_wait<0>();
@@ -592,6 +604,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         float s[MT][KSUB / 8][4];
         qk_tile(st, off, s);
         if constexpr (FJ_SOFTCAP) fja::cap_scores(s, c.cap_in);
+        if constexpr (FJ_ALIBI) alibi_tile(p, c, n * BN + k_sub, s);
         if constexpr (MASKED) mask_tile(p, n * BN + k_sub, s);
         online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         pv_tile(st, off, s);
@@ -721,6 +734,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     c.n_begin = n_begin;
     c.scale = FJ_SOFTCAP ? p.softcap_log2 : fabsf(p.scale_log2);
     c.cap_in = fabsf(p.softcap_in);
+    fja::ctx_modifiers(p, h, c);
 
     /* Columns [D, DPAD) of Q and K take part in the k16 steps: zero them once
        (cp.async only ever writes the data chunks). */

@@ -437,6 +437,7 @@ struct Consumer {
     float scale;     /* |scale_log2|, or softcap_log2 when FJ_SOFTCAP */
     bool negate;     /* scale_log2 < 0: S is negated first (FJ_SOFTCAP: cap_in has the sign) */
     float cap_in;    /* FJ_SOFTCAP: softcap_in, with the scale's sign */
+    float alibi_slope, alibi_scale; /* FJ_ALIBI: the work tile's head's, and the signed scale */
 };
 
 /* The consumers take turns issuing GEMMs: consumer c waits on barrier 1 + c
@@ -483,12 +484,14 @@ __device__ __forceinline__ bool scores_to_p(const fj_fwd_params &p, const Consum
 {
     if constexpr (FJ_SOFTCAP) {
         fja::cap_scores(s, p.softcap_in); /* before the mask: its -inf stays */
-    } else if (k.negate) {
+    } else if (!FJ_ALIBI && k.negate) { /* ALiBi: the sign rides on alibi_scale */
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[0][nt][e] = -s[0][nt][e];
     }
+    if constexpr (FJ_ALIBI)
+        fja::alibi_scores(p, row0, n * BN + 2 * (k.lane & 3), k.alibi_slope, k.alibi_scale, s);
     if constexpr (MASKED) fja::mask_scores(p, row0, n * BN + 2 * (k.lane & 3), s);
     const bool rescale = fja::online_softmax_deferred<MASKED>(s, st.m, st.l, alpha, k.scale);
     if (!defer_pack) pack(s, pa);
@@ -602,7 +605,15 @@ __device__ __forceinline__ void epilogue(const fj_fwd_params &p, const fj_tma_pa
         seen[0][hh] = r < w.q_rows && fja::row_sees_keys(p, (long long)w.m0 + r, 0, p.seqlen_k);
     }
     float inv[1][2], lse[1][2];
+#if FJ_SINKS
+    float sink[1][2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+        sink[0][hh] = fja::row_sink(p, w.h, (long long)w.m0 + 64 * k.c + 16 * k.warp + 8 * hh + g);
+    fja::finish_rows_sink(st.m, st.l, seen, sink, inv, lse);
+#else
     fja::finish_rows(st.m, st.l, seen, inv, lse);
+#endif
     const bool leader = (threadIdx.x & 127u) == 0;
     const unsigned out = k.base + SMEM_O;
     if (O_SEPARATE) {
@@ -666,10 +677,15 @@ __device__ __forceinline__ void consume(const fj_fwd_params &p, const fj_tma_par
     k.scale = FJ_SOFTCAP ? p.softcap_log2 : fabsf(p.scale_log2);
     k.negate = p.scale_log2 < 0.f;
     k.cap_in = p.softcap_in;
+    if constexpr (FJ_ALIBI) { /* alibi_scores scales S; the softmax runs at scale 1 */
+        k.alibi_scale = FJ_SOFTCAP ? k.scale : p.scale_log2;
+        k.scale = 1.f;
+    }
     /* the last consumer hands the first turn to the first */
     if (CONSUMERS > 1 && c == CONSUMERS - 1) named_arrive(1, 256);
     for (int r = 0, tile; (tile = nth_tile(t, r)) >= 0; ++r) {
         const Tile w = tile_of(p, t, tile);
+        if constexpr (FJ_ALIBI) k.alibi_slope = -p.alibi_slopes[w.h] * FJ_LOG2E;
         State st;
         fja::softmax_init(st.m, st.l, st.o);
         st.owed = false;

@@ -309,6 +309,15 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
     mask_scores(p, row0, col0, s);
 }
 
+/* ALiBi's bias on the BN keys from n0, scaling S (mask.cuh). */
+__device__ __forceinline__ void alibi_tile(const fj_fwd_params &p, const Ctx &c, int n0,
+                                           float (&s)[MT][NT][4])
+{
+    const int tid = threadIdx.x;
+    const long long row0 = (long long)block_m0() + (tid >> 5) * 16 + ((tid & 31) >> 2);
+    fja::alibi_scores(p, row0, n0 + 2 * (tid & 3), c.alibi_slope, c.alibi_scale, s);
+}
+
 /* Issues S = Q K^T of the key tile in buffer `stage` (not committed): A is
    the warpgroup's 64 rows of Q, B the BN keys; a k16 step is 32 bytes into a
    128-byte swizzled row, every 4 steps the next column block. */
@@ -369,6 +378,7 @@ __device__ __forceinline__ void scores_softmax(const fj_fwd_params &p, const Ctx
     wgmma_wait<0>();
     fence_regs(s[0]);
     if constexpr (FJ_SOFTCAP) fja::cap_scores(s, c.cap_in);
+    if constexpr (FJ_ALIBI) alibi_tile(p, c, n * BN, s);
     if constexpr (MASKED) mask_tile(p, n * BN, s);
     /* no wgmma writes O here; the deferred form keeps this path's order
        (O rescaled after P is computed) */
@@ -433,6 +443,7 @@ __device__ __forceinline__ void pipelined_step(const fj_fwd_params &p, const Ctx
     wgmma_wait<1>();
     fence_regs(s[0]);
     if constexpr (FJ_SOFTCAP) fja::cap_scores(s, c.cap_in);
+    if constexpr (FJ_ALIBI) alibi_tile(p, c, n * BN, s);
     if constexpr (MASKED) mask_tile(p, n * BN, s);
     float alpha[MT][2];
     const bool rescale = online_softmax_deferred<MASKED>(s, st.m, st.l, alpha, c.scale);
@@ -493,6 +504,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     c.n_begin = n_begin;
     c.scale = FJ_SOFTCAP ? p.softcap_log2 : fabsf(p.scale_log2);
     c.cap_in = fabsf(p.softcap_in);
+    fja::ctx_modifiers(p, h, c);
 
     /* Prologue: Q, then T_0 .. T_STAGES-2, one group each. */
     {

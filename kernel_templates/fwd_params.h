@@ -29,6 +29,21 @@ typedef struct fj_fwd_params {
        so tanh(scale q.k / c) = 1 - 2 / (1 + exp2(q.k softcap_in)); softcap_log2 =
        c log2(e), the softmax's scale of the capped scores. */
     float softcap_in, softcap_log2;
+    /* Fields below were appended (issue 22's ALiBi and sinks); keep new ones
+       at the end. pack_rows: with GQA packing (src/cuda/jit/launch_view.h)
+       the user's seqlen_q, so that row i of launch-view head h is query
+       i % pack_rows of the user's head h * pack_group + i / pack_rows; 0
+       when not packed (the launch view's heads are the user's). */
+    int pack_rows;
+    /* Read only when FJ_ALIBI: float32 [heads_q] slopes (the user's heads),
+       each score gains -slope_h |i + diag_offset - j|. Never packed. */
+    const float *alibi_slopes;
+    /* Read only when FJ_SINKS: float32 [heads_q] sink logits (natural log
+       units; the user's heads), joined once per row after all its keys (in
+       the combine kernel after a split). */
+    const float *sinks;
+    int pack_group;  /* the user's query heads per launch-view head (1: not packed) */
+    int reserved_mods; /* zero: keeps the size a multiple of 8 without padding */
 } fj_fwd_params;
 
 /* flash_tma's second parameter block: the TMA descriptors (CUtensorMap, 128

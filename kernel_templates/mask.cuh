@@ -53,6 +53,38 @@ __device__ __forceinline__ void mask_scores(const fj_fwd_params &p, long long ro
         }
 }
 
+/* ALiBi (FJ_ALIBI kernels; docs/semantics.md): each score of row i, key j
+ * becomes s scale + slope |i + diag_offset - j| in the scaled log2 domain,
+ * slope = -slope_h log2(e) and scale the softmax's (|scale| log2 e, c
+ * log2 e after a softcap, or the signed scale where S is not sign-corrected
+ * first), so the softmax then runs at scale 1. Applied after the softcap and
+ * before the mask (whose -inf must stay -inf), as the CPU backends add the
+ * bias to the visible scores only. The distance is exact in float32 (it
+ * is an integer below 2^24: row0 + diag_offset - col0 once in 64 bits, then
+ * the fragment's constant offsets), as the CPU's (float)dist. Fragments as
+ * mask_scores's: row0 the row of element (mt 0, hh 0), col0 the key of
+ * (nt 0, e 0). */
+template <int MT, int NT>
+__device__ __forceinline__ void alibi_scores(const fj_fwd_params &p, long long row0, int col0,
+                                             float slope, float scale, float (&s)[MT][NT][4])
+{
+    const float d0 = (float)(row0 + p.diag_offset - col0);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const float dr = d0 + (float)(mt * 16 + hh * 8);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float dist = fabsf(dr - (float)(nt * 8 + e));
+                    float &x = s[mt][nt][2 * hh + e];
+                    x = fmaf(x, scale, slope * dist);
+                }
+        }
+}
+
 } /* namespace fja */
 
 #endif

@@ -250,6 +250,42 @@ __device__ __forceinline__ void finish_rows(const float (&m)[MT][2], const float
         }
 }
 
+#if FJ_SINKS
+/* finish_rows with each row's attention sink joined (FJ_SINKS kernels that
+ * are not split; a split kernel's partials leave the sink to combine.cu):
+ * sink is the row's sink_h in natural-log units, one more logit without a
+ * value row, joined once after all the row's keys as docs/semantics.md
+ * states and the CPU backends do (fj_sink_join): m' = max(m, sink), l' = l
+ * 2^(m - m') + 2^(sink - m') in base 2, O scaled by 2^(m - m') / l'. m may
+ * be a stale lower bound of the row max (the lazy rescale): O and l share
+ * it, so the join is the same. A row that saw no key: O = 0, lse = the sink
+ * (NaN, +-inf included). A row that saw keys whose sum is 0 (every visible
+ * score -inf) or NaN stays NaN, as without the sink; a NaN sink makes it
+ * NaN, a sink of +inf too (inf - inf), a sink of -inf is no sink. */
+template <int MT>
+__device__ __forceinline__ void finish_rows_sink(const float (&m)[MT][2], const float (&l)[MT][2],
+                                                 const bool (&seen)[MT][2],
+                                                 const float (&sink)[MT][2], float (&inv)[MT][2],
+                                                 float (&lse)[MT][2])
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const float sum = fj_quad_sum(l[mt][hh]);
+            const float s2 = sink[mt][hh] * FJ_LOG2E, mx = m[mt][hh];
+            const float nm = s2 <= mx ? mx : s2; /* a NaN sink: NaN */
+            const float f = fj_exp2(mx - nm);
+            const float joint = fmaf(sum, f, fj_exp2(s2 - nm));
+            const float nan = __int_as_float(0x7fffffff);
+            inv[mt][hh] = !seen[mt][hh] ? 0.f : sum > 0.f ? f * fj_rcp(joint) : nan;
+            lse[mt][hh] = !seen[mt][hh] ? sink[mt][hh]
+                          : sum > 0.f   ? (nm + fj_log2(joint)) * FJ_LN2
+                                        : nan;
+        }
+}
+#endif
+
 /* An element of O over its row's l: inv 0 marks a row that saw no key, whose
  * O is exactly 0 whatever P V held (0 x NaN is NaN in the products). */
 __device__ __forceinline__ float finished(float o, float inv) { return inv == 0.f ? 0.f : o * inv; }

@@ -63,6 +63,8 @@ __device__ __forceinline__ void store_empty(const fj_fwd_params &p, int b, int h
     for (int r = tid; r < rows; r += THREADS) {
 #if FJ_SPLIT_KV
         p.lse_partial[lse_index(p, split * p.batch + b, h, m0 + r)] = FJ_NEG_INF;
+#elif FJ_SINKS
+        if (p.lse) p.lse[lse_index(p, b, h, m0 + r)] = row_sink(p, h, m0 + r); /* O = 0, lse = sink */
 #else
         if (p.lse) p.lse[lse_index(p, b, h, m0 + r)] = FJ_NEG_INF;
 #endif
@@ -112,7 +114,17 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const Where
             seen[mt][hh] = r < q_rows && row_sees_keys(p, (long long)m0 + r, key_lo, key_hi);
         }
     float inv[MT][2], lse[MT][2];
+#if FJ_SINKS && !FJ_SPLIT_KV
+    float sink[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+            sink[mt][hh] = row_sink(p, h, (long long)m0 + row_warp * (MT * 16) + mt * 16 + hh * 8 + g);
+    finish_rows_sink(m, l, seen, sink, inv, lse);
+#else
     finish_rows(m, l, seen, inv, lse);
+#endif
 #if FJ_SPLIT_KV
     (void)stg;
 #pragma unroll

@@ -37,9 +37,11 @@ typedef struct fj_backend_ops {
     void (*plan_destroy)(void *state);
 
     /* Optional (NULL: the core times with the host clock). Times `repeat`
-       executes after `warmup`, one by one, into ms[]. */
+       executes after `warmup`, one by one, into ms[]; in as execute's (the
+       core calls it for dense problems only: no varlen or paged inputs). */
     fj_status (*time_runs)(const void *state, const fj_problem *p, const void *q, const void *k,
-                           const void *v, void *o, float *lse, int warmup, int repeat, double *ms);
+                           const void *v, void *o, float *lse, const fj_exec_inputs *in, int warmup,
+                           int repeat, double *ms);
     /* Optional (NULL: 0). Kernel launches one execute makes. */
     int (*launches)(const void *state);
     /* Fills the backend's fields of *info (zeroed, backend and launches set

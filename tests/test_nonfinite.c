@@ -3,7 +3,12 @@
  * IEEE arithmetic through the formula (NaN propagates, inf - inf is NaN, a
  * score of -inf weighs 0). A NaN or Inf in Q or K must come out as NaN in the
  * rows it reaches, never as a row that "sees no key" (O = 0, lse = -inf),
- * which stays reserved for the mask (issue 23, finding 2).
+ * which stays reserved for the mask (issue 23, finding 2). With attention
+ * sinks (FJ_FEATURE_SINKS, issue 22): one head's sink NaN, +inf or -inf
+ * (NaN rows, except rows that see no key: O = 0, lse = the sink; -inf is no
+ * sink), and a finite sink on a row whose every visible score is -inf (NaN);
+ * on CUDA the decode shape is GQA-packed and split, so the combine kernel's
+ * join is judged too.
  *
  *   test_nonfinite [--backend LIST]   (cpu-reference,cpu by default; cuda)
  *
@@ -37,6 +42,12 @@ typedef enum inject {
     V_NAN,              /* one element of one value row */
     SCALE_OVERFLOW,     /* a finite scale whose scores overflow float32: +inf */
     SCALE_HUGE,         /* a huge scale whose scores still fit: computed */
+    /* attention sinks (FJ_FEATURE_SINKS, finite ones for the other heads):
+       one head's sink non-finite, or every visible score of a row -inf */
+    SINK_NAN,
+    SINK_POS_INF,
+    SINK_NEG_INF,
+    SINK_ALL_SCORES_NEG_INF,
     INJECT_COUNT
 } inject;
 
@@ -47,7 +58,11 @@ static const char *const inject_names[] = {"q-nan",
                                            "all-scores-neg-inf",
                                            "v-nan",
                                            "scale-overflow",
-                                           "scale-huge-finite"};
+                                           "scale-huge-finite",
+                                           "sink-nan",
+                                           "sink-pos-inf",
+                                           "sink-neg-inf",
+                                           "sink-all-scores-neg-inf"};
 
 typedef struct shape {
     const char *name;
@@ -71,6 +86,7 @@ typedef struct problem {
     fj_attention_desc d;
     size_t nq, nk, no, nl;
     void *q, *k, *v;         /* dtype d.dtype, dense */
+    float *sinks;            /* FJ_FEATURE_SINKS: [heads_q], else NULL */
     double *ref_o, *ref_lse; /* the oracle */
     bool *sees_none;         /* [b, h, i]: the row sees no key */
     /* where the non-finite value went */
@@ -130,9 +146,11 @@ static void oracle(problem *p)
                 double *o = p->ref_o + at(d, d->heads_q, d->seqlen_q, b, i, h, 0);
                 double *lse = p->ref_lse + ((size_t)b * d->heads_q + h) * d->seqlen_q + i;
                 p->sees_none[((size_t)b * d->heads_q + h) * d->seqlen_q + i] = lo >= hi;
+                /* a sink joins after the keys (docs/semantics.md, "Sinks") */
+                const double sink = p->sinks ? (double)p->sinks[h] : -INFINITY;
                 if (lo >= hi) {
                     for (int c = 0; c < D; c++) o[c] = 0.0;
-                    *lse = -INFINITY;
+                    *lse = sink;
                     continue;
                 }
                 double m = -INFINITY;
@@ -151,12 +169,19 @@ static void oracle(problem *p)
                 if (nan) m = NAN;
                 double l = 0.0;
                 for (int j = lo; j < hi; j++) l += s[j] = exp(s[j] - m);
+                double f = 1.0;
+                if (p->sinks) { /* as fj_sink_join: a NaN sink or m makes l NaN */
+                    const double nm = sink <= m ? m : sink;
+                    f = exp(m - nm);
+                    l = l * f + exp(sink - nm);
+                    m = nm;
+                }
                 for (int c = 0; c < D; c++) {
                     double acc = 0.0;
                     for (int j = lo; j < hi; j++)
                         acc += s[j] *
                                get(p->v, d->dtype, at(d, d->heads_kv, d->seqlen_k, b, j, hk, c));
-                    o[c] = acc / l;
+                    o[c] = acc * f / l;
                 }
                 *lse = m + log(l);
             }
@@ -168,6 +193,7 @@ static void problem_free(problem *p)
     free(p->q);
     free(p->k);
     free(p->v);
+    free(p->sinks);
     free(p->ref_o);
     free(p->ref_lse);
     free(p->sees_none);
@@ -236,6 +262,23 @@ static bool problem_make(problem *p, const shape *sh, fj_dtype t, inject kind, f
                 -0.25 - 0.5 * fjt_uniform(rng));
         break;
     case V_NAN: put(p->v, t, kj, NAN); break;
+    case SINK_NAN:
+    case SINK_POS_INF:
+    case SINK_NEG_INF:
+    case SINK_ALL_SCORES_NEG_INF:
+        d->features = FJ_FEATURE_SINKS;
+        if (!(p->sinks = malloc(sizeof(float) * (size_t)d->heads_q))) return false;
+        for (int h = 0; h < d->heads_q; h++) p->sinks[h] = (float)(5.0 * fjt_uniform(rng) - 2.0);
+        if (kind == SINK_NAN) p->sinks[h0] = NAN;
+        if (kind == SINK_POS_INF) p->sinks[h0] = INFINITY;
+        if (kind == SINK_NEG_INF) p->sinks[h0] = -INFINITY;
+        if (kind == SINK_ALL_SCORES_NEG_INF) {
+            put(p->q, t, qi, INFINITY);
+            for (int j = 0; j < d->seqlen_k; j++)
+                put(p->k, t, at(d, d->heads_kv, d->seqlen_k, p->b0, j, p->hk0, p->c0),
+                    -0.25 - 0.5 * fjt_uniform(rng));
+        }
+        break;
     case SCALE_OVERFLOW:
         /* q.k = 0.25 D >= 2, so scale q.k >= 2e38, and x log2(e) overflows */
         d->scale = 1e38f;
@@ -286,7 +329,9 @@ static void judge(const problem *p, inject kind, const void *o, const float *lse
                 v->rows++;
                 v->empty_rows += empty;
                 v->nan_rows += row_nan;
-                if (empty     ? !(got_lse == -INFINITY)
+                /* a row that sees no key: lse -inf, or exactly its sink
+                   (NaN, +inf included) */
+                if (empty     ? !(row_nan ? isnan(got_lse) : got_lse == want_lse)
                     : row_nan ? !isnan(got_lse)
                               : !(fabs(got_lse - want_lse) <= 1e-3 * (1.0 + fabs(want_lse))))
                     bad(v, "b%d i%d h%d (c%d): lse %g, want %g", b, i, h, 0, got_lse, want_lse);
@@ -333,7 +378,10 @@ static bool run_case(fj_context *ctx, const char *backend, const shape *sh, fj_d
     const size_t es = elem(t);
     void *ho = malloc(p.no * es);
     float *hl = malloc(p.nl * sizeof(float));
-    void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL;
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dO = NULL, *dl = NULL, *ds = NULL;
+    const size_t sb = sizeof(float) * (size_t)p.d.heads_q;
+    fj_execute_extras x;
+    fj_execute_extras_init(&x);
     fj_status s = FJ_ERR_OUT_OF_MEMORY;
     if (!ho || !hl) goto out;
     for (size_t x = 0; x < p.no; x++) put(ho, t, x, POISON);
@@ -346,7 +394,11 @@ static bool run_case(fj_context *ctx, const char *backend, const shape *sh, fj_d
         (s = fj_copy_to_device(ctx, dv, p.v, p.nk * es)) ||
         (s = fj_copy_to_device(ctx, dO, ho, p.no * es)) ||
         (s = fj_copy_to_device(ctx, dl, hl, p.nl * sizeof(float))) ||
-        (s = fj_attention(ctx, &p.d, dq, dk, dv, dO, dl, NULL)) ||
+        (p.sinks &&
+         ((s = fj_malloc(ctx, sb, &ds)) || (s = fj_copy_to_device(ctx, ds, p.sinks, sb)))))
+        goto out;
+    x.sinks = ds;
+    if ((s = fj_attention_ex(ctx, &p.d, dq, dk, dv, dO, dl, p.sinks ? &x : NULL, NULL)) ||
         (s = fj_synchronize(ctx, NULL)) || (s = fj_copy_to_host(ctx, ho, dO, p.no * es)) ||
         (s = fj_copy_to_host(ctx, hl, dl, p.nl * sizeof(float))))
         goto out;
@@ -373,6 +425,7 @@ out:;
     fj_free(ctx, dv);
     fj_free(ctx, dO);
     fj_free(ctx, dl);
+    fj_free(ctx, ds);
     free(ho);
     free(hl);
     problem_free(&p);

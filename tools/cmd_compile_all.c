@@ -11,7 +11,8 @@
  * tables' entries for the arch (what a plan takes on that device when the
  * user's tuning file has no entry), with their split variants when split is
  * also given; --kinds softcap adds each of those kernels again with the logit
- * softcap (FJ_SOFTCAP). --head-dims, --dtype, --mask and --kinds select a subset.
+ * softcap (FJ_SOFTCAP), --kinds alibi and sinks with ALiBi (FJ_ALIBI) and
+ * attention sinks (FJ_SINKS), every combination of the modifiers selected. --head-dims, --dtype, --mask and --kinds select a subset.
  *
  * Registers, spills and static shared memory are read from each cubin's ELF
  * (src/cubin_info.h), not from ptxas -v output (NVRTC 13 prints that into the
@@ -39,25 +40,26 @@
 _Static_assert(TUNE_CUDA_MAX_HEAD_DIM == FJ_CUDA_MAX_HEAD_DIM,
                "flashjit tune checks --head-dims against the CUDA kernels' limit");
 
-#define USAGE_TEXT                                                                          \
-    "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n"      \
-    "                            [--head-dims 64,128] [--mask "                             \
-    "nomask,causal,window,causal_window]\n"                                                 \
-    "                            [--kinds prefill,decode,split,shipped,softcap]\n"          \
-    "                            [--cache-dir DIR]\n"                                       \
-    "                            [--max-spill BYTES]\n"                                     \
-    "\n"                                                                                    \
-    "Compiles every kernel the runtime chooses without a tuning file (head dims 8..256\n"   \
-    "step 8, f16 and bf16, four mask kinds, the heuristic's tiles; --kinds: the prefill\n"  \
-    "tiles, the decode tiles (at most 16 query rows per head), and 'split': the split-KV\n" \
-    "variants of both and the combine kernel; 'shipped': the shipped tuning tables'\n"      \
-    "tiles for the arch; 'softcap': the kernels of the other kinds given again with the\n"  \
-    "logit softcap; default prefill,decode) for each arch\n"                                \
-    "(default sm_90), on N threads (default: one per core), through the disk cache the\n"   \
-    "library uses (FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit;\n"      \
-    "--cache-dir overrides, \"\" turns it off), so a rerun is fast. Prints each\n"          \
-    "kernel's compile time (or 'cached'), registers, spill bytes (the cubin's stack\n"      \
-    "frame) and shared memory; exits 1 if any kernel fails to compile or spills more\n"     \
+#define USAGE_TEXT                                                                             \
+    "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n"         \
+    "                            [--head-dims 64,128] [--mask "                                \
+    "nomask,causal,window,causal_window]\n"                                                    \
+    "                            [--kinds prefill,decode,split,shipped,softcap,alibi,sinks]\n" \
+    "                            [--cache-dir DIR]\n"                                          \
+    "                            [--max-spill BYTES]\n"                                        \
+    "\n"                                                                                       \
+    "Compiles every kernel the runtime chooses without a tuning file (head dims 8..256\n"      \
+    "step 8, f16 and bf16, four mask kinds, the heuristic's tiles; --kinds: the prefill\n"     \
+    "tiles, the decode tiles (at most 16 query rows per head), and 'split': the split-KV\n"    \
+    "variants of both and the combine kernel; 'shipped': the shipped tuning tables'\n"         \
+    "tiles for the arch; 'softcap', 'alibi', 'sinks': the kernels of the other kinds\n"        \
+    "given again with the logit softcap, ALiBi, attention sinks and every combination\n"       \
+    "of the modifiers selected; default prefill,decode) for each arch\n"                       \
+    "(default sm_90), on N threads (default: one per core), through the disk cache the\n"      \
+    "library uses (FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit;\n"         \
+    "--cache-dir overrides, \"\" turns it off), so a rerun is fast. Prints each\n"             \
+    "kernel's compile time (or 'cached'), registers, spill bytes (the cubin's stack\n"         \
+    "frame) and shared memory; exits 1 if any kernel fails to compile or spills more\n"        \
     "than --max-spill BYTES per thread (default %d; 0: any spill fails).\n"
 
 #define MAX_ARCHS 16
@@ -93,10 +95,17 @@ typedef enum variant_kind {
     KIND_SPLIT,
     KIND_SHIPPED,
     KIND_SOFTCAP,
+    KIND_ALIBI,
+    KIND_SINKS,
     KIND_COUNT
 } variant_kind;
 static const char *const kind_names[KIND_COUNT] = {"prefill", "decode", "split", "shipped",
-                                                   "softcap"};
+                                                   "softcap", "alibi",  "sinks"};
+
+/* The score modifiers of a variant: bits of the modifier kinds. The plain
+   kernels and every combination of the selected modifier kinds are built
+   (softcap,alibi,sinks: all eight). */
+enum { MOD_SOFTCAP = 1, MOD_ALIBI = 2, MOD_SINKS = 4, MOD_ALL = 7 };
 
 typedef struct flags {
     uint32_t archs[MAX_ARCHS];
@@ -109,6 +118,13 @@ typedef struct flags {
     int max_spill;         /* stack frame bytes per thread a kernel may have */
     const char *cache_dir; /* NULL: the library's default chain */
 } flags;
+
+static bool mods_selected(const flags *f, int mods)
+{
+    return (!(mods & MOD_SOFTCAP) || f->kind[KIND_SOFTCAP]) &&
+           (!(mods & MOD_ALIBI) || f->kind[KIND_ALIBI]) &&
+           (!(mods & MOD_SINKS) || f->kind[KIND_SINKS]);
+}
 
 /* Calls item(token) for each comma-separated token of list. */
 static bool each_token(const char *list, bool (*item)(const char *tok, flags *f), flags *f)
@@ -220,7 +236,7 @@ static int parse_flags(int argc, char **argv, flags *f)
             if (!each_token(val, kind_item, f))
                 return cli_usage_error("compile-all",
                                        "--kinds: '%s' is not a list of prefill, decode, split, "
-                                       "shipped, softcap",
+                                       "shipped, softcap, alibi, sinks",
                                        val ? val : "");
             any_kind = true;
         } else if (!strcmp(a, "--jobs")) {
@@ -247,12 +263,15 @@ static int parse_flags(int argc, char **argv, flags *f)
 
 /* The descriptor the runtime chooses for a problem of this shape and mask
  * with seqlen_q queries: built from a problem, exactly as a plan does. */
-static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, bool softcap, int seqlen_q,
+static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, int mods, int seqlen_q,
                               uint32_t arch, fj_kernel_desc *k)
 {
     fj_attention_desc d;
     fj_attention_desc_init(&d, 1, 1, 1, seqlen_q, seqlen_q, head_dim, dtype);
-    if (softcap) d.softcap = 30.0f; /* the value is a launch parameter, not code */
+    /* the values are launch parameters or data, not code */
+    if (mods & MOD_SOFTCAP) d.softcap = 30.0f;
+    if (mods & MOD_ALIBI) d.features |= FJ_FEATURE_ALIBI;
+    if (mods & MOD_SINKS) d.features |= FJ_FEATURE_SINKS;
     if (mask == FJ_MASK_CAUSAL || mask == FJ_MASK_CAUSAL_WINDOW) d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
     if (mask == FJ_MASK_WINDOW || mask == FJ_MASK_CAUSAL_WINDOW) d.window_left = 0;
     fj_problem p;
@@ -283,11 +302,9 @@ static void add_unique(const fj_kernel_desc *out, int m, variant *v, size_t *n)
 static void add_split_of(const fj_kernel_desc *k, fj_kernel_desc *out, int *m)
 {
     if (!fj_template_row_of(k->template_id)->split_kv) return;
-    fj_kernel_desc ks = *k;
-    ks.split_kv = 1;
-    out[(*m)++] = ks;
-    fj_kernel_desc_combine_for(&ks, 1, &out[(*m)++]);
-    fj_kernel_desc_combine_for(&ks, FJ_COMBINE_WARPS, &out[(*m)++]);
+    fj_kernel_desc_split_of(k, &out[(*m)++]);
+    fj_kernel_desc_combine_for(k, 1, &out[(*m)++]);
+    fj_kernel_desc_combine_for(k, FJ_COMBINE_WARPS, &out[(*m)++]);
 }
 
 /* Index of a tuning entry's mask name; -1 for none of the four. */
@@ -318,10 +335,11 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
             dtype == FJ_F32 || mask < 0 || e->head_dim < 8 || e->head_dim > FJ_CUDA_MAX_HEAD_DIM ||
             !f->head_dim[e->head_dim] || !f->dtype[dtype] || !f->mask[mask])
             continue;
-        for (int cap = 0; cap <= (int)f->kind[KIND_SOFTCAP]; cap++) {
+        for (int mods = 0; mods <= MOD_ALL; mods++) {
+            if (!mods_selected(f, mods)) continue;
             fj_kernel_desc k;
             fj_status s =
-                runtime_desc(e->head_dim, dtype, mask, cap, e->bucket == 1 ? 1 : 128, arch, &k);
+                runtime_desc(e->head_dim, dtype, mask, mods, e->bucket == 1 ? 1 : 128, arch, &k);
             if (!s) s = fj_kernel_desc_parse_tiles(e->config, &k);
             if (s)
                 return fj_fail_prefix(s, "shipped entry d%d %s %s bucket %d '%s'", e->head_dim,
@@ -345,11 +363,12 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
 static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mask, uint32_t arch,
                            variant *v, size_t *n)
 {
-    for (int cap = 0; cap <= (int)f->kind[KIND_SOFTCAP]; cap++) {
+    for (int mods = 0; mods <= MOD_ALL; mods++) {
+        if (!mods_selected(f, mods)) continue;
         fj_kernel_desc prefill, decode;
         fj_status s;
-        if ((s = runtime_desc(head_dim, dtype, mask, cap, 128, arch, &prefill)) ||
-            (s = runtime_desc(head_dim, dtype, mask, cap, 1, arch, &decode)))
+        if ((s = runtime_desc(head_dim, dtype, mask, mods, 128, arch, &prefill)) ||
+            (s = runtime_desc(head_dim, dtype, mask, mods, 1, arch, &decode)))
             return s;
         fj_kernel_desc out[8];
         int m = 0;
@@ -369,7 +388,8 @@ static fj_status make_variants(const flags *f, variant **out, size_t *count)
 {
     size_t n = 0, cap = ((size_t)f->narchs * 2 * 4 * (FJ_CUDA_MAX_HEAD_DIM / 8) * 6 +
                          (size_t)f->narchs * fj_tuning_count(fj_tuning_shipped()) * 4) *
-                        (f->kind[KIND_SOFTCAP] ? 2 : 1);
+                        (f->kind[KIND_SOFTCAP] ? 2 : 1) * (f->kind[KIND_ALIBI] ? 2 : 1) *
+                        (f->kind[KIND_SINKS] ? 2 : 1);
     variant *v = calloc(cap, sizeof *v);
     if (!v) return FJ_ERR_OUT_OF_MEMORY;
     static const fj_dtype dtypes[2] = {FJ_F16, FJ_BF16};

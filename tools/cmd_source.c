@@ -15,8 +15,8 @@
 static const char *const usage_text =
     "usage: flashjit source NAME [--ptx]\n"
     "       flashjit source --head-dim D [--dtype f16|bf16] [--causal [KIND]] [--window L,R]\n"
-    "                       [--softcap C] [--seqlen-q N] [--seqlen-k N] [--heads-q N] [--heads-kv "
-    "N]\n"
+    "                       [--softcap C] [--alibi] [--sinks] [--seqlen-q N] [--seqlen-k N]\n"
+    "                       [--heads-q N] [--heads-kv N]\n"
     "                       [--arch sm_XX] [--block-m M] [--block-n N] [--warps W]\n"
     "                       [--stages S] [--ptx]\n"
     "\n"
@@ -29,7 +29,8 @@ static const char *const usage_text =
     "--seqlen-q 1 --seqlen-k 4096; a causal mask that hides no key there is dropped,\n"
     "as plans drop it (a note on stderr says so). The source compiles on its own:\n"
     "flashjit source NAME > k.cu && nvcc -cubin -arch=sm_90 k.cu (-arch=sm_90a for\n"
-    "flash_wgmma). --ptx prints NVRTC's PTX instead (needs libnvrtc).\n";
+    "flash_wgmma). --ptx prints NVRTC's PTX instead (needs libnvrtc). --alibi and --sinks\n"
+    "give the kernels with ALiBi's bias and attention sinks (their values are data).\n";
 
 static bool parse_arch(const char *value, uint32_t *arch)
 {
@@ -53,7 +54,8 @@ typedef struct source_flags {
     fj_dtype dtype;
     fj_causal causal;
     int window_left, window_right;
-    float softcap; /* 0: off; any value > 0 gives the capped kernel */
+    float softcap;     /* 0: off; any value > 0 gives the capped kernel */
+    uint32_t features; /* FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS */
     uint32_t arch;
     int tiles[4]; /* block_m, block_n, warps, stages; 0: the heuristic's */
 } source_flags;
@@ -75,7 +77,9 @@ static int parse_flags(int argc, char **argv, source_flags *f)
         OPT_ARCH,
         OPT_CAUSAL,
         OPT_WINDOW,
-        OPT_SOFTCAP
+        OPT_SOFTCAP,
+        OPT_ALIBI,
+        OPT_SINKS
     };
     static const cli_option own[] = {
         {"ptx", no_argument, OPT_PTX},
@@ -94,6 +98,8 @@ static int parse_flags(int argc, char **argv, source_flags *f)
         {"causal", optional_argument, OPT_CAUSAL},
         {"window", required_argument, OPT_WINDOW},
         {"softcap", required_argument, OPT_SOFTCAP},
+        {"alibi", no_argument, OPT_ALIBI},
+        {"sinks", no_argument, OPT_SINKS},
         {NULL, 0, 0},
     };
     const cli_option *const tables[] = {own, NULL};
@@ -137,6 +143,10 @@ static int parse_flags(int argc, char **argv, source_flags *f)
                 return cli_usage_error("source", "--softcap: '%s' is not a number >= 0 (0: off)",
                                        val ? val : "");
             f->softcap = (float)v;
+        } else if (c == OPT_ALIBI) {
+            f->features |= FJ_FEATURE_ALIBI;
+        } else if (c == OPT_SINKS) {
+            f->features |= FJ_FEATURE_SINKS;
         }
     }
     for (int i = optind; i < argc; i++) {
@@ -167,6 +177,7 @@ static fj_status desc_from_flags(const source_flags *f, fj_kernel_desc *k)
     d.window_left = f->window_left;
     d.window_right = f->window_right;
     d.softcap = f->softcap;
+    d.features = f->features;
     fj_problem p;
     fj_status s = fj_problem_init(&p, &d);
     if (s != FJ_OK) return s;

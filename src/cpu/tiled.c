@@ -331,10 +331,15 @@ static float finish_state(const row_block *rb, int r, float max, float sum)
        sees no key. */
     const int t = r / rb->nh;
     if (rb->w.lo[t] < rb->w.hi[t]) {
+        /* the keys' sum is 0 when every visible score was -inf (the
+           masked tiles subtract 0 for a max of -inf) and NaN after a NaN
+           or +inf score: the row is NaN, with a sink too (whose join
+           would turn 0 into a finite sum) */
+        const bool keys_sum = sum > 0.0f;
         /* the sink, in base 2, joins once all keys are in */
         const float f = p->sinks ? fj_sink_join((float)M_LOG2E * sink, &max, &sum, true) : 1.0f;
-        scale = f / sum;
-        row_lse = sum > 0.0f ? (float)(M_LN2 * max + log(sum)) : NAN;
+        scale = keys_sum ? f / sum : NAN;
+        row_lse = keys_sum && sum > 0.0f ? (float)(M_LN2 * max + log(sum)) : NAN;
     } else { /* the row sees no key */
         memset(fj_row_ptr_mut(j->o, p->dtype, p->o_stride, rb->b, i, h), 0,
                (size_t)p->head_dim_v * fj_dtype_size(p->dtype));

@@ -127,13 +127,6 @@ fj_status fj_cuda_supports(const fj_context *ctx, const fj_problem *p)
                        "cuda: variable-length batches (FJ_FEATURE_VARLEN) are not in the CUDA "
                        "kernels yet: use the CPU backends (FJ_BACKEND_CPU) for such problems, "
                        "or one dense plan per sequence");
-    if (p->alibi || p->sinks)
-        return fj_fail(FJ_ERR_UNSUPPORTED,
-                       "cuda: %s not in the CUDA kernels yet: use the CPU backends "
-                       "(FJ_BACKEND_CPU) for such problems",
-                       p->alibi && p->sinks ? "ALiBi and attention sinks are"
-                       : p->alibi           ? "ALiBi is"
-                                            : "attention sinks are");
     if ((st = fj_kernel_desc_supports(p)) || (st = check_strides(p))) return st;
     fj_problem view;
     fj_launch_view(p, &view);
@@ -370,11 +363,11 @@ static fj_status setup_split(cuda_plan *cp, fj_context *ctx, const fj_problem *p
                              const fj_kernel_desc *k, int splits, int *blocks_per_sm)
 {
     const fj_cuda_state *s = cp->cuda;
-    fj_kernel_desc ks = *k, kc;
-    ks.split_kv = 1;
+    fj_kernel_desc ks, kc;
+    fj_kernel_desc_split_of(k, &ks); /* the combine kernel joins the sink, once per row */
     /* one combine block per query row */
     const long long query_rows = (long long)p->batch * p->heads_q * p->seqlen_q;
-    fj_kernel_desc_combine_for(&ks,
+    fj_kernel_desc_combine_for(k,
                                fj_kernel_desc_combine_warps(k->head_dim, splits, query_rows,
                                                             s->sm_count),
                                &kc);
@@ -506,6 +499,12 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     char why[512];
     fj_tiles_source from;
     if ((st = choose_tiles(ctx, p, config, &k, &from, why, sizeof why))) return st;
+    char refused[256];
+    if (from == FJ_TILES_HEURISTIC &&
+        fj_kernel_desc_modifier_fallback(&packed, (uint32_t)s->arch, refused, sizeof refused)) {
+        size_t used = strlen(why);
+        snprintf(why + used, sizeof why - used, "; not %s", refused);
+    }
     fj_tma_layout tma;
     if ((st = check_tma_layout(s, &packed, config, may_split, &k, &from, why, sizeof why, &tma)))
         return st;
@@ -533,6 +532,12 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     cp->smem = cp->kernel->dyn_smem;
     cp->num_splits = 1;
     fill_params(&cp->params, p, 1);
+    if (gqa_packed) { /* a row's head for the sinks (fwd_params.h) */
+        cp->params.pack_rows = user->seqlen_q;
+        cp->params.pack_group = user->group;
+    } else {
+        cp->params.pack_group = 1;
+    }
     /* One query tile per (kv) head: no other block reads this block's K and
        V, so they need not stay in L2 (a decode call; GQA only when packed). */
     cp->params.kv_read_once = cp->grid[0] == 1 && p->group == 1;
@@ -643,26 +648,31 @@ static fj_status launch_current(const cuda_plan *cp, fj_fwd_params *prm, CUstrea
 }
 
 static void set_tensors(fj_fwd_params *prm, const void *q, const void *k, const void *v, void *o,
-                        float *lse)
+                        float *lse, const fj_exec_inputs *in)
 {
     prm->q = q;
     prm->k = k;
     prm->v = v;
     prm->o = o;
     prm->lse = lse;
+    /* the core checked them: non-NULL exactly when the problem has the
+       feature (the kernels read them only then) */
+    prm->alibi_slopes = in ? in->alibi_slopes : NULL;
+    prm->sinks = in ? in->sinks : NULL;
 }
 
 fj_status fj_cuda_execute(const void *state, const fj_problem *p, const void *q, const void *k,
                           const void *v, void *o, float *lse, const fj_exec_inputs *in,
                           void *stream)
 {
-    (void)p;  /* the plan's parameters were made from it */
-    (void)in; /* fj_cuda_supports refuses ALiBi, sinks, varlen, paged: all NULL */
+    (void)p; /* the plan's parameters were made from it */
+    /* in: ALiBi's and the sinks' arrays (fj_cuda_supports refuses varlen
+       and paged problems) */
     const cuda_plan *cp = state;
     fj_status st = check_pointers(q, k, v, o, lse);
     if (st) return st;
     fj_fwd_params prm = cp->params;
-    set_tensors(&prm, q, k, v, o, lse);
+    set_tensors(&prm, q, k, v, o, lse, in);
     if ((st = fj_cuda_push(cp->cuda))) return st;
     st = launch_current(cp, &prm, (CUstream)stream);
     fj_cuda_pop(cp->cuda);
@@ -714,7 +724,8 @@ static fj_status time_current(const cuda_plan *cp, fj_fwd_params *prm, int warmu
 }
 
 fj_status fj_cuda_time_runs(const void *state, const fj_problem *p, const void *q, const void *k,
-                            const void *v, void *o, float *lse, int warmup, int repeat, double *ms)
+                            const void *v, void *o, float *lse, const fj_exec_inputs *in,
+                            int warmup, int repeat, double *ms)
 {
     (void)p;
     const cuda_plan *cp = state;
@@ -722,7 +733,7 @@ fj_status fj_cuda_time_runs(const void *state, const fj_problem *p, const void *
     fj_status st = check_pointers(q, k, v, o, lse);
     if (st) return st;
     fj_fwd_params prm = cp->params;
-    set_tensors(&prm, q, k, v, o, lse);
+    set_tensors(&prm, q, k, v, o, lse, in);
     if ((st = fj_cuda_push(cp->cuda))) return st;
     CUevent ev[2] = {NULL, NULL};
     CUresult r;

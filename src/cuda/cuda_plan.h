@@ -20,7 +20,8 @@ fj_status fj_cuda_execute(const void *state, const fj_problem *p, const void *q,
                           void *stream);
 void fj_cuda_plan_destroy(void *state);
 fj_status fj_cuda_time_runs(const void *state, const fj_problem *p, const void *q, const void *k,
-                            const void *v, void *o, float *lse, int warmup, int repeat, double *ms);
+                            const void *v, void *o, float *lse, const fj_exec_inputs *in,
+                            int warmup, int repeat, double *ms);
 int fj_cuda_launches(const void *state);
 
 /* The plan's fields of fj_plan_info. */

@@ -22,11 +22,10 @@ fj_status fj_plan_time_ex(const fj_plan *p, const void *q, const void *k, const 
     fj_exec_inputs in;
     fj_status s = fj_check_extras(&p->problem, x, &in);
     if (s) return s;
-    /* a backend's own timing runs problems without extra inputs (CUDA
-       refuses the features) */
-    if (p->ops->time_runs && !in.alibi_slopes && !in.sinks && !p->problem.varlen &&
-        !p->problem.paged)
-        return p->ops->time_runs(p->state, &p->problem, q, k, v, o, lse, warmup, repeat, ms);
+    /* a backend's own timing runs dense problems (ALiBi's and the sinks'
+       arrays go with it; CUDA refuses varlen and paged ones) */
+    if (p->ops->time_runs && !p->problem.varlen && !p->problem.paged)
+        return p->ops->time_runs(p->state, &p->problem, q, k, v, o, lse, &in, warmup, repeat, ms);
     for (int i = 0; i < warmup; i++)
         if ((s = fj_plan_execute_ex(p, q, k, v, o, lse, x, NULL))) return s;
     for (int i = 0; i < repeat; i++) {

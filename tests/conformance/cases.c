@@ -878,15 +878,19 @@ static void softcap(builder *b)
 
 /* A case with features (FJ_FEATURE_ALIBI and/or FJ_FEATURE_SINKS; the
    harness draws slopes in [0, 0.5) and sinks in [-2, 3) per query head).
-   The CPU backends must run them; CUDA refuses them (UNSUPPORTED: a SKIP)
-   until its kernels take them. */
+   "alibi-sinks": f16 and bf16 at head dims a CUDA kernel takes, which CUDA
+   must run (and they may be heavy); "alibi-sinks-cpu": f32 and other head
+   dims, in every build. */
 static void add_featured(builder *b, const char *name, fj_attention_desc d, uint32_t features,
                          float softcap, float scale, fjt_layout layout, bool lse)
 {
     d.features = features;
     d.softcap = softcap;
     d.scale = scale;
-    fjt_case c = fjt_case_make("alibi-sinks", name, &d, layout, lse);
+    const bool cuda = d.dtype != FJ_F32 && d.head_dim % 8 == 0 && d.head_dim <= 256;
+    fjt_case c = fjt_case_make(cuda ? "alibi-sinks" : "alibi-sinks-cpu", name, &d, layout, lse);
+    if (cuda) c.must_run |= FJT_ON(FJ_BACKEND_CUDA);
+    c.heavy = cuda && fjt_case_work(&c) > HEAVY_WORK;
     if (softcap >= 20.0f && d.dtype == FJ_F32) c.rel_tol = 3e-5;
     if (softcap >= 20.0f) c.lse_tol = 1e-3;
     add(b, &c);
@@ -898,10 +902,11 @@ static const char *feature_name(uint32_t f)
 }
 
 /* Every mask kind (rows that see no key: with a sink, O = 0 and lse = the
-   sink), GQA and MQA, every dtype, each feature alone and both, with and
-   without a softcap; decode with 1..16 query rows and split-KV lengths
-   (the CPU decode path splits the keys into chunks: the sink joins once);
-   odd head dims. */
+   sink), GQA and MQA, every dtype, each feature alone and both on f16 or
+   bf16 for every mask (CUDA), with and without a softcap; decode with
+   1..16 query rows and split-KV lengths (the CPU decode path splits the
+   keys into chunks, CUDA's split kernels leave the sink to the combine:
+   it joins once); every CUDA head-dim class; odd head dims. */
 static void alibi_sinks(builder *b)
 {
     static const uint32_t feats[] = {FJ_FEATURE_ALIBI, FJ_FEATURE_SINKS,
@@ -932,12 +937,27 @@ static void alibi_sinks(builder *b)
             int hq = i % 2 ? 4 : 8, hkv = i % 3 == 0 ? 1 : 2;
             fj_attention_desc d = desc(2, hq, hkv, m[i].sq, m[i].sk, t == 1 ? 64 : 128, dt,
                                        m[i].causal, m[i].wl, m[i].wr);
-            uint32_t f = feats[k % 3];
+            /* f32 takes feature i % 3, f16 and bf16 the other two */
+            uint32_t f = feats[(t + i) % 3];
             snprintf(name, sizeof name, "mask-%s-%s-%s", m[i].name, feature_name(f),
                      fj_dtype_name(dt));
             add_featured(b, name, d, f, k % 4 == 3 ? 30.0f : 0.0f, scales[k % NELEMS(scales)],
                          (fjt_layout)(k % 3), true);
         }
+    /* and f32's feature on a CUDA dtype, at other head dims and layouts */
+    static const int mask_dims[] = {96, 256, 40, 128, 64};
+    for (int i = 0; i < NELEMS(m); i++) {
+        fj_dtype dt = i % 2 ? FJ_F16 : FJ_BF16;
+        int hq = i % 2 ? 6 : 8, hkv = i % 3 == 0 ? 1 : 2;
+        fj_attention_desc d =
+            desc(1 + i % 2, hq, hkv, m[i].sq, m[i].sk, mask_dims[i % NELEMS(mask_dims)], dt,
+                 m[i].causal, m[i].wl, m[i].wr);
+        uint32_t f = feats[i % 3];
+        snprintf(name, sizeof name, "mask-%s-%s-%s-d%d", m[i].name, feature_name(f),
+                 fj_dtype_name(dt), d.head_dim);
+        add_featured(b, name, d, f, i % 4 == 1 ? 50.0f : 0.0f, scales[(i + 2) % NELEMS(scales)],
+                     (fjt_layout)((i + 1) % 3), true);
+    }
 
     /* decode: 1..16 query rows, long keys (split into chunks), GQA */
     static const struct {
@@ -986,6 +1006,33 @@ static void alibi_sinks(builder *b)
     add_featured(b, "split-prefill-alibi-f32",
                  desc(1, 2, 2, 100, 9000, 160, FJ_F32, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1),
                  FJ_FEATURE_ALIBI, 0.0f, 1.0f, FJT_KV_BROADCAST, false);
+    add_featured(b, "split-prefill-alibi-bf16",
+                 desc(1, 2, 2, 100, 9000, 160, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1),
+                 FJ_FEATURE_ALIBI, 0.0f, 1.0f, FJT_KV_BROADCAST, false);
+    /* sinks alone: CUDA packs the GQA decode rows (a row's head from its
+       packed index) and splits them (the combine joins the sink) */
+    add_featured(b, "split-decode-gqa-sinks-bf16",
+                 desc(2, 32, 8, 1, 32768, 128, FJ_BF16, FJ_CAUSAL_NONE, -1, -1), FJ_FEATURE_SINKS,
+                 0.0f, 1.0f, FJT_DENSE, true);
+    add_featured(b, "split-decode-gqa-sq4-sinks-f16",
+                 desc(1, 16, 2, 4, 9000, 64, FJ_F16, FJ_CAUSAL_NONE, -1, -1), FJ_FEATURE_SINKS,
+                 30.0f, -0.7f, FJT_DENSE, true);
+    add_featured(b, "split-decode-mqa-alibi-f16",
+                 desc(1, 8, 1, 1, 12000, 256, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1),
+                 FJ_FEATURE_ALIBI, 0.0f, 0.0f, FJT_DENSE, true);
+
+    /* every CUDA head-dim class, long enough for several key tiles, causal
+       and not (flash_tma's 3-consumer d64 tiles take sinks, not ALiBi) */
+    static const int dims[] = {8, 32, 64, 72, 96, 128, 160, 192, 200, 256};
+    for (int i = 0; i < NELEMS(dims); i++) {
+        fj_dtype dt = i % 2 ? FJ_BF16 : FJ_F16;
+        fj_attention_desc d = desc(1, 4, 2, 257, 384 + 64 * (i % 3), dims[i], dt,
+                                   i % 3 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, -1, -1);
+        uint32_t f = feats[i % 3];
+        snprintf(name, sizeof name, "dim%d-%s-%s", dims[i], feature_name(f), fj_dtype_name(dt));
+        add_featured(b, name, d, f, i % 4 == 2 ? 30.0f : 0.0f, scales[i % NELEMS(scales)],
+                     FJT_DENSE, true);
+    }
 
     /* head dims no GPU kernel takes, sizes around the CPU blocks */
     static const int odd_dims[] = {1, 3, 7, 13, 33, 127, 255};

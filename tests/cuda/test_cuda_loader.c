@@ -286,10 +286,7 @@ static void test_features_unsupported(void **state)
     static const struct {
         uint32_t features;
         const char *name;
-    } f[] = {{FJ_FEATURE_ALIBI, "ALiBi is not in the CUDA kernels"},
-             {FJ_FEATURE_SINKS, "attention sinks are not in the CUDA kernels"},
-             {FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS, "ALiBi and attention sinks are not"},
-             {FJ_FEATURE_VARLEN,
+    } f[] = {{FJ_FEATURE_VARLEN,
               "variable-length batches (FJ_FEATURE_VARLEN) are not in the CUDA kernels"},
              {FJ_FEATURE_VARLEN | FJ_FEATURE_SINKS,
               "variable-length batches (FJ_FEATURE_VARLEN) are not in the CUDA kernels"}};
@@ -474,6 +471,117 @@ static void test_split_kv_launches(void **state)
     assert_true(l.programmatic);
     free_buffers(ctx, &b);
     fj_plan_destroy(plan);
+    fj_context_destroy(ctx);
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.allocs, c.frees);
+}
+
+/* ALiBi and sinks (issue 22): the kernel's name carries the modifiers, each
+ * execute passes the arrays in the parameters (and fj_plan_time through the
+ * device-timed path), ALiBi keeps GQA decode unpacked, sinks pack (the
+ * parameters say how) and, split, go to the combine kernel only. */
+static void test_alibi_sinks_launches(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    float *slopes, *sinks;
+    assert_int_equal(fj_malloc(ctx, 32 * sizeof(float), (void **)&slopes), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, 32 * sizeof(float), (void **)&sinks), FJ_OK);
+    fj_execute_extras x;
+    fj_execute_extras_init(&x);
+    x.alibi_slopes = slopes;
+    x.sinks = sinks;
+
+    /* prefill, both: the arrays in the parameters, no packing */
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 2, 8, 2, 100, 300, 128, FJ_F16);
+    d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    d.features = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    assert_contains(fj_plan_describe(plan), ".causal.alibi.sinks.m");
+    buffers b;
+    alloc_buffers(ctx, &d, &b);
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL), FJ_OK);
+    fake_launch l = fake_last_launch();
+    assert_ptr_equal(l.params.alibi_slopes, slopes);
+    assert_ptr_equal(l.params.sinks, sinks);
+    assert_int_equal(l.params.pack_rows, 0);
+    assert_int_equal(l.params.pack_group, 1);
+    assert_int_equal(l.params.reserved_mods, 0);
+    /* the plan needs its arrays */
+    assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "alibi_slopes");
+    /* timed on the device with the arrays (the fake's events: 0.25 ms) */
+    double ms[2] = {0, 0};
+    int launches = fake_get_counts().launches;
+    assert_int_equal(fj_plan_time_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, 1, 2, ms), FJ_OK);
+    assert_int_equal(fake_get_counts().launches, launches + 3);
+    assert_true(fabs(ms[1] - 0.25) < 1e-9);
+    assert_ptr_equal(fake_last_launch().params.sinks, sinks);
+    fj_plan_destroy(plan);
+    free_buffers(ctx, &b);
+
+    /* GQA decode with sinks: packed (4 rows per kv head: row i is query
+       head 4 h + i), split, the sink left to the combine kernel */
+    fj_attention_desc_init(&d, 1, 32, 8, 1, 4096, 128, FJ_BF16);
+    d.features = FJ_FEATURE_SINKS;
+    x.alibi_slopes = NULL;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    const char *desc = fj_plan_describe(plan);
+    assert_contains(desc, "GQA packing: the 4 query heads of each kv head");
+    assert_contains(desc, "combine.d128.bf16.nomask.sinks.m128n64w8s1.split.sm_90");
+    assert_null(strstr(desc, "sinks.m16")); /* the split kernel has none */
+    alloc_buffers(ctx, &d, &b);
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL), FJ_OK);
+    l = fake_last_launch(); /* the combine kernel */
+    assert_true(l.params.num_splits > 1);
+    assert_int_equal(l.params.pack_rows, 1);
+    assert_int_equal(l.params.pack_group, 4);
+    assert_int_equal(l.params.heads_q, 8);
+    assert_ptr_equal(l.params.sinks, sinks);
+    assert_null(l.params.alibi_slopes);
+    fj_plan_destroy(plan);
+
+    /* the same with ALiBi: one block row per query head, no packing */
+    d.features = FJ_FEATURE_ALIBI;
+    x.alibi_slopes = slopes;
+    x.sinks = NULL;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    desc = fj_plan_describe(plan);
+    assert_null(strstr(desc, "GQA packing"));
+    assert_contains(desc, ".alibi.m16");
+    assert_contains(desc, "combine.d128.bf16.nomask.m128n64w8s1.split.sm_90"); /* plain */
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL), FJ_OK);
+    l = fake_last_launch();
+    assert_int_equal(l.params.heads_q, 32);
+    assert_int_equal(l.params.seqlen_q, 1);
+    assert_int_equal(l.params.pack_rows, 0);
+    assert_ptr_equal(l.params.alibi_slopes, slopes);
+    fj_plan_destroy(plan);
+    free_buffers(ctx, &b);
+
+    /* d64 prefill on sm_90: flash_tma's 3-consumer tiles take sinks but
+       not ALiBi (they spill), which goes to flash_wgmma */
+    fj_attention_desc_init(&d, 1, 8, 8, 2048, 2048, 64, FJ_BF16);
+    d.features = FJ_FEATURE_SINKS;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    assert_contains(fj_plan_describe(plan), "flash_tma.d64.bf16.nomask.sinks.m192n128c3s2");
+    assert_null(strstr(fj_plan_describe(plan), "; not kernel"));
+    fj_plan_destroy(plan);
+    d.features = FJ_FEATURE_ALIBI;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    desc = fj_plan_describe(plan);
+    assert_contains(desc, "flash_wgmma.d64.bf16.nomask.alibi.");
+    /* the describe says why not flash_tma's tiles */
+    assert_contains(desc, "; not kernel flash_tma.d64.bf16.nomask.alibi.m192n128c3s2.sm_90: alibi: "
+                          "flash_tma has no registers for the bias");
+    fj_plan_destroy(plan);
+
+    fj_free(ctx, slopes);
+    fj_free(ctx, sinks);
     fj_context_destroy(ctx);
     fake_counts c = fake_get_counts();
     assert_int_equal(c.allocs, c.frees);
@@ -1340,6 +1448,7 @@ int main(int argc, char **argv)
         FAKE(test_features_unsupported),
         FAKE(test_plan_launch_records),
         FAKE(test_split_kv_launches),
+        FAKE(test_alibi_sinks_launches),
         FAKE(test_split_kv_without_pdl),
         FAKE(test_split_kv_forced),
         FAKE(test_one_shot_split_plans_per_stream),

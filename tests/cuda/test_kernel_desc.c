@@ -124,6 +124,43 @@ static void test_name_example(void **state)
     assert_int_equal(fj_kernel_desc_check(&c, 0), FJ_ERR_UNSUPPORTED);
     assert_non_null(strstr(fj_last_error(), "softcap is for the attention templates"));
     k.softcap = 0;
+    /* ALiBi and sinks: parts of their own after the softcap's; a combine
+       kernel keeps the sinks (it joins them after a split), not ALiBi; a
+       split kernel has no sinks */
+    k.softcap = k.alibi = k.sinks = 1;
+    k.split_kv = 0;
+    fj_kernel_desc_name(&k, name, sizeof name);
+    assert_string_equal(name, "flash_wgmma.d128.bf16.causal.softcap.alibi.sinks.m192n64g3s4.sm_90");
+    fj_kernel_desc_combine_for(&k, 1, &c);
+    assert_int_equal(c.softcap, 0);
+    assert_int_equal(c.alibi, 0);
+    assert_int_equal(c.sinks, 1);
+    assert_int_equal(fj_kernel_desc_check(&c, 0), FJ_OK);
+    fj_kernel_desc_name(&c, name, sizeof name);
+    assert_string_equal(name, "combine.d128.bf16.nomask.sinks.m16n64w1s1.split.sm_90");
+    c.alibi = 1;
+    assert_int_equal(fj_kernel_desc_check(&c, 0), FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fj_last_error(), "alibi is for the attention templates"));
+    fj_kernel_desc s;
+    fj_kernel_desc_split_of(&k, &s);
+    assert_int_equal(s.split_kv, 1);
+    assert_int_equal(s.sinks, 0);
+    assert_int_equal(s.alibi, 1);
+    assert_int_equal(fj_kernel_desc_check(&s, 0), FJ_OK);
+    s.sinks = 1;
+    assert_int_equal(fj_kernel_desc_check(&s, 0), FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fj_last_error(), "leave the sink to the combine kernel"));
+    k.alibi = 2;
+    fj_kernel_desc_name(&k, name, sizeof name);
+    assert_string_equal(name,
+                        "flash_wgmma.d128.bf16.causal.softcap.alibi2.sinks.m192n64g3s4.sm_90");
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fj_last_error(), "alibi 2 is not 0 or 1"));
+    k.alibi = 0, k.sinks = 2;
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fj_last_error(), "sinks 2 is not 0 or 1"));
+    k.softcap = k.alibi = k.sinks = 0;
+    k.split_kv = 1;
     char tiles[32];
     fj_kernel_desc_tiles_name(&k, tiles, sizeof tiles);
     assert_string_equal(tiles, "m192n64g3s4");
@@ -163,6 +200,8 @@ static void test_name_round_trip(void **state)
                                 k.stages = tl[3];
                                 k.split_kv = split;
                                 k.softcap = (d / 8 + m + ti) % 2;
+                                k.alibi = (d / 8 + a) % 2;
+                                k.sinks = (d / 16 + m + a) % 2;
                                 k.arch = archs[a];
                                 char name[128], again[128];
                                 fj_kernel_desc_name(&k, name, sizeof name);
@@ -198,15 +237,28 @@ static void test_parse_rejections(void **state)
 {
     (void)state;
     static const bad_name cases[] = {
-        {"", "kernel name '': 1 dot-separated parts; expected 6 to 8: <template>.d<head_dim>."
-             "<dtype>.<mask>[.softcap].m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split].sm_<arch>"},
-        {"flash_fwd.d128.bf16.causal.m128n64w4s2", "5 dot-separated parts; expected 6 to 8"},
+        {"", "kernel name '': 1 dot-separated parts; expected 6 to 10: <template>.d<head_dim>."
+             "<dtype>.<mask>[.softcap][.alibi][.sinks].m<M>n<N>{w<warps>|g<warpgroups>}s<S>"
+             "[.split].sm_<arch>"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2", "5 dot-separated parts; expected 6 to 10"},
         {"flash_fwd.d128.bf16.causal.m128n64w4s2.split.sm_90.x",
          "8 dot-separated parts, more than its optional parts allow"},
-        {"flash_fwd.d128.bf16.causal.softcap.m128n64w4s2.split.sm_90.x", "9 dot-separated parts"},
+        {"flash_fwd.d128.bf16.causal.softcap.m128n64w4s2.split.sm_90.x",
+         "9 dot-separated parts, more than its optional parts allow"},
+        {"flash_fwd.d128.bf16.causal.softcap.alibi.sinks.m128n64w4s2.split.sm_90.x",
+         "11 dot-separated parts; expected 6 to 10"},
         {"flash_fwd.d128.bf16.causal.sc.m128n64w4s2.sm_90",
          "'sc' is not m<block_m>n<block_n>w<warps>s<stages>"},
-        {"flash_fwd.d128.bf16.causal.sc.m128n64w4s2.sm_90", "(or 'softcap' before them)"},
+        {"flash_fwd.d128.bf16.causal.sc.m128n64w4s2.sm_90",
+         "(or 'softcap', 'alibi', 'sinks' before them, in that order)"},
+        /* the modifiers in their order only, each once */
+        {"flash_fwd.d128.bf16.causal.sinks.alibi.m128n64w4s2.sm_90", "'alibi' is not m<block_m>"},
+        {"flash_fwd.d128.bf16.causal.alibi.softcap.m128n64w4s2.sm_90",
+         "'softcap' is not m<block_m>"},
+        {"flash_fwd.d128.bf16.causal.alibi.alibi.m128n64w4s2.sm_90", "'alibi' is not m<block_m>"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2.sinks.sm_90",
+         "'sinks' is not 'split', the only optional part after the tiles"},
+        {"flash_fwd.d128.bf16.alibi.m128n64w4s2.sm_90", "'alibi' is not a mask kind"},
         {"flash_fwd.d128.bf16.causal.m128n64w4s2.softcap.sm_90",
          "'softcap' is not 'split', the only optional part after the tiles"},
         {"flash_fwd.d128.bf16.softcap.causal.m128n64w4s2.sm_90", "'softcap' is not a mask kind"},
@@ -844,6 +896,56 @@ static void test_for_problem_softcap(void **state)
     }
 }
 
+/* ALiBi and sinks set their flags; the tiles are the plain problem's but
+ * where flash_tma's 3-consumer tiles have no room for ALiBi's bias (d64 on
+ * sm_90), which takes flash_wgmma's; sinks fit there. */
+static void test_for_problem_alibi_sinks(void **state)
+{
+    (void)state;
+    static const uint32_t archs[] = {80, 90};
+    static const int seqlens[] = {1, 16, 128, 4096};
+    static const int dims[] = {64, 128, 256};
+    for (size_t a = 0; a < 2; a++)
+        for (size_t di = 0; di < 3; di++)
+            for (size_t i = 0; i < sizeof seqlens / sizeof seqlens[0]; i++)
+                for (uint32_t f = 1; f <= 3; f++) {
+                    fj_attention_desc d;
+                    fj_attention_desc_init(&d, 1, 8, 8, seqlens[i], 4096, dims[di], FJ_BF16);
+                    fj_problem p;
+                    fj_kernel_desc plain, with;
+                    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+                    assert_int_equal(fj_kernel_desc_for_problem(&p, archs[a], &plain), FJ_OK);
+                    d.features = f;
+                    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+                    assert_int_equal(fj_kernel_desc_for_problem(&p, archs[a], &with), FJ_OK);
+                    assert_int_equal(with.alibi, (f & FJ_FEATURE_ALIBI) != 0);
+                    assert_int_equal(with.sinks, (f & FJ_FEATURE_SINKS) != 0);
+                    with.alibi = with.sinks = 0;
+                    const bool tma3 = plain.template_id == FJ_TEMPLATE_FLASH_TMA &&
+                                      plain.warps == 16 && (f & FJ_FEATURE_ALIBI);
+                    if (tma3) assert_int_equal(with.template_id, FJ_TEMPLATE_FLASH_WGMMA);
+                    else assert_memory_equal(&plain, &with, sizeof plain);
+                }
+    fj_kernel_desc k;
+    assert_int_equal(fj_kernel_desc_parse("flash_tma.d64.bf16.causal.alibi.m192n128c3s2.sm_90", &k),
+                     FJ_OK);
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fj_last_error(), "alibi: flash_tma has no registers for the bias"));
+    assert_int_equal(fj_kernel_desc_parse("flash_tma.d64.bf16.causal.sinks.m192n128c3s2.sm_90", &k),
+                     FJ_OK);
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
+    assert_int_equal(
+        fj_kernel_desc_parse("flash_tma.d128.bf16.causal.alibi.sinks.m128n128c2s2.sm_90", &k),
+        FJ_OK);
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_OK);
+    /* the merge kernel takes no modifier */
+    assert_int_equal(fj_kernel_desc_parse("merge.bf16.sm_90", &k), FJ_OK);
+    k.sinks = 1;
+    assert_int_equal(fj_kernel_desc_check(&k, 0), FJ_ERR_UNSUPPORTED);
+    assert_non_null(
+        strstr(fj_last_error(), "sinks are for the attention templates and the combine"));
+}
+
 static void test_for_problem_mask(void **state)
 {
     (void)state;
@@ -1104,6 +1206,18 @@ static void test_codegen_macros(void **state)
                 assert_int_equal(macro_value(src, "FJ_SPLIT_KV"), k.split_kv);
                 assert_int_equal(macro_value(src, "FJ_SMEM_BYTES"),
                                  (long)fj_kernel_desc_smem_bytes(&k));
+                /* the modifiers' macros only in kernels with them */
+                assert_null(strstr(src, "#define FJ_ALIBI 1"));
+                assert_null(strstr(src, "#define FJ_SINKS 1"));
+                free(src);
+                k.alibi = 1;
+                k.sinks = !k.split_kv;
+                if (fj_codegen_render(&k, &src, &len) != FJ_OK) fail_msg("%s", fj_last_error());
+                /* (the headers' defaults, "#define FJ_ALIBI 0", come later,
+                   under #ifndef) */
+                assert_non_null(strstr(src, "\n#define FJ_ALIBI 1\n"));
+                if (k.sinks) assert_non_null(strstr(src, "\n#define FJ_SINKS 1\n"));
+                else assert_null(strstr(src, "#define FJ_SINKS 1"));
                 free(src);
             }
 }
@@ -1292,6 +1406,7 @@ int main(void)
         cmocka_unit_test(test_for_problem_rejections),
         cmocka_unit_test(test_for_problem_mask),
         cmocka_unit_test(test_for_problem_softcap),
+        cmocka_unit_test(test_for_problem_alibi_sinks),
         cmocka_unit_test(test_heuristic),
         cmocka_unit_test(test_parse_tiles),
         cmocka_unit_test(test_codegen_macros),

@@ -107,8 +107,11 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
                      (unsigned)k->block_m, (unsigned)k->block_n, (unsigned)k->warps,
                      (unsigned)k->stages, (unsigned)k->split_kv, fj_kernel_desc_smem_bytes(k));
     /* Only capped kernels define it (softmax.cuh defaults it to 0), so the
-       plain kernels' macro block is as it was. */
+       plain kernels' macro block is as it was; likewise ALiBi's and the
+       sinks' (attention_rows.cuh and combine.cu default them). */
     if (k->softcap) fj_strbuf_printf(&b, "#define FJ_SOFTCAP 1\n");
+    if (k->alibi) fj_strbuf_printf(&b, "#define FJ_ALIBI 1\n");
+    if (k->sinks) fj_strbuf_printf(&b, "#define FJ_SINKS 1\n");
 
     const char *files[4 + N_ATTENTION_HEADERS];
     size_t n_files = 0;

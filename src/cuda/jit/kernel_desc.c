@@ -16,9 +16,9 @@
 #define NAME_MAX_LEN 127
 
 /* The grammar, spelled once for error messages. */
-#define NAME_GRAMMAR                                                                               \
-    "<template>.d<head_dim>.<dtype>.<mask>[.softcap].m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split]" \
-    ".sm_<arch>"
+#define NAME_GRAMMAR                                                  \
+    "<template>.d<head_dim>.<dtype>.<mask>[.softcap][.alibi][.sinks]" \
+    ".m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split].sm_<arch>"
 
 void fj_kernel_desc_init(fj_kernel_desc *k)
 {
@@ -89,10 +89,20 @@ int fj_kernel_desc_name(const fj_kernel_desc *k, char *buf, size_t n)
     }
     char tiles[64];
     tiles_text(k, tiles, sizeof tiles);
-    char cap[24] = "";
-    if (k->softcap == 1) snprintf(cap, sizeof cap, ".softcap");
-    else if (k->softcap) snprintf(cap, sizeof cap, ".softcap%u", (unsigned)k->softcap);
-    int len = snprintf(buf, n, "%s.d%u.%s.%s%s.%s%s.sm_%u", t, (unsigned)k->head_dim, d, m, cap,
+    /* the score modifiers, each a part of its own (out-of-range values
+       print with their number, as the check's error shows them) */
+    char mods[72] = "";
+    const struct {
+        const char *name;
+        uint32_t v;
+    } mod[3] = {{"softcap", k->softcap}, {"alibi", k->alibi}, {"sinks", k->sinks}};
+    for (int i = 0; i < 3; i++) {
+        size_t used = strlen(mods);
+        if (mod[i].v == 1) snprintf(mods + used, sizeof mods - used, ".%s", mod[i].name);
+        else if (mod[i].v)
+            snprintf(mods + used, sizeof mods - used, ".%s%u", mod[i].name, (unsigned)mod[i].v);
+    }
+    int len = snprintf(buf, n, "%s.d%u.%s.%s%s.%s%s.sm_%u", t, (unsigned)k->head_dim, d, m, mods,
                        tiles, k->split_kv ? ".split" : "", (unsigned)k->arch);
     if (n > 0 && len < 0) buf[0] = '\0';
     return len;
@@ -203,12 +213,12 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
     char copy[NAME_MAX_LEN + 1];
     memcpy(copy, name, len + 1);
 
-    /* Split at every dot (eight slots: a name with more parts is rejected by
+    /* Split at every dot (ten slots: a name with more parts is rejected by
        the count below, whatever the extra parts hold). */
-    char *parts[8];
+    char *parts[10];
     int nparts = 0;
     for (char *p = copy;;) {
-        if (nparts < 8) parts[nparts] = p;
+        if (nparts < 10) parts[nparts] = p;
         nparts++;
         char *dot = strchr(p, '.');
         if (!dot) break;
@@ -219,9 +229,9 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
     fj_kernel_desc_init(&d);
     const fj_template_row *row = fj_template_row_named(parts[0]);
     if (row && row->dtype_only) return parse_dtype_only(name, row, parts, nparts, k);
-    if (nparts < 6 || nparts > 8)
+    if (nparts < 6 || nparts > 10)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "kernel name '%s': %d dot-separated parts; expected 6 to 8: " NAME_GRAMMAR,
+                       "kernel name '%s': %d dot-separated parts; expected 6 to 10: " NAME_GRAMMAR,
                        name, nparts);
 
     char names[256];
@@ -245,16 +255,21 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
                        "kernel name '%s': '%s' is not a mask kind (nomask, causal, window, "
                        "causal_window)",
                        name, parts[3]);
-    int at = 4; /* the next part: [softcap] tiles [split] arch */
-    if (nparts > 6 && !strcmp(parts[at], "softcap")) {
-        d.softcap = 1;
-        at++;
-    }
+    int at = 4; /* the next part: [softcap] [alibi] [sinks] tiles [split] arch */
+    static const char *const mods[3] = {"softcap", "alibi", "sinks"};
+    uint32_t *mod_field[3] = {&d.softcap, &d.alibi, &d.sinks};
+    for (int i = 0; i < 3; i++)
+        if (nparts - at > 2 && !strcmp(parts[at], mods[i])) {
+            *mod_field[i] = 1;
+            at++;
+        }
     char letter;
     if (!parse_tiles(parts[at], &d, &letter))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name '%s': '%s' is not %s%s", name,
                        parts[at], fj_template_tile_grammars(names, sizeof names),
-                       at == 4 && nparts > 6 ? " (or 'softcap' before them)" : "");
+                       nparts - at > 2
+                           ? " (or 'softcap', 'alibi', 'sinks' before them, in that order)"
+                           : "");
     if (!units_to_warps(row, letter, &d))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "kernel name '%s': %s kernels count warps as %c<%s>, not as in '%s'", name,
@@ -307,6 +322,21 @@ static bool softcap_fits(const fj_kernel_desc *k, const fj_template_row *r)
     return consumers <= 2 && !(window && k->head_dim > 160);
 }
 
+/* Whether a kernel with ALiBi of these tiles compiles without spilling:
+   flash_tma's 3-consumer tiles run at 128 registers per thread, where the
+   bias's distance and slope spill 32 bytes at d64 causal (NVRTC and ptxas
+   13; nomask, window and causal_window sit at 128 with no spill). Sinks
+   only touch the epilogue and fit every tile; every other variant
+   compile-all builds with --kinds alibi,sinks is spill-free. */
+#define ALIBI_TMA_MAX_CONSUMERS 2
+static bool modifiers_fit(const fj_kernel_desc *k, const fj_template_row *r)
+{
+    if (k->template_id != FJ_TEMPLATE_FLASH_TMA || !k->alibi) return true;
+    unsigned consumers =
+        k->warps > r->extra_warps ? (k->warps - r->extra_warps) / r->warps_per_unit : 0;
+    return consumers <= ALIBI_TMA_MAX_CONSUMERS;
+}
+
 fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
 {
     char name[160];
@@ -347,6 +377,25 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
                  "softcap: flash_tma has no registers for the cap with more than 2 consumer "
                  "warpgroups (128 per thread), or with a window at head dims above 160 (ptxas "
                  "spills, compile-all)");
+    else if (k->alibi > 1) snprintf(why, sizeof why, "alibi %u is not 0 or 1", (unsigned)k->alibi);
+    else if (k->sinks > 1) snprintf(why, sizeof why, "sinks %u is not 0 or 1", (unsigned)k->sinks);
+    else if (k->alibi && !r->attention)
+        snprintf(why, sizeof why,
+                 "alibi is for the attention templates; %s does not compute scores", r->name);
+    else if (k->sinks && !r->attention && k->template_id != FJ_TEMPLATE_COMBINE)
+        snprintf(why, sizeof why,
+                 "sinks are for the attention templates and the combine kernel; %s does not "
+                 "finish softmax rows",
+                 r->name);
+    else if (k->sinks && r->attention && k->split_kv)
+        snprintf(why, sizeof why,
+                 "sinks with split_kv: a split kernel's partials leave the sink to the combine "
+                 "kernel (give it to the combine kernel, and the split kernel none)");
+    else if (k->alibi && !modifiers_fit(k, r))
+        snprintf(why, sizeof why,
+                 "alibi: flash_tma has no registers for the bias with more than %d consumer "
+                 "warpgroups (128 per thread: ptxas spills, compile-all)",
+                 ALIBI_TMA_MAX_CONSUMERS);
     else if (k->arch < r->min_arch && !r->max_arch)
         snprintf(why, sizeof why, "arch sm_%u is older than sm_%u: %s", (unsigned)k->arch,
                  (unsigned)r->min_arch, r->arch_why);
@@ -392,13 +441,27 @@ void fj_kernel_desc_heuristic_excluding(fj_kernel_desc *k, uint32_t excluded)
    unmasked in the launch view already. */
 static void default_tiles(const fj_problem *p, uint32_t arch, fj_kernel_desc *k);
 
-/* A capped problem whose heuristic tiles break softcap_fits takes the next
-   template's heuristic (flash_wgmma on sm_90). */
+/* A capped problem whose heuristic tiles break softcap_fits (or one with
+   ALiBi, modifiers_fit) takes the next template's heuristic (flash_wgmma on
+   sm_90). */
 void fj_kernel_desc_default(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
 {
     default_tiles(p, arch, k);
     const fj_template_row *r = fj_template_row_of(k->template_id);
-    if (k->softcap && r && !softcap_fits(k, r)) fj_kernel_desc_heuristic_excluding(k, r->id);
+    if (r && ((k->softcap && !softcap_fits(k, r)) || !modifiers_fit(k, r)))
+        fj_kernel_desc_heuristic_excluding(k, r->id);
+}
+
+bool fj_kernel_desc_modifier_fallback(const fj_problem *view, uint32_t arch, char *why, size_t n)
+{
+    fj_kernel_desc k;
+    default_tiles(view, arch, &k);
+    const fj_template_row *r = fj_template_row_of(k.template_id);
+    if (!r || (!(k.softcap && !softcap_fits(&k, r)) && modifiers_fit(&k, r))) return false;
+    if (fj_kernel_desc_check(&k, SIZE_MAX) == FJ_OK) return false;
+    snprintf(why, n, "%s", fj_last_error());
+    fj_clear_error();
+    return true;
 }
 
 static void default_tiles(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
@@ -409,6 +472,8 @@ static void default_tiles(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
     k->dtype = (uint32_t)p->dtype;
     k->mask = (uint32_t)fj_problem_mask_kind(p);
     k->softcap = p->softcap > 0.0f;
+    k->alibi = p->alibi;
+    k->sinks = p->sinks;
     k->split_kv = 0;
     k->arch = arch;
     if (p->seqlen_q <= FJ_DECODE_MAX_ROWS && k->mask == FJ_MASK_NONE) {
@@ -512,10 +577,18 @@ void fj_kernel_desc_combine_for(const fj_kernel_desc *k, unsigned warps, fj_kern
     c->split_kv = 1;
     c->mask = FJ_MASK_NONE;
     c->softcap = 0; /* merges partials: one combine kernel serves capped and plain plans */
+    c->alibi = 0;   /* likewise ALiBi's; a sink joins in the combine (k's sinks stay) */
     c->warps = warps;
     c->block_m = 16 * warps;
     c->block_n = 64;
     c->stages = 1;
+}
+
+void fj_kernel_desc_split_of(const fj_kernel_desc *k, fj_kernel_desc *split)
+{
+    *split = *k;
+    split->split_kv = 1;
+    split->sinks = 0;
 }
 
 /* ---- tiles alone (the tuning file's config field) ------------------------- */

@@ -2,7 +2,8 @@
  * A fixed-size struct of uint32 fields (no padding), zeroed before it is
  * filled, holding every field that changes the generated code. Its canonical
  * name, e.g. "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90" (with a softcap
- * "flash_fwd.d128.bf16.causal.softcap.m128n64w4s2.sm_90"), appears
+ * "flash_fwd.d128.bf16.causal.softcap.m128n64w4s2.sm_90", with every score
+ * modifier "...causal.softcap.alibi.sinks.m128n64w4s2.sm_90"), appears
  * identically in logs, errors, cache file names, the tuning file, plan
  * describe and the CLI (`flashjit source NAME`). */
 #ifndef FJ_KERNEL_DESC_H
@@ -39,6 +40,8 @@ typedef struct fj_kernel_desc {
     uint32_t dtype;             /* fj_dtype: FJ_F16 or FJ_BF16 */
     uint32_t mask;              /* fj_mask_kind */
     uint32_t softcap;           /* 0/1: scores capped (the cap's value is a launch parameter) */
+    uint32_t alibi;             /* 0/1: ALiBi's bias (the slopes are launch parameters) */
+    uint32_t sinks;             /* 0/1: attention sinks joined (unsplit kernels, combine) */
     uint32_t block_m, block_n;  /* query rows per block, keys per tile */
     uint32_t warps;             /* warps per block, every role counted */
     uint32_t stages;            /* K/V tiles in flight */
@@ -84,6 +87,13 @@ fj_status fj_kernel_desc_supports(const fj_problem *p);
  * for at most FJ_DECODE_MAX_ROWS rows without a mask, else
  * fj_kernel_desc_heuristic's. */
 void fj_kernel_desc_default(const fj_problem *view, uint32_t arch, fj_kernel_desc *k);
+
+/* For a plan's describe: when the heuristic's tiles for view (a problem
+ * with a softcap, ALiBi or sinks) break a modifier's rule (flash_tma's
+ * tiles that would spill) so that fj_kernel_desc_default took the next
+ * template's, writes the refused kernel's check error into why and returns
+ * true; else false (why untouched). */
+bool fj_kernel_desc_modifier_fallback(const fj_problem *view, uint32_t arch, char *why, size_t n);
 
 /* Whether a kernel of a template without split-KV variants keeps a device of
  * sm_count SMs busy on the launch view p: at least half as many work tiles
@@ -131,6 +141,11 @@ unsigned fj_kernel_desc_combine_warps(unsigned head_dim, int splits, long long r
  * fixed but for the warps, so two combine kernels serve every tile
  * configuration and mask. */
 void fj_kernel_desc_combine_for(const fj_kernel_desc *k, unsigned warps, fj_kernel_desc *combine);
+
+/* The split-KV variant of the unsplit kernel k: k with split_kv 1 and no
+ * sinks (its partials leave the sink to the combine kernel, which
+ * fj_kernel_desc_combine_for makes from k with k's sinks). */
+void fj_kernel_desc_split_of(const fj_kernel_desc *k, fj_kernel_desc *split);
 
 /* Sets the prefill heuristic's template and tiles (block_m, block_n, warps,
  * stages) for the descriptor's head dim, arch and mask: the first template

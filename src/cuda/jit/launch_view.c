@@ -13,7 +13,9 @@ bool fj_launch_view(const fj_problem *p, fj_problem *out)
         out->causal = FJ_CAUSAL_NONE;
         out->masked = false;
     }
-    if (p->group < 2 || p->seqlen_q > FJ_GQA_PACK_MAX_SEQLEN_Q || windowed ||
+    /* ALiBi: a packed tile's rows would be of several heads (slopes) and
+       query positions; such problems keep one block row per query head */
+    if (p->group < 2 || p->seqlen_q > FJ_GQA_PACK_MAX_SEQLEN_Q || windowed || p->alibi ||
         out->causal != FJ_CAUSAL_NONE || !rows_are_one_sequence(p, p->q_stride) ||
         !rows_are_one_sequence(p, p->o_stride))
         return false;

@@ -22,7 +22,8 @@
  *
  * Rows of one packed head must be one strided sequence in q and o, and see
  * the same keys: so p needs group > 1, seqlen_q <= FJ_GQA_PACK_MAX_SEQLEN_Q,
- * no window, no causal mask (or a bottom-right one with seqlen_q == 1, which
+ * no ALiBi (its bias depends on the row's head and query position; sinks
+ * pack: the kernels find a row's head from fj_fwd_params.pack_rows), no window, no causal mask (or a bottom-right one with seqlen_q == 1, which
  * hides nothing), and either seqlen_q == 1 or heads laid out seqlen_q rows
  * apart (head stride == seqlen_q * seq stride) in q and o. lse's
  * [batch, heads_q, seqlen_q] order is the packed one already. */
