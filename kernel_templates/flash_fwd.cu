@@ -22,6 +22,12 @@
  *  - launch: grid (ceil(seqlen_q / FJ_BLOCK_M), heads_q, batch * num_splits),
  *    block 32 * FJ_WARPS, FJ_SMEM_BYTES of dynamic shared memory;
  *  - seqlen_q, seqlen_k, batch, heads >= 1, heads_q == group * heads_kv.
+ *  - FJ_VARLEN (packed sequences) and FJ_PAGE_SIZE (a paged KV cache):
+ *    seqlen_q and seqlen_k are the plan's maxima and size the grid; each
+ *    block reads its sequence's lengths (and a paged cache's block table)
+ *    from device memory (fwd_params.h), aligns causal and window bands with
+ *    them, and exits at once when its query tile is past its sequence; the
+ *    batch strides of a varlen q/k/v/o are unused (rows are tokens).
  *
  * Layout of the work: the FJ_WARPS warps split the block's query rows, each
  * warp owning FJ_BLOCK_M / FJ_WARPS consecutive rows (m tiles of 16 rows) and
@@ -438,7 +444,14 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
     const int col0 = n0 + 2 * (tid & 3); /* key of element (nt 0, e 0) */
     const long long row0 =
         (long long)block_m0() + (int)warp_q((unsigned)tid) * WARP_ROWS + ((tid & 31) >> 2);
+#if FJ_SEQS
+    /* the sequence's band, reloaded (see load_kv) */
+    int z = blockIdx.z;
+    asm volatile("" : "+r"(z));
+    mask_scores(p, fja::band_of(p, fja::seq_of(p, block_batch(p, z))), row0, col0, s);
+#else
     mask_scores(p, row0, col0, s);
+#endif
 }
 
 /* O += P V for the KSUB keys at byte offset v_off of V stage 0, P = s (the
@@ -497,9 +510,59 @@ __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (
  * one-warp tiles spill already, and the second load path adds to that. */
 constexpr bool KV_L2_POLICY = BM == 16 && FJ_SPLIT_KV && D <= 128;
 
+enum { LOAD_K = 1, LOAD_V = 2, LOAD_KV = 3 };
+
+#if FJ_PAGE_SIZE
+/* Key tile n of sequence b from a paged cache: row r of the tile is key j =
+ * n BN + r, row j % FJ_PAGE_SIZE of page block_table[b][j / FJ_PAGE_SIZE]
+ * of the pools (k_stride and v_stride step a page, a row, a head). Rows past
+ * the sequence's keys are zero-filled and read no table entry (unused tail
+ * entries may hold anything); a page index outside the pool is clamped into
+ * it (FLASHJIT_CHECK=1 refuses it before launch), so no table makes the
+ * copies read outside the pools. Each chunk's position is computed from
+ * scratch, as load_tile's second form; the table entry of its row is a
+ * cached load (FJ_PAGE_SIZE >= 16, so 16 rows and more share it). */
+template <int WHICH, bool POLICY>
+__device__ __forceinline__ void load_kv_paged(const fj_fwd_params &p, int b, int hk, int n,
+                                              unsigned k_tile, unsigned v_tile, int tid,
+                                              unsigned long long policy)
+{
+    static_assert(FJ_PAGE_SIZE % 16 == 0, "FJ_PAGE_SIZE must be a multiple of 16");
+    const int sk = fja::seq_of(p, b).sk;
+    const int *bt = p.block_table + (long long)b * p.bt_stride;
+    const unsigned last_page = (unsigned)p.num_pages - 1u;
+    constexpr int CHUNKS = BN * DCH;
+    constexpr int ITERS = (CHUNKS + THREADS - 1) / THREADS;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+        const int idx = it * THREADS + tid;
+        if (CHUNKS % THREADS == 0 || idx < CHUNKS) {
+            const int r = idx / DCH, c = idx % DCH;
+            const int j = n * BN + r;
+            const bool ok = j < sk;
+            long long k_off = 0, v_off = 0;
+            if (ok) {
+                unsigned page = (unsigned)fja::ld_len(bt, j / FJ_PAGE_SIZE);
+                page = page < last_page ? page : last_page;
+                const int row = j % FJ_PAGE_SIZE;
+                k_off = page * p.k_stride[0] + row * p.k_stride[1] + hk * p.k_stride[2] + c * 8;
+                v_off = page * p.v_stride[0] + row * p.v_stride[1] + hk * p.v_stride[2] + c * 8;
+            }
+            const unsigned dst = KV_SWIZZLE ? swizzled_addr(0u, r, c)
+                                            : (unsigned)(r * ROW_BYTES + c * 16);
+            if (WHICH & LOAD_K)
+                copy_chunk<POLICY>(k_tile + dst, (const fj_elem *)p.k + k_off, ok ? 16u : 0u,
+                                   policy);
+            if (WHICH & LOAD_V)
+                copy_chunk<POLICY>(v_tile + dst, (const fj_elem *)p.v + v_off, ok ? 16u : 0u,
+                                   policy);
+        }
+    }
+}
+#endif
+
 /* Issues the copies of key tile n into pipeline buffer `buf`: K when
  * WHICH & 1, V when WHICH & 2. */
-enum { LOAD_K = 1, LOAD_V = 2, LOAD_KV = 3 };
 template <int WHICH = LOAD_KV>
 __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
 {
@@ -511,6 +574,16 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
     int tid = threadIdx.x, y = blockIdx.y, z = blockIdx.z;
     asm volatile("" : "+r"(tid), "+r"(y), "+r"(z));
     const int b = block_batch(p, z), hk = y / p.group;
+#if FJ_PAGE_SIZE
+    {
+        const unsigned k_tile = smem_base() + (unsigned)(SMEM_K + buf * TILE_BYTES);
+        const unsigned v_tile = smem_base() + (unsigned)(SMEM_V + buf * TILE_BYTES);
+        if (KV_L2_POLICY && p.kv_read_once)
+            load_kv_paged<WHICH, true>(p, b, hk, n, k_tile, v_tile, tid, fj_l2_evict_first());
+        else load_kv_paged<WHICH, false>(p, b, hk, n, k_tile, v_tile, tid, 0ull);
+        return;
+    }
+#endif
     const KvTileSrc src = kv_tile_src(p, b, hk, n);
     const fj_elem *k_rows = src.k, *v_rows = src.v;
     const int rows = src.rows;
@@ -707,7 +780,15 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     const int b = wh.b, h = wh.h, split = wh.split, m0 = wh.m0, q_rows = wh.q_rows;
 
     /* Key tiles [n_begin, n_end); [u0, u1) skip masking (attention_rows.cuh). */
+#if FJ_SEQS
+    /* the grid covers the plan's longest sequence: a block past its own
+       sequence's rows has nothing to do (no partials either: the combine
+       kernel reads only the sequence's rows) */
+    if (q_rows <= 0) return;
+    const KeyTiles kt = key_tiles(p, fja::band_of(p, wh.seq), m0, q_rows, split);
+#else
     const KeyTiles kt = key_tiles(p, m0, q_rows, split);
+#endif
     const int n_begin = kt.n_begin, n_end = kt.n_end;
     if (n_begin >= n_end) {
         store_empty(p, b, h, split, m0, tid);

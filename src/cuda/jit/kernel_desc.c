@@ -16,9 +16,9 @@
 #define NAME_MAX_LEN 127
 
 /* The grammar, spelled once for error messages. */
-#define NAME_GRAMMAR                                                                               \
-    "<template>.d<head_dim>.<dtype>.<mask>[.softcap].m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split]" \
-    ".sm_<arch>"
+#define NAME_GRAMMAR                                                              \
+    "<template>.d<head_dim>.<dtype>.<mask>[.softcap][.varlen][.paged<page_size>]" \
+    ".m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split].sm_<arch>"
 
 void fj_kernel_desc_init(fj_kernel_desc *k)
 {
@@ -89,11 +89,19 @@ int fj_kernel_desc_name(const fj_kernel_desc *k, char *buf, size_t n)
     }
     char tiles[64];
     tiles_text(k, tiles, sizeof tiles);
-    char cap[24] = "";
+    char cap[24] = "", seqs[40] = "";
     if (k->softcap == 1) snprintf(cap, sizeof cap, ".softcap");
     else if (k->softcap) snprintf(cap, sizeof cap, ".softcap%u", (unsigned)k->softcap);
-    int len = snprintf(buf, n, "%s.d%u.%s.%s%s.%s%s.sm_%u", t, (unsigned)k->head_dim, d, m, cap,
-                       tiles, k->split_kv ? ".split" : "", (unsigned)k->arch);
+    /* parts only the varlen and paged kernels have, so every other name is
+       as it was */
+    if (k->varlen == 1) snprintf(seqs, sizeof seqs, ".varlen");
+    else if (k->varlen) snprintf(seqs, sizeof seqs, ".varlen%u", (unsigned)k->varlen);
+    if (k->page_size) {
+        size_t used = strlen(seqs);
+        snprintf(seqs + used, sizeof seqs - used, ".paged%u", (unsigned)k->page_size);
+    }
+    int len = snprintf(buf, n, "%s.d%u.%s.%s%s%s.%s%s.sm_%u", t, (unsigned)k->head_dim, d, m, cap,
+                       seqs, tiles, k->split_kv ? ".split" : "", (unsigned)k->arch);
     if (n > 0 && len < 0) buf[0] = '\0';
     return len;
 }
@@ -203,12 +211,12 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
     char copy[NAME_MAX_LEN + 1];
     memcpy(copy, name, len + 1);
 
-    /* Split at every dot (eight slots: a name with more parts is rejected by
+    /* Split at every dot (ten slots: a name with more parts is rejected by
        the count below, whatever the extra parts hold). */
-    char *parts[8];
+    char *parts[10];
     int nparts = 0;
     for (char *p = copy;;) {
-        if (nparts < 8) parts[nparts] = p;
+        if (nparts < 10) parts[nparts] = p;
         nparts++;
         char *dot = strchr(p, '.');
         if (!dot) break;
@@ -219,9 +227,9 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
     fj_kernel_desc_init(&d);
     const fj_template_row *row = fj_template_row_named(parts[0]);
     if (row && row->dtype_only) return parse_dtype_only(name, row, parts, nparts, k);
-    if (nparts < 6 || nparts > 8)
+    if (nparts < 6 || nparts > 10)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "kernel name '%s': %d dot-separated parts; expected 6 to 8: " NAME_GRAMMAR,
+                       "kernel name '%s': %d dot-separated parts; expected 6 to 10: " NAME_GRAMMAR,
                        name, nparts);
 
     char names[256];
@@ -245,16 +253,30 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
                        "kernel name '%s': '%s' is not a mask kind (nomask, causal, window, "
                        "causal_window)",
                        name, parts[3]);
-    int at = 4; /* the next part: [softcap] tiles [split] arch */
+    int at = 4; /* the next part: [softcap] [varlen] [paged<N>] tiles [split] arch */
     if (nparts > 6 && !strcmp(parts[at], "softcap")) {
         d.softcap = 1;
+        at++;
+    }
+    if (nparts > at + 2 && !strcmp(parts[at], "varlen")) {
+        d.varlen = 1;
+        at++;
+    }
+    if (nparts > at + 2 && !strncmp(parts[at], "paged", 5)) {
+        if (!parse_prefixed(parts[at], "paged", &d.page_size) || d.page_size == 0)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "kernel name '%s': '%s' is not paged<page_size> with a page size "
+                           "above 0",
+                           name, parts[at]);
         at++;
     }
     char letter;
     if (!parse_tiles(parts[at], &d, &letter))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name '%s': '%s' is not %s%s", name,
                        parts[at], fj_template_tile_grammars(names, sizeof names),
-                       at == 4 && nparts > 6 ? " (or 'softcap' before them)" : "");
+                       nparts > at + 2 ? " (or softcap, varlen, paged<page_size> before them, in "
+                                         "that order)"
+                                       : "");
     if (!units_to_warps(row, letter, &d))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "kernel name '%s': %s kernels count warps as %c<%s>, not as in '%s'", name,
@@ -342,6 +364,20 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
                  "softcap is for the attention templates; %s does not compute "
                  "scores",
                  r->name);
+    else if (k->varlen > 1)
+        snprintf(why, sizeof why, "varlen %u is not 0 or 1", (unsigned)k->varlen);
+    else if (k->page_size &&
+             (k->page_size % FJ_CUDA_PAGE_MULTIPLE || k->page_size > FJ_CUDA_PAGE_MAX))
+        snprintf(why, sizeof why,
+                 "page_size %u: a paged KV cache on CUDA needs a page size that is a multiple of "
+                 "%d (a key tile's rows come %d at a time from one page), up to %d",
+                 (unsigned)k->page_size, FJ_CUDA_PAGE_MULTIPLE, FJ_CUDA_PAGE_MULTIPLE,
+                 FJ_CUDA_PAGE_MAX);
+    else if ((k->varlen && !r->varlen) || (k->page_size && !r->paged))
+        snprintf(why, sizeof why, "%s: %s takes no %s: %s",
+                 k->page_size && !r->paged ? "page_size" : "varlen", r->name,
+                 k->page_size && !r->paged ? "paged KV cache" : "variable-length batches",
+                 r->no_seqs_why ? r->no_seqs_why : "its template has no such path");
     else if (k->softcap && !softcap_fits(k, r))
         snprintf(why, sizeof why,
                  "softcap: flash_tma has no registers for the cap with more than 2 consumer "
@@ -376,7 +412,8 @@ void fj_kernel_desc_heuristic_excluding(fj_kernel_desc *k, uint32_t excluded)
     for (int i = 0; fj_template_row_at(i); i++) {
         const fj_template_row *r = fj_template_row_at(i);
         if (!r->attention || !r->prefill_tiles || k->arch < r->min_arch ||
-            (r->max_arch && k->arch > r->max_arch) || (uint32_t)r->id == excluded)
+            (r->max_arch && k->arch > r->max_arch) || (uint32_t)r->id == excluded ||
+            (k->varlen && !r->varlen) || (k->page_size && !r->paged))
             continue;
         if (r->prefill_tiles(&t, (fj_mask_kind)k->mask)) {
             k->template_id = r->id;
@@ -411,10 +448,13 @@ static void default_tiles(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
     k->softcap = p->softcap > 0.0f;
     k->split_kv = 0;
     k->arch = arch;
+    k->varlen = p->varlen;
+    k->page_size = p->paged ? (uint32_t)p->page_size : 0;
     if (p->seqlen_q <= FJ_DECODE_MAX_ROWS && k->mask == FJ_MASK_NONE) {
         for (int i = 0; fj_template_row_at(i); i++) {
             const fj_template_row *r = fj_template_row_at(i);
-            if (!r->decode_tiles || arch < r->min_arch || (r->max_arch && arch > r->max_arch))
+            if (!r->decode_tiles || arch < r->min_arch || (r->max_arch && arch > r->max_arch) ||
+                (k->varlen && !r->varlen) || (k->page_size && !r->paged))
                 continue;
             fj_tile_shape t = shape_of(k);
             r->decode_tiles(&t);
@@ -452,6 +492,16 @@ fj_status fj_kernel_desc_supports(const fj_problem *p)
                        "to Q's and K's only; the CPU backends (FJ_BACKEND_CPU, "
                        "FJ_BACKEND_CPU_REFERENCE) take any head_dim_v in 1..%d",
                        p->head_dim_v, p->head_dim, FJ_MAX_HEAD_DIM);
+    if (p->paged && p->page_size % FJ_CUDA_PAGE_MULTIPLE)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "page_size %d: a paged KV cache on CUDA needs a page size that is a "
+                       "multiple of %d (a key tile's rows come %d at a time from one page); the "
+                       "CPU backends (FJ_BACKEND_CPU, FJ_BACKEND_CPU_REFERENCE) take any",
+                       p->page_size, FJ_CUDA_PAGE_MULTIPLE, FJ_CUDA_PAGE_MULTIPLE);
+    if (p->paged && p->page_size > FJ_CUDA_PAGE_MAX)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "page_size %d: the CUDA kernels take pages of at most %d keys", p->page_size,
+                       FJ_CUDA_PAGE_MAX);
     if (p->dtype == FJ_F32)
         return fj_fail(FJ_ERR_UNSUPPORTED,
                        "the CUDA backend computes f16 and bf16; for f32 use the CPU backend "
@@ -511,7 +561,8 @@ void fj_kernel_desc_combine_for(const fj_kernel_desc *k, unsigned warps, fj_kern
     c->template_id = FJ_TEMPLATE_COMBINE;
     c->split_kv = 1;
     c->mask = FJ_MASK_NONE;
-    c->softcap = 0; /* merges partials: one combine kernel serves capped and plain plans */
+    c->softcap = 0;   /* merges partials: one combine kernel serves capped and plain plans */
+    c->page_size = 0; /* a paged plan's queries and output are dense: the dense combine */
     c->warps = warps;
     c->block_m = 16 * warps;
     c->block_n = 64;
