@@ -69,13 +69,13 @@ static void test_families(void **state)
         const char *group;
         int n;
     } sizes[] = {
-        {"ref-random", 150}, {"ref-axes", 144},  {"ref-empty", 4},      {"long", 3},
-        {"tiled-grid", 96},  {"empty-rows", 18}, {"overlap", 3},        {"head-dims", 22},
-        {"seqlens", 63},     {"masks", 24},      {"heads-layouts", 16}, {"scales", 6},
-        {"sampled", 88},     {"split", 13},      {"decode", 18},        {"broadcast", 6},
-        {"odd", 24},         {"softcap", 36},    {"softcap-cpu", 19},   {"alibi-sinks", 54},
-        {"varlen", 22},      {"paged", 21},      {"bench-smoke", 9},    {"large-dims", 16},
-        {"head-dim-v", 42},
+        {"ref-random", 150}, {"ref-axes", 144},   {"ref-empty", 4},      {"long", 3},
+        {"tiled-grid", 96},  {"empty-rows", 18},  {"overlap", 3},        {"head-dims", 22},
+        {"seqlens", 63},     {"masks", 24},       {"heads-layouts", 16}, {"scales", 6},
+        {"sampled", 88},     {"split", 13},       {"decode", 18},        {"broadcast", 6},
+        {"odd", 24},         {"softcap", 36},     {"softcap-cpu", 19},   {"alibi-sinks", 54},
+        {"varlen", 22},      {"paged", 21},       {"bench-smoke", 9},    {"large-dims", 16},
+        {"head-dim-v", 42},  {"varlen-cuda", 21}, {"paged-cuda", 21},
     };
     fjt_case_list l = {0};
     assert_true(fjt_cases_build(&l, fjt_seed()));
@@ -88,8 +88,9 @@ static void test_families(void **state)
     }
     assert_int_equal(total, l.n);
     /* the CUDA families must run on CUDA, as they did in test_cuda_grid */
-    static const char *const cuda_groups[] = {"head-dims", "seqlens", "masks", "heads-layouts",
-                                              "scales",    "sampled", "split", "softcap"};
+    static const char *const cuda_groups[] = {"head-dims",   "seqlens",   "masks", "heads-layouts",
+                                              "scales",      "sampled",   "split", "softcap",
+                                              "varlen-cuda", "paged-cuda"};
     for (int i = 0; i < l.n; i++) {
         bool cuda = false;
         for (size_t g = 0; g < sizeof cuda_groups / sizeof cuda_groups[0]; g++)
