@@ -100,4 +100,3 @@ fj_status fj_sequences_check(const fj_problem *p, const fj_exec_inputs *in)
     }
     return FJ_OK;
 }
-

@@ -11,7 +11,11 @@
  * tables' entries for the arch (what a plan takes on that device when the
  * user's tuning file has no entry), with their split variants when split is
  * also given; --kinds softcap adds each of those kernels again with the logit
- * softcap (FJ_SOFTCAP). --head-dims, --dtype, --mask and --kinds select a subset.
+ * softcap (FJ_SOFTCAP); --kinds varlen and paged add the prefill, decode and
+ * split kernels again for variable-length batches (FJ_VARLEN) and for paged
+ * KV caches of 16- and 64-key pages (FJ_PAGE_SIZE; with varlen too, 16-key
+ * pages with packed queries). --head-dims, --dtype, --mask and --kinds select
+ * a subset.
  *
  * Registers, spills and static shared memory are read from each cubin's ELF
  * (src/cubin_info.h), not from ptxas -v output (NVRTC 13 prints that into the
@@ -39,25 +43,27 @@
 _Static_assert(TUNE_CUDA_MAX_HEAD_DIM == FJ_CUDA_MAX_HEAD_DIM,
                "flashjit tune checks --head-dims against the CUDA kernels' limit");
 
-#define USAGE_TEXT                                                                          \
-    "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n"      \
-    "                            [--head-dims 64,128] [--mask "                             \
-    "nomask,causal,window,causal_window]\n"                                                 \
-    "                            [--kinds prefill,decode,split,shipped,softcap]\n"          \
-    "                            [--cache-dir DIR]\n"                                       \
-    "                            [--max-spill BYTES]\n"                                     \
-    "\n"                                                                                    \
-    "Compiles every kernel the runtime chooses without a tuning file (head dims 8..256\n"   \
-    "step 8, f16 and bf16, four mask kinds, the heuristic's tiles; --kinds: the prefill\n"  \
-    "tiles, the decode tiles (at most 16 query rows per head), and 'split': the split-KV\n" \
-    "variants of both and the combine kernel; 'shipped': the shipped tuning tables'\n"      \
-    "tiles for the arch; 'softcap': the kernels of the other kinds given again with the\n"  \
-    "logit softcap; default prefill,decode) for each arch\n"                                \
-    "(default sm_90), on N threads (default: one per core), through the disk cache the\n"   \
-    "library uses (FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit;\n"      \
-    "--cache-dir overrides, \"\" turns it off), so a rerun is fast. Prints each\n"          \
-    "kernel's compile time (or 'cached'), registers, spill bytes (the cubin's stack\n"      \
-    "frame) and shared memory; exits 1 if any kernel fails to compile or spills more\n"     \
+#define USAGE_TEXT                                                                              \
+    "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n"          \
+    "                            [--head-dims 64,128] [--mask "                                 \
+    "nomask,causal,window,causal_window]\n"                                                     \
+    "                            [--kinds prefill,decode,split,shipped,softcap,varlen,paged]\n" \
+    "                            [--cache-dir DIR]\n"                                           \
+    "                            [--max-spill BYTES]\n"                                         \
+    "\n"                                                                                        \
+    "Compiles every kernel the runtime chooses without a tuning file (head dims 8..256\n"       \
+    "step 8, f16 and bf16, four mask kinds, the heuristic's tiles; --kinds: the prefill\n"      \
+    "tiles, the decode tiles (at most 16 query rows per head), and 'split': the split-KV\n"     \
+    "variants of both and the combine kernel; 'shipped': the shipped tuning tables'\n"          \
+    "tiles for the arch; 'softcap': the kernels of the other kinds given again with the\n"      \
+    "logit softcap; 'varlen', 'paged': the prefill, decode and split kernels again for\n"       \
+    "variable-length batches and paged KV caches (pages of 16 and 64 keys); default\n"          \
+    "prefill,decode) for each arch\n"                                                           \
+    "(default sm_90), on N threads (default: one per core), through the disk cache the\n"       \
+    "library uses (FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit;\n"          \
+    "--cache-dir overrides, \"\" turns it off), so a rerun is fast. Prints each\n"              \
+    "kernel's compile time (or 'cached'), registers, spill bytes (the cubin's stack\n"          \
+    "frame) and shared memory; exits 1 if any kernel fails to compile or spills more\n"         \
     "than --max-spill BYTES per thread (default %d; 0: any spill fails).\n"
 
 #define MAX_ARCHS 16
@@ -93,10 +99,12 @@ typedef enum variant_kind {
     KIND_SPLIT,
     KIND_SHIPPED,
     KIND_SOFTCAP,
+    KIND_VARLEN,
+    KIND_PAGED,
     KIND_COUNT
 } variant_kind;
 static const char *const kind_names[KIND_COUNT] = {"prefill", "decode", "split", "shipped",
-                                                   "softcap"};
+                                                   "softcap", "varlen", "paged"};
 
 typedef struct flags {
     uint32_t archs[MAX_ARCHS];
@@ -220,7 +228,7 @@ static int parse_flags(int argc, char **argv, flags *f)
             if (!each_token(val, kind_item, f))
                 return cli_usage_error("compile-all",
                                        "--kinds: '%s' is not a list of prefill, decode, split, "
-                                       "shipped, softcap",
+                                       "shipped, softcap, varlen, paged",
                                        val ? val : "");
             any_kind = true;
         } else if (!strcmp(a, "--jobs")) {
@@ -247,17 +255,51 @@ static int parse_flags(int argc, char **argv, flags *f)
 
 /* The descriptor the runtime chooses for a problem of this shape and mask
  * with seqlen_q queries: built from a problem, exactly as a plan does. */
-static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, bool softcap, int seqlen_q,
-                              uint32_t arch, fj_kernel_desc *k)
+/* The sequence variants a point's kernels come in (--kinds varlen, paged):
+   the features and the page size. */
+typedef struct seq_variant {
+    uint32_t features;
+    int page_size;
+} seq_variant;
+
+static fj_status runtime_desc_seq(int head_dim, fj_dtype dtype, int mask, bool softcap,
+                                  int seqlen_q, uint32_t arch, seq_variant sv, fj_kernel_desc *k)
 {
     fj_attention_desc d;
     fj_attention_desc_init(&d, 1, 1, 1, seqlen_q, seqlen_q, head_dim, dtype);
     if (softcap) d.softcap = 30.0f; /* the value is a launch parameter, not code */
+    d.features = sv.features;
+    if (sv.page_size) { /* the pool's size is a launch parameter too */
+        d.page_size = sv.page_size;
+        d.max_pages = d.num_pages = (seqlen_q + sv.page_size - 1) / sv.page_size;
+    }
     if (mask == FJ_MASK_CAUSAL || mask == FJ_MASK_CAUSAL_WINDOW) d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
     if (mask == FJ_MASK_WINDOW || mask == FJ_MASK_CAUSAL_WINDOW) d.window_left = 0;
     fj_problem p;
     fj_status s = fj_problem_init(&p, &d);
     return s == FJ_OK ? fj_kernel_desc_for_problem(&p, arch, k) : s;
+}
+
+static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, bool softcap, int seqlen_q,
+                              uint32_t arch, fj_kernel_desc *k)
+{
+    const seq_variant dense = {0, 0};
+    return runtime_desc_seq(head_dim, dtype, mask, softcap, seqlen_q, arch, dense, k);
+}
+
+/* The sequence variants the kinds select, into sv (at most 5); their count. */
+static int seq_variants(const flags *f, seq_variant sv[5])
+{
+    int n = 0;
+    sv[n++] = (seq_variant){0, 0};
+    if (f->kind[KIND_VARLEN]) sv[n++] = (seq_variant){FJ_FEATURE_VARLEN, 0};
+    if (f->kind[KIND_PAGED]) {
+        sv[n++] = (seq_variant){FJ_FEATURE_PAGED_KV, 16};
+        sv[n++] = (seq_variant){FJ_FEATURE_PAGED_KV, 64};
+    }
+    if (f->kind[KIND_VARLEN] && f->kind[KIND_PAGED])
+        sv[n++] = (seq_variant){FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV, 16};
+    return n;
 }
 
 /* Appends out[0..m) to v[*n], each kernel once. */
@@ -345,23 +387,26 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
 static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mask, uint32_t arch,
                            variant *v, size_t *n)
 {
-    for (int cap = 0; cap <= (int)f->kind[KIND_SOFTCAP]; cap++) {
-        fj_kernel_desc prefill, decode;
-        fj_status s;
-        if ((s = runtime_desc(head_dim, dtype, mask, cap, 128, arch, &prefill)) ||
-            (s = runtime_desc(head_dim, dtype, mask, cap, 1, arch, &decode)))
-            return s;
-        fj_kernel_desc out[8];
-        int m = 0;
-        if (f->kind[KIND_PREFILL]) out[m++] = prefill;
-        if (f->kind[KIND_DECODE]) out[m++] = decode;
-        if (f->kind[KIND_SPLIT]) {
-            /* the combine kernels of both are the same two (add_unique) */
-            add_split_of(&prefill, out, &m);
-            add_split_of(&decode, out, &m);
+    seq_variant sv[5];
+    const int nsv = seq_variants(f, sv);
+    for (int cap = 0; cap <= (int)f->kind[KIND_SOFTCAP]; cap++)
+        for (int i = 0; i < nsv; i++) {
+            fj_kernel_desc prefill, decode;
+            fj_status s;
+            if ((s = runtime_desc_seq(head_dim, dtype, mask, cap, 128, arch, sv[i], &prefill)) ||
+                (s = runtime_desc_seq(head_dim, dtype, mask, cap, 1, arch, sv[i], &decode)))
+                return s;
+            fj_kernel_desc out[8];
+            int m = 0;
+            if (f->kind[KIND_PREFILL]) out[m++] = prefill;
+            if (f->kind[KIND_DECODE]) out[m++] = decode;
+            if (f->kind[KIND_SPLIT]) {
+                /* the combine kernels of both are the same two (add_unique) */
+                add_split_of(&prefill, out, &m);
+                add_split_of(&decode, out, &m);
+            }
+            add_unique(out, m, v, n);
         }
-        add_unique(out, m, v, n);
-    }
     return FJ_OK;
 }
 
@@ -369,7 +414,7 @@ static fj_status make_variants(const flags *f, variant **out, size_t *count)
 {
     size_t n = 0, cap = ((size_t)f->narchs * 2 * 4 * (FJ_CUDA_MAX_HEAD_DIM / 8) * 6 +
                          (size_t)f->narchs * fj_tuning_count(fj_tuning_shipped()) * 4) *
-                        (f->kind[KIND_SOFTCAP] ? 2 : 1);
+                        (f->kind[KIND_SOFTCAP] ? 2 : 1) * 5;
     variant *v = calloc(cap, sizeof *v);
     if (!v) return FJ_ERR_OUT_OF_MEMORY;
     static const fj_dtype dtypes[2] = {FJ_F16, FJ_BF16};
