@@ -315,6 +315,156 @@ static void test_features_unsupported(void **state)
     fj_context_destroy(ctx);
 }
 
+/* Device int32 values (fj_malloc'd, copied from host). */
+static int32_t *device_ints(fj_context *ctx, const int32_t *v, size_t n)
+{
+    void *m;
+    assert_int_equal(fj_malloc(ctx, n * sizeof *v, &m), FJ_OK);
+    assert_int_equal(fj_copy_to_device(ctx, m, v, n * sizeof *v), FJ_OK);
+    return m;
+}
+
+/* Varlen and paged plans through the fake: the kernel (flash_fwd's .varlen
+ * and .paged16 variants, never flash_tma or flash_wgmma on this sm_90), the
+ * grid from the plan's maxima, the arrays passed to the kernel as given (the
+ * host reads none of them), and FLASHJIT_CHECK=1, which copies them back
+ * and refuses a bad one before launching, naming it. */
+static void test_varlen_paged_launch(void **state)
+{
+    (void)state;
+    unsetenv("FLASHJIT_CHECK");
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 3, 8, 2, 100, 300, 128, FJ_F16);
+    d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    d.features = FJ_FEATURE_VARLEN;
+    fj_kernel_desc k;
+    char name[128];
+    expected_kernel(&d, &k, name, sizeof name);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
+    assert_int_equal(k.varlen, 1);
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    const char *desc = fj_plan_describe(plan);
+    assert_contains(desc, name);
+    assert_contains(desc, "kernel: flash_fwd.d128.f16.causal.varlen.");
+    assert_contains(desc, "flash_tma and flash_wgmma read dense [batch, seq, head] tensors only, "
+                          "not packed variable-length sequences");
+    assert_contains(desc, "sequences: variable-length batch (cu_seqlens_q, cu_seqlens_k)");
+    buffers b;
+    alloc_buffers(ctx, &d, &b);
+    static const int32_t cu_q[4] = {0, 100, 101, 180}, cu_k[4] = {0, 300, 301, 400};
+    static const int32_t bad_q[4] = {0, 100, 99, 180};
+    int32_t *dq = device_ints(ctx, cu_q, 4), *dk = device_ints(ctx, cu_k, 4);
+    int32_t *dbad = device_ints(ctx, bad_q, 4);
+    fj_execute_extras x;
+    fj_execute_extras_init(&x);
+    x.cu_seqlens_q = dq;
+    x.cu_seqlens_k = dk;
+    x.total_q = 300;
+    x.total_k = 900;
+    int launches = fake_get_counts().launches, syncs = fake_get_counts().ctx_syncs;
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL), FJ_OK);
+    assert_int_equal(fake_get_counts().launches, launches + 1);
+    assert_int_equal(fake_get_counts().ctx_syncs, syncs); /* no check: no sync */
+    fake_launch l = fake_last_launch();
+    assert_int_equal(l.grid[0], (100 + k.block_m - 1) / k.block_m); /* the longest's tiles */
+    assert_int_equal(l.grid[1], 8);
+    assert_int_equal(l.grid[2], 3);
+    assert_ptr_equal(l.params.cu_seqlens_q, dq);
+    assert_ptr_equal(l.params.cu_seqlens_k, dk);
+    assert_null(l.params.seqused_k);
+    assert_null(l.params.block_table);
+    assert_int_equal(l.params.total_q, 300);
+    assert_int_equal(l.params.total_k, 900);
+    assert_int_equal(l.params.seqlen_q, 100);
+    assert_int_equal(l.params.seqlen_k, 300);
+    assert_int_equal(l.params.diag_per_seq, 1);
+    /* bad offsets without the check: launched as given (the kernel clamps) */
+    x.cu_seqlens_q = dbad;
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL), FJ_OK);
+    assert_int_equal(fake_get_counts().launches, launches + 2);
+    fj_plan_destroy(plan);
+
+    /* FLASHJIT_CHECK=1 (read at plan creation): checked before launch */
+    setenv("FLASHJIT_CHECK", "1", 1);
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    assert_contains(fj_plan_describe(plan), "FLASHJIT_CHECK=1: each execute copies them back");
+    launches = fake_get_counts().launches;
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "FLASHJIT_CHECK");
+    assert_contains(fj_last_error(), "cu_seqlens_q[2] (99) is below cu_seqlens_q[1] (100)");
+    assert_int_equal(fake_get_counts().launches, launches);
+    x.cu_seqlens_q = dq;
+    x.total_q = 150; /* past cu_seqlens_q[batch] = 180 */
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "cu_seqlens_q[batch = 3] (180) is past total_q (150)");
+    x.total_q = 300;
+    syncs = fake_get_counts().ctx_syncs;
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL), FJ_OK);
+    assert_int_equal(fake_get_counts().launches, launches + 1);
+    assert_int_equal(fake_get_counts().ctx_syncs, syncs + 1);
+    fj_plan_destroy(plan);
+
+    /* paged decode: 16-key pages, split-KV as the dense plan would, the
+       dense combine kernel; a page past the pool named under the check */
+    fj_attention_desc_init(&d, 2, 32, 8, 1, 8192, 128, FJ_BF16);
+    d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    d.features = FJ_FEATURE_PAGED_KV;
+    d.page_size = 16;
+    d.num_pages = 1024;
+    d.max_pages = 512;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    desc = fj_plan_describe(plan);
+    assert_contains(desc, ".paged16.");
+    assert_contains(desc, ".split.sm_90");
+    assert_contains(desc, "then combine.d128.bf16.nomask.m");
+    assert_contains(desc, "sequences: paged KV cache");
+    int32_t *table = calloc(2 * 512, sizeof *table);
+    assert_non_null(table);
+    for (int i = 0; i < 2 * 512; i++) table[i] = (i * 37) % 1024;
+    table[512 + 3] = 1024; /* sequence 1's fourth page: outside the pool */
+    static const int32_t used[2] = {8192, 100};
+    int32_t *dt = device_ints(ctx, table, 2 * 512), *du = device_ints(ctx, used, 2);
+    fj_execute_extras_init(&x);
+    x.block_table = dt;
+    x.seqused_k = du;
+    buffers pb;
+    fj_attention_desc pool = d;
+    pool.batch = 1024 * 16 / 8192; /* the pools' bytes: num_pages x page_size keys */
+    alloc_buffers(ctx, &pool, &pb);
+    launches = fake_get_counts().launches;
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, pb.k, pb.v, b.o, b.lse, &x, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "block_table[1][3] (1024, entry 515) is outside the pools");
+    assert_int_equal(fake_get_counts().launches, launches);
+    table[512 + 3] = 5;
+    assert_int_equal(fj_copy_to_device(ctx, dt, table, 2 * 512 * sizeof *table), FJ_OK);
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, pb.k, pb.v, b.o, b.lse, &x, NULL), FJ_OK);
+    assert_int_equal(fake_get_counts().launches, launches + 2); /* split kernel, combine */
+    l = fake_last_launch(); /* the combine kernel: the parameters are shared */
+    assert_ptr_equal(l.params.block_table, dt);
+    assert_ptr_equal(l.params.seqused_k, du);
+    assert_int_equal(l.params.bt_stride, 512);
+    assert_int_equal(l.params.num_pages, 1024);
+    assert_true(l.params.num_splits > 1);
+    fj_plan_destroy(plan);
+    unsetenv("FLASHJIT_CHECK");
+
+    free(table);
+    fj_free(ctx, dq);
+    fj_free(ctx, dk);
+    fj_free(ctx, dbad);
+    fj_free(ctx, dt);
+    fj_free(ctx, du);
+    free_buffers(ctx, &b);
+    free_buffers(ctx, &pb);
+    fj_context_destroy(ctx);
+}
+
 static void test_plan_launch_records(void **state)
 {
     (void)state;
@@ -1307,6 +1457,7 @@ int main(int argc, char **argv)
 #define FAKE(t) cmocka_unit_test_setup_teardown(t, fake_setup, fake_teardown)
     const struct CMUnitTest tests[] = {
         FAKE(test_healthy_fake_describe),
+        FAKE(test_varlen_paged_launch),
         FAKE(test_no_driver_auto_falls_back),
         FAKE(test_no_driver_explicit),
         FAKE(test_env_backend_cuda),
