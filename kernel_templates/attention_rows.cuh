@@ -75,6 +75,48 @@ __device__ __forceinline__ Seq seq_of(const fj_fwd_params &p, int b)
 #endif
     return s;
 }
+
+/* The block's sequence in static shared memory, for the key loop: there an
+   ld.shared at a constant address costs one register, where a reload from
+   the length arrays costs an address pair, the clamps and their
+   temporaries at the loop's peak of live registers (ptxas spilled 8 bytes
+   on some tiles). Every thread stores the same values (seq_publish, before
+   the loop) and reads back its own stores, so no barrier is needed;
+   volatile, so each use is a load (not a register held across the loop). */
+__shared__ int fj_seq_smem[6]; /* q0, k0, sq, sk; the unmasked tiles u0, u1 */
+__device__ __forceinline__ void seq_publish(const Seq &s)
+{
+    volatile int *m = fj_seq_smem;
+    m[0] = s.q0;
+    m[1] = s.k0;
+    m[2] = s.sq;
+    m[3] = s.sk;
+}
+/* A loop bound kept in fj_seq_smem[i] (the unmasked key tiles): each
+   comparison loads it. Computed from the length arrays, u0 and u1 cannot be
+   rematerialized from the parameters as a dense kernel's are, and ptxas
+   spilled one across the first key loop (d40 decode split, sm_80). */
+struct SharedBound {
+    int i;
+    __device__ __forceinline__ operator int() const { return ((const volatile int *)fj_seq_smem)[i]; }
+};
+__device__ __forceinline__ SharedBound publish_bound(int i, int v)
+{
+    ((volatile int *)fj_seq_smem)[i] = v;
+    SharedBound b;
+    b.i = i;
+    return b;
+}
+__device__ __forceinline__ Seq seq_shared()
+{
+    const volatile int *m = fj_seq_smem;
+    Seq s;
+    s.q0 = m[0];
+    s.k0 = m[1];
+    s.sq = m[2];
+    s.sk = m[3];
+    return s;
+}
 #endif
 
 /* What a query row's band of keys depends on: the key aligned with row 0
@@ -291,8 +333,8 @@ struct Flag {
  * tiles below u0 (a left window edge). Three loops rather than one with a
  * branch: the unmasked one carries no masking state, which leaves registers
  * to the accumulators. */
-template <int STAGES, class Tile>
-__device__ __forceinline__ void for_each_key_tile(const KeyTiles &t, int u0, int u1, Tile &&tile)
+template <int STAGES, class U, class Tile>
+__device__ __forceinline__ void for_each_key_tile(const KeyTiles &t, U u0, U u1, Tile &&tile)
 {
     int stage = 0, n = t.n_end - 1;
     for (; n >= u1; --n) {

@@ -445,10 +445,8 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
     const long long row0 =
         (long long)block_m0() + (int)warp_q((unsigned)tid) * WARP_ROWS + ((tid & 31) >> 2);
 #if FJ_SEQS
-    /* the sequence's band, reloaded (see load_kv) */
-    int z = blockIdx.z;
-    asm volatile("" : "+r"(z));
-    mask_scores(p, fja::band_of(p, fja::seq_of(p, block_batch(p, z))), row0, col0, s);
+    /* the sequence's band, from the block's published sequence */
+    mask_scores(p, fja::band_of(p, fja::seq_shared()), row0, col0, s);
 #else
     mask_scores(p, row0, col0, s);
 #endif
@@ -528,7 +526,7 @@ __device__ __forceinline__ void load_kv_paged(const fj_fwd_params &p, int b, int
                                               unsigned long long policy)
 {
     static_assert(FJ_PAGE_SIZE % 16 == 0, "FJ_PAGE_SIZE must be a multiple of 16");
-    const int sk = fja::seq_of(p, b).sk;
+    const int sk = fja::seq_shared().sk; /* the block's sequence (seq_publish) */
     const int *bt = p.block_table + (long long)b * p.bt_stride;
     const unsigned last_page = (unsigned)p.num_pages - 1u;
     constexpr int CHUNKS = BN * DCH;
@@ -785,6 +783,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
        sequence's rows has nothing to do (no partials either: the combine
        kernel reads only the sequence's rows) */
     if (q_rows <= 0) return;
+    fja::seq_publish(wh.seq);
     const KeyTiles kt = key_tiles(p, fja::band_of(p, wh.seq), m0, q_rows, split);
 #else
     const KeyTiles kt = key_tiles(p, m0, q_rows, split);
@@ -849,9 +848,17 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     {
         int u0, u1;
         clamp_unmasked(kt, u0, u1);
+#if FJ_SEQS
+        /* the bounds from shared memory (attention_rows.cuh, SharedBound) */
+        for_each_key_tile<STAGES>(kt, fja::publish_bound(4, u0), fja::publish_bound(5, u1),
+                                  [&](auto masked, int n, int stage) {
+                                      tile_iteration<decltype(masked)::value>(p, c, st, n, stage);
+                                  });
+#else
         for_each_key_tile<STAGES>(kt, u0, u1, [&](auto masked, int n, int stage) {
             tile_iteration<decltype(masked)::value>(p, c, st, n, stage);
         });
+#endif
     }
     fj_cp_async_wait<0>(); /* only empty groups can remain; drained for hygiene */
 #if FJ_SPLIT_KV

@@ -51,8 +51,10 @@ __device__ __forceinline__ KvTileSrc kv_tile_src(const fj_fwd_params &p, int b, 
     KvTileSrc t;
 #if FJ_SEQS
     /* varlen: the sequence's keys start at its token k0 (a paged cache's
-       rows come through the block table: flash_fwd.cu's load_kv_paged) */
-    const Seq s = seq_of(p, b);
+       rows come through the block table: flash_fwd.cu's load_kv_paged);
+       the block's sequence as the kernel published it (seq_publish) */
+    (void)b;
+    const Seq s = seq_shared();
     t.k = (const fj_elem *)p.k + ((s.k0 + n_row) * p.k_stride[1] + hk * p.k_stride[2]);
     t.v = (const fj_elem *)p.v + ((s.k0 + n_row) * p.v_stride[1] + hk * p.v_stride[2]);
     t.rows = s.sk - n * FJ_BLOCK_N;

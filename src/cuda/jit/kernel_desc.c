@@ -392,7 +392,11 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
     else r->rules(&t, why, sizeof why);
     if (!why[0]) {
         size_t limit = smem_limit ? smem_limit : fj_arch_smem_optin_max(k->arch);
-        size_t need = r->smem_bytes(&t);
+        /* varlen and paged kernels keep their sequence in static shared
+           memory besides the dynamic layout (attention_rows.cuh,
+           fj_seq_smem), which the block's limit also covers */
+        size_t need = r->smem_bytes(&t) +
+                      (r->attention && (k->varlen || k->page_size) ? FJ_CUDA_SEQS_STATIC_SMEM : 0);
         if (need > limit)
             snprintf(why, sizeof why,
                      "needs %zu bytes of shared memory (%s), more than the %zu bytes %s", need,

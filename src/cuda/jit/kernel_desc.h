@@ -55,6 +55,10 @@ typedef struct fj_kernel_desc {
  * come 16 at a time from one page (and the page index of a key is then a
  * shift or a multiply by a constant). */
 #define FJ_CUDA_PAGE_MULTIPLE 16
+/* Static shared memory of a varlen or paged attention kernel (its
+ * sequence and loop bounds, attention_rows.cuh's fj_seq_smem, as ptxas
+ * rounds it up), counted against the block's shared-memory limit. */
+#define FJ_CUDA_SEQS_STATIC_SMEM 128
 /* The largest page size a kernel name spells (six digits). */
 #define FJ_CUDA_PAGE_MAX 65536
 
