@@ -63,7 +63,7 @@ __device__ __forceinline__ Seq seq_of(const fj_fwd_params &p, int b)
 #endif
 #if FJ_PAGE_SIZE
     s.k0 = 0;
-    s.sk = clamp_len(ld_len(p.seqused_k, b), p.seqlen_k);
+    s.sk = clamp_len(ld_len(p.seqused_k, b), p.table_keys);
 #else
     {
         int k0 = ld_len(p.cu_seqlens_k, b);

@@ -47,6 +47,9 @@ typedef struct fj_fwd_params {
     int num_pages;            /* paged: pages in each pool */
     int diag_per_seq;         /* 1: row i sees key i + sk - sq of its sequence (bottom-right
                                  and no mask); 0: key i + diag_offset (top-left, 0) */
+    int table_keys;           /* paged: min(seqlen_k, max_pages x page_size), the most keys
+                                 a sequence's row of the block table can name */
+    int reserved_seqs;        /* zero */
 } fj_fwd_params;
 
 /* flash_tma's second parameter block: the TMA descriptors (CUtensorMap, 128

@@ -168,6 +168,8 @@ static void fill_params(fj_fwd_params *prm, const fj_problem *p, int num_splits)
     if (p->paged) {
         prm->bt_stride = p->bt_stride;
         prm->num_pages = p->num_pages;
+        const int64_t table = (int64_t)p->max_pages * p->page_size;
+        prm->table_keys = table < p->seqlen_k ? (int)table : p->seqlen_k;
     }
 }
 

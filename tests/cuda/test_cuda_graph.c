@@ -73,9 +73,9 @@ static uint64_t seed;
         }                                    \
     } while (0)
 
-#define CU(call)                                                            \
-    do {                                                                    \
-        CUres r_ = (call);                                                  \
+#define CU(call)                                                          \
+    do {                                                                  \
+        CUres r_ = (call);                                                \
         if (r_ != 0) fail_msg("%s returned CUresult %d", #call, (int)r_); \
     } while (0)
 

@@ -450,6 +450,7 @@ static void test_varlen_paged_launch(void **state)
     assert_ptr_equal(l.params.seqused_k, du);
     assert_int_equal(l.params.bt_stride, 512);
     assert_int_equal(l.params.num_pages, 1024);
+    assert_int_equal(l.params.table_keys, 8192); /* min(seqlen_k, 512 pages of 16 keys) */
     assert_true(l.params.num_splits > 1);
     fj_plan_destroy(plan);
     unsetenv("FLASHJIT_CHECK");
