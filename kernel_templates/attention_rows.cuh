@@ -83,7 +83,7 @@ __device__ __forceinline__ Seq seq_of(const fj_fwd_params &p, int b)
    on some tiles). Every thread stores the same values (seq_publish, before
    the loop) and reads back its own stores, so no barrier is needed;
    volatile, so each use is a load (not a register held across the loop). */
-__shared__ int fj_seq_smem[6]; /* q0, k0, sq, sk; the unmasked tiles u0, u1 */
+__shared__ int fj_seq_smem[8]; /* q0, k0, sq, sk; the unmasked tiles u0, u1; n_begin */
 __device__ __forceinline__ void seq_publish(const Seq &s)
 {
     volatile int *m = fj_seq_smem;

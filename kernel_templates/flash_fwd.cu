@@ -599,6 +599,22 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
     }
 }
 
+/* The lowest key tile of the block (Ctx::n_begin). Varlen and paged
+ * kernels keep it in shared memory (attention_rows.cuh, SharedBound): from
+ * the length arrays it cannot be rematerialized from the parameters, and
+ * ptxas spilled it across the loop (d128 varlen decode m16n128w4s1, sm_90). */
+__device__ __forceinline__ int n_begin_of(const Ctx &c)
+{
+#if FJ_SEQS
+    (void)c;
+    fja::SharedBound b;
+    b.i = 6;
+    return b;
+#else
+    return c.n_begin;
+#endif
+}
+
 /* One key tile n in buffer `stage`, with its place in the cp.async pipeline.
  * Tiles run from the highest down (the masked tiles at the causal diagonal or
  * the seqlen_k tail come first, as in FlashAttention-2); call the j-th tile
@@ -635,7 +651,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         fj_cp_async_wait<0>();
         __syncthreads(); /* V_n has landed; every warp is done with K_n */
-        if (n - 1 >= c.n_begin) load_kv<LOAD_K>(p, n - 1, 0);
+        if (n - 1 >= n_begin_of(c)) load_kv<LOAD_K>(p, n - 1, 0);
         fj_cp_async_commit();
         pv_tile(st, off, s);
         return;
@@ -649,7 +665,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         fj_cp_async_wait<STAGES - 2>();
         __syncthreads();
         const int nn = n - (STAGES - 1);
-        if (nn >= c.n_begin) load_kv(p, nn, stage == 0 ? STAGES - 1 : stage - 1);
+        if (nn >= n_begin_of(c)) load_kv(p, nn, stage == 0 ? STAGES - 1 : stage - 1);
         fj_cp_async_commit();
     }
 
@@ -785,6 +801,7 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     if (q_rows <= 0) return;
     fja::seq_publish(wh.seq);
     const KeyTiles kt = key_tiles(p, fja::band_of(p, wh.seq), m0, q_rows, split);
+    fja::publish_bound(6, kt.n_begin);
 #else
     const KeyTiles kt = key_tiles(p, m0, q_rows, split);
 #endif
