@@ -156,9 +156,12 @@ __host__ __device__ constexpr int s_regs(int ksub) { return MT * (ksub / 8) * 4;
    192 with the masked loop spilled 12 bytes. Kernels with a window keep 160
    in both: their third key loop leaves ptxas 8 bytes short on sm_80 at
    d120-d128 (compile-all, every kind). So do softcap kernels (FJ_SOFTCAP):
-   the cap's temporaries spill 8 bytes at 192 on sm_80 at d128. */
+   the cap's temporaries spill 8 bytes at 192 on sm_80 at d128. And varlen
+   and paged kernels (FJ_SEQS): their sequence's lengths and bounds, loaded
+   rather than rematerialized from the parameters, left m128n64w4s2 at d128
+   8 bytes short at 192 (split variants, sm_80 and sm_90). */
 #ifndef FJ_ACC_BUDGET_UNMASKED
-#define FJ_ACC_BUDGET_UNMASKED (FJ_HAS_WINDOW || FJ_SOFTCAP ? FJ_ACC_BUDGET : 192)
+#define FJ_ACC_BUDGET_UNMASKED (FJ_HAS_WINDOW || FJ_SOFTCAP || FJ_SEQS ? FJ_ACC_BUDGET : 192)
 #endif
 /* largest KSUB dividing BNW (a warp's keys of a tile), a multiple of 16 and
    >= min_ksub, with O + S + extra within the budget; 0 when none */
@@ -600,19 +603,22 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
 }
 
 /* The lowest key tile of the block (Ctx::n_begin). Varlen and paged
- * kernels keep it in shared memory (attention_rows.cuh, SharedBound): from
- * the length arrays it cannot be rematerialized from the parameters, and
- * ptxas spilled it across the loop (d128 varlen decode m16n128w4s1, sm_90). */
+ * kernels with the alternating pipeline keep it in shared memory
+ * (attention_rows.cuh, SharedBound): from the length arrays it cannot be
+ * rematerialized from the parameters, and ptxas spilled it across the loop
+ * (d128 varlen decode m16n128w4s1, sm_90). The other kernels keep it in a
+ * register: there the extra load spilled instead (m128n64w4s2 split at
+ * d128 on sm_80, 255 registers). */
 __device__ __forceinline__ int n_begin_of(const Ctx &c)
 {
 #if FJ_SEQS
-    (void)c;
-    fja::SharedBound b;
-    b.i = 6;
-    return b;
-#else
-    return c.n_begin;
+    if constexpr (ALTERNATE) {
+        fja::SharedBound b;
+        b.i = 6;
+        return b;
+    }
 #endif
+    return c.n_begin;
 }
 
 /* One key tile n in buffer `stage`, with its place in the cp.async pipeline.
