@@ -508,8 +508,11 @@ __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (
  * unsplit 64-batch row from 1.03-1.05x to 1.13x, and an evict_normal policy
  * in place of the plain copy cost up to 20 %: hence split kernels only, and
  * no policy at all where the data is shared. Up to D = 128: above it the
- * one-warp tiles spill already, and the second load path adds to that. */
-constexpr bool KV_L2_POLICY = BM == 16 && FJ_SPLIT_KV && D <= 128;
+ * one-warp tiles spill already, and the second load path adds to that.
+ * Not in varlen and paged kernels: their pages may be shared between
+ * sequences (a common prefix), and the second path spilled 8 bytes at d128
+ * m16n128w4s1 (split, sm_90, NVRTC 13.0). */
+constexpr bool KV_L2_POLICY = BM == 16 && FJ_SPLIT_KV && D <= 128 && !FJ_SEQS;
 
 enum { LOAD_K = 1, LOAD_V = 2, LOAD_KV = 3 };
 
