@@ -339,8 +339,12 @@ enum {
        ALiBi's offset, use its own lengths. There is no batch axis: the
        batch strides (q_stride[0] ...) must be 0 (all-zero strides are the
        packed [token, heads, head_dim]); the seq strides step one token.
-       lse is float32 [heads_q, total_q]. CPU backends only for now (CUDA:
-       FJ_ERR_UNSUPPORTED). docs/semantics.md, "Variable-length batches". */
+       lse is float32 [heads_q, total_q]. Every backend (since 1.1; CUDA
+       reads the arrays in device memory from its kernels, so a captured
+       CUDA graph replays for any lengths; on CUDA, for now, only with
+       FLASHJIT_CUDA_VARLEN=1 in the environment, since those kernels have
+       not yet run on a GPU, and not with ALiBi or sinks). docs/semantics.md,
+       "Variable-length batches" and "CUDA: varlen and paged kernels". */
     FJ_FEATURE_VARLEN = 1u << 2,
     /* Paged KV cache (vLLM's PagedAttention, flash_attn_with_kvcache's
        block_table): k and v are pools of pages (the desc's page_size,
@@ -356,9 +360,10 @@ enum {
        seqlen_k is the most keys a sequence may use. Each sequence is its
        own problem (as with FJ_FEATURE_VARLEN): causal and window alignment
        use its own query rows and key count, so new queries attend to the
-       cached keys and themselves under FJ_CAUSAL_BOTTOM_RIGHT. CPU backends
-       only for now (CUDA: FJ_ERR_UNSUPPORTED). docs/semantics.md, "Paged
-       KV cache". */
+       cached keys and themselves under FJ_CAUSAL_BOTTOM_RIGHT. Every
+       backend; on CUDA page_size must be a multiple of 16
+       (FJ_ERR_UNSUPPORTED naming page_size otherwise). docs/semantics.md,
+       "Paged KV cache" and "CUDA: varlen and paged kernels". */
     FJ_FEATURE_PAGED_KV = 1u << 3,
 };
 
@@ -520,7 +525,12 @@ FJ_API fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k,
  * uses the first seqused_k[b] (all of them when seqused_k is NULL); its
  * lse is lse[h * total_q + t] for its token t. Rules, each checked in full
  * on the CPU backends before anything is written (FJ_ERR_INVALID_ARGUMENT
- * naming the array, the index and the rule; nothing written): cu[0] = 0;
+ * naming the array, the index and the rule; nothing written), on CUDA only
+ * with FLASHJIT_CHECK=1 in the environment when the plan is made (a debug
+ * mode: each execute synchronizes its stream and copies the arrays back
+ * first; not inside a graph capture). Without it CUDA's kernels read the
+ * arrays as they are, clamping lengths and page indices so that nothing is
+ * read or written outside the buffers: cu[0] = 0;
  * cu[b] <= cu[b + 1]; a sequence's queries <= the desc's seqlen_q and the
  * keys it uses <= seqlen_k; cu_seqlens_q[batch] <= total_q and
  * cu_seqlens_k[batch] <= total_k (the buffers' sizes: q, o hold total_q
@@ -540,7 +550,8 @@ FJ_API fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k,
  * (FJ_ERR_INVALID_ARGUMENT naming the array, the index and the rule;
  * nothing written): 0 <= seqused_k[b] <= the desc's seqlen_k and <=
  * max_pages x page_size (the keys the table's row can name); every entry
- * read is in [0, num_pages). Pages may be in any order and shared between
+ * read is in [0, num_pages) (on CUDA: with FLASHJIT_CHECK=1, as above).
+ * Pages may be in any order and shared between
  * sequences (a common prefix). cu_seqlens_k must be NULL and total_k 0
  * (the keys are in the pages); with FJ_FEATURE_VARLEN too, cu_seqlens_q
  * and total_q place the queries as above. On the CPU backends a
@@ -549,7 +560,9 @@ FJ_API fj_status fj_plan_execute(const fj_plan *p, const void *q, const void *k,
  * other plans copy each sequence's keys out of the pages (a run of
  * consecutive pages at a time; none when they are one run already laid out
  * as a dense sequence) into a plan-owned buffer of seqlen_k keys, so the
- * executes of one such plan take turns on it (a lock). */
+ * executes of one such plan take turns on it (a lock). On CUDA every paged
+ * plan reads the keys through the block table in its kernel (one launch,
+ * plus the combine kernel's when it splits the keys). */
 typedef struct fj_execute_extras {
     const float *alibi_slopes; /* FJ_FEATURE_ALIBI: slope_h, [heads_q] */
     const float *sinks;        /* FJ_FEATURE_SINKS: sink_h (natural log units), [heads_q] */

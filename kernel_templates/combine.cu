@@ -21,7 +21,14 @@
  * the lse values, waited one memory latency per split: with 128 splits that
  * was most of a batch-1 decode call.) Host contract as for flash_fwd.cu (o
  * base and strides multiples of 8 elements; o_partial 16-byte aligned).
+ *
+ * FJ_VARLEN: the partials are dense (seqlen_q rows per sequence, the plan's
+ * maximum) but o and lse are packed: row i of sequence b is token
+ * cu_seqlens_q[b] + i, and a block whose row is past its sequence's exits.
  */
+#ifndef FJ_VARLEN
+#define FJ_VARLEN 0
+#endif
 
 /* FJ_SINKS: the row's attention sink joins the merged row here, once (the
  * split kernels leave it out): one more "split" of lse sink_h and no value
@@ -69,6 +76,13 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
     __shared__ float4 warp_o[FJ_WARPS][C4];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+#if FJ_VARLEN
+    /* the sequence's first token and rows, clamped as flash_fwd's seq_of */
+    int q0 = p.cu_seqlens_q[b], sq = p.cu_seqlens_q[b + 1];
+    q0 = q0 < 0 ? 0 : (q0 > p.total_q ? p.total_q : q0);
+    sq -= q0;
+    if (i >= sq || i >= p.total_q - q0) return;
+#endif
 
     const long long split_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
     const long long row = ((long long)b * p.heads_q + h) * p.seqlen_q + i;
@@ -173,8 +187,12 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
 #else
     const float inv = total == 0.f ? 0.f : fj_rcp(total); /* total >= 1 when any split saw keys */
 #endif
+#if FJ_VARLEN
+    fj_elem *dst = (fj_elem *)p.o + ((long long)(q0 + i) * p.o_stride[1] + h * p.o_stride[2]);
+#else
     fj_elem *dst = (fj_elem *)p.o + (b * p.o_stride[0] + (long long)i * p.o_stride[1] +
                                      h * p.o_stride[2]);
+#endif
     for (int c = tid; c < C4; c += THREADS) {
         float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
@@ -187,9 +205,15 @@ extern "C" __global__ void __launch_bounds__(fjc::THREADS) fj_combine(const fj_f
         }
         fj_st_global_v2(dst + 4 * c, fj_pack2(t.x * inv, t.y * inv), fj_pack2(t.z * inv, t.w * inv));
     }
-#if FJ_SINKS
-    if (p.lse && tid == 0) p.lse[row] = row_lse;
+#if FJ_VARLEN
+    const long long out_row = (long long)h * p.total_q + q0 + i;
 #else
-    if (p.lse && tid == 0) p.lse[row] = total == 0.f ? FJ_NEG_INF : (mx + fj_log2(total)) * FJ_LN2;
+    const long long out_row = row;
+#endif
+#if FJ_SINKS
+    if (p.lse && tid == 0) p.lse[out_row] = row_lse;
+#else
+    if (p.lse && tid == 0)
+        p.lse[out_row] = total == 0.f ? FJ_NEG_INF : (mx + fj_log2(total)) * FJ_LN2;
 #endif
 }

@@ -22,6 +22,12 @@
  *  - launch: grid (ceil(seqlen_q / FJ_BLOCK_M), heads_q, batch * num_splits),
  *    block 32 * FJ_WARPS, FJ_SMEM_BYTES of dynamic shared memory;
  *  - seqlen_q, seqlen_k, batch, heads >= 1, heads_q == group * heads_kv.
+ *  - FJ_VARLEN (packed sequences) and FJ_PAGE_SIZE (a paged KV cache):
+ *    seqlen_q and seqlen_k are the plan's maxima and size the grid; each
+ *    block reads its sequence's lengths (and a paged cache's block table)
+ *    from device memory (fwd_params.h), aligns causal and window bands with
+ *    them, and exits at once when its query tile is past its sequence; the
+ *    batch strides of a varlen q/k/v/o are unused (rows are tokens).
  *
  * Layout of the work: the FJ_WARPS warps split the block's query rows, each
  * warp owning FJ_BLOCK_M / FJ_WARPS consecutive rows (m tiles of 16 rows) and
@@ -150,9 +156,12 @@ __host__ __device__ constexpr int s_regs(int ksub) { return MT * (ksub / 8) * 4;
    192 with the masked loop spilled 12 bytes. Kernels with a window keep 160
    in both: their third key loop leaves ptxas 8 bytes short on sm_80 at
    d120-d128 (compile-all, every kind). So do softcap kernels (FJ_SOFTCAP):
-   the cap's temporaries spill 8 bytes at 192 on sm_80 at d128. */
+   the cap's temporaries spill 8 bytes at 192 on sm_80 at d128. And varlen
+   and paged kernels (FJ_SEQS): their sequence's lengths and bounds, loaded
+   rather than rematerialized from the parameters, left m128n64w4s2 at d128
+   8 bytes short at 192 (split variants, sm_80 and sm_90). */
 #ifndef FJ_ACC_BUDGET_UNMASKED
-#define FJ_ACC_BUDGET_UNMASKED (FJ_HAS_WINDOW || FJ_SOFTCAP ? FJ_ACC_BUDGET : 192)
+#define FJ_ACC_BUDGET_UNMASKED (FJ_HAS_WINDOW || FJ_SOFTCAP || FJ_SEQS ? FJ_ACC_BUDGET : 192)
 #endif
 /* largest KSUB dividing BNW (a warp's keys of a tile), a multiple of 16 and
    >= min_ksub, with O + S + extra within the budget; 0 when none */
@@ -438,7 +447,12 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
     const int col0 = n0 + 2 * (tid & 3); /* key of element (nt 0, e 0) */
     const long long row0 =
         (long long)block_m0() + (int)warp_q((unsigned)tid) * WARP_ROWS + ((tid & 31) >> 2);
+#if FJ_SEQS
+    /* the sequence's band, from the block's published sequence */
+    mask_scores(p, fja::band_of(p, fja::seq_shared()), row0, col0, s);
+#else
     mask_scores(p, row0, col0, s);
+#endif
 }
 
 /* ALiBi's bias on the KSUB keys from n0, scaling S (mask.cuh). */
@@ -505,12 +519,65 @@ __device__ __forceinline__ void pv_tile(State &st, unsigned v_off, const float (
  * unsplit 64-batch row from 1.03-1.05x to 1.13x, and an evict_normal policy
  * in place of the plain copy cost up to 20 %: hence split kernels only, and
  * no policy at all where the data is shared. Up to D = 128: above it the
- * one-warp tiles spill already, and the second load path adds to that. */
-constexpr bool KV_L2_POLICY = BM == 16 && FJ_SPLIT_KV && D <= 128;
+ * one-warp tiles spill already, and the second load path adds to that.
+ * Not in varlen and paged kernels: their pages may be shared between
+ * sequences (a common prefix), and the second path spilled 8 bytes at d128
+ * m16n128w4s1 (split, sm_90, NVRTC 13.0). */
+constexpr bool KV_L2_POLICY = BM == 16 && FJ_SPLIT_KV && D <= 128 && !FJ_SEQS;
+
+enum { LOAD_K = 1, LOAD_V = 2, LOAD_KV = 3 };
+
+#if FJ_PAGE_SIZE
+/* Key tile n of sequence b from a paged cache: row r of the tile is key j =
+ * n BN + r, row j % FJ_PAGE_SIZE of page block_table[b][j / FJ_PAGE_SIZE]
+ * of the pools (k_stride and v_stride step a page, a row, a head). Rows past
+ * the sequence's keys are zero-filled and read no table entry (unused tail
+ * entries may hold anything); a page index outside the pool is clamped into
+ * it (FLASHJIT_CHECK=1 refuses it before launch), so no table makes the
+ * copies read outside the pools. Each chunk's position is computed from
+ * scratch, as load_tile's second form; the table entry of its row is a
+ * cached load (FJ_PAGE_SIZE >= 16, so 16 rows and more share it). */
+template <int WHICH, bool POLICY>
+__device__ __forceinline__ void load_kv_paged(const fj_fwd_params &p, int b, int hk, int n,
+                                              unsigned k_tile, unsigned v_tile, int tid,
+                                              unsigned long long policy)
+{
+    static_assert(FJ_PAGE_SIZE % 16 == 0, "FJ_PAGE_SIZE must be a multiple of 16");
+    const int sk = fja::seq_shared().sk; /* the block's sequence (seq_publish) */
+    const int *bt = p.block_table + (long long)b * p.bt_stride;
+    const unsigned last_page = (unsigned)p.num_pages - 1u;
+    constexpr int CHUNKS = BN * DCH;
+    constexpr int ITERS = (CHUNKS + THREADS - 1) / THREADS;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+        const int idx = it * THREADS + tid;
+        if (CHUNKS % THREADS == 0 || idx < CHUNKS) {
+            const int r = idx / DCH, c = idx % DCH;
+            const int j = n * BN + r;
+            const bool ok = j < sk;
+            long long k_off = 0, v_off = 0;
+            if (ok) {
+                unsigned page = (unsigned)fja::ld_len(bt, j / FJ_PAGE_SIZE);
+                page = page < last_page ? page : last_page;
+                const int row = j % FJ_PAGE_SIZE;
+                k_off = page * p.k_stride[0] + row * p.k_stride[1] + hk * p.k_stride[2] + c * 8;
+                v_off = page * p.v_stride[0] + row * p.v_stride[1] + hk * p.v_stride[2] + c * 8;
+            }
+            const unsigned dst = KV_SWIZZLE ? swizzled_addr(0u, r, c)
+                                            : (unsigned)(r * ROW_BYTES + c * 16);
+            if (WHICH & LOAD_K)
+                copy_chunk<POLICY>(k_tile + dst, (const fj_elem *)p.k + k_off, ok ? 16u : 0u,
+                                   policy);
+            if (WHICH & LOAD_V)
+                copy_chunk<POLICY>(v_tile + dst, (const fj_elem *)p.v + v_off, ok ? 16u : 0u,
+                                   policy);
+        }
+    }
+}
+#endif
 
 /* Issues the copies of key tile n into pipeline buffer `buf`: K when
  * WHICH & 1, V when WHICH & 2. */
-enum { LOAD_K = 1, LOAD_V = 2, LOAD_KV = 3 };
 template <int WHICH = LOAD_KV>
 __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
 {
@@ -522,6 +589,16 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
     int tid = threadIdx.x, y = blockIdx.y, z = blockIdx.z;
     asm volatile("" : "+r"(tid), "+r"(y), "+r"(z));
     const int b = block_batch(p, z), hk = y / p.group;
+#if FJ_PAGE_SIZE
+    {
+        const unsigned k_tile = smem_base() + (unsigned)(SMEM_K + buf * TILE_BYTES);
+        const unsigned v_tile = smem_base() + (unsigned)(SMEM_V + buf * TILE_BYTES);
+        if (KV_L2_POLICY && p.kv_read_once)
+            load_kv_paged<WHICH, true>(p, b, hk, n, k_tile, v_tile, tid, fj_l2_evict_first());
+        else load_kv_paged<WHICH, false>(p, b, hk, n, k_tile, v_tile, tid, 0ull);
+        return;
+    }
+#endif
     const KvTileSrc src = kv_tile_src(p, b, hk, n);
     const fj_elem *k_rows = src.k, *v_rows = src.v;
     const int rows = src.rows;
@@ -537,6 +614,25 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
         if (WHICH & LOAD_K) load_tile<BN, KV_SWIZZLE>(k_tile, k_rows, p.k_stride[1], rows, tid);
         if (WHICH & LOAD_V) load_tile<BN, KV_SWIZZLE>(v_tile, v_rows, p.v_stride[1], rows, tid);
     }
+}
+
+/* The lowest key tile of the block (Ctx::n_begin). Varlen and paged
+ * kernels with the alternating pipeline keep it in shared memory
+ * (attention_rows.cuh, SharedBound): from the length arrays it cannot be
+ * rematerialized from the parameters, and ptxas spilled it across the loop
+ * (d128 varlen decode m16n128w4s1, sm_90). The other kernels keep it in a
+ * register: there the extra load spilled instead (m128n64w4s2 split at
+ * d128 on sm_80, 255 registers). */
+__device__ __forceinline__ int n_begin_of(const Ctx &c)
+{
+#if FJ_SEQS
+    if constexpr (ALTERNATE) {
+        fja::SharedBound b;
+        b.i = 6;
+        return b;
+    }
+#endif
+    return c.n_begin;
 }
 
 /* One key tile n in buffer `stage`, with its place in the cp.async pipeline.
@@ -576,7 +672,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         online_softmax<MASKED>(s, st.m, st.l, st.o, c.scale);
         fj_cp_async_wait<0>();
         __syncthreads(); /* V_n has landed; every warp is done with K_n */
-        if (n - 1 >= c.n_begin) load_kv<LOAD_K>(p, n - 1, 0);
+        if (n - 1 >= n_begin_of(c)) load_kv<LOAD_K>(p, n - 1, 0);
         fj_cp_async_commit();
         pv_tile(st, off, s);
         return;
@@ -590,7 +686,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         fj_cp_async_wait<STAGES - 2>();
         __syncthreads();
         const int nn = n - (STAGES - 1);
-        if (nn >= c.n_begin) load_kv(p, nn, stage == 0 ? STAGES - 1 : stage - 1);
+        if (nn >= n_begin_of(c)) load_kv(p, nn, stage == 0 ? STAGES - 1 : stage - 1);
         fj_cp_async_commit();
     }
 
@@ -720,7 +816,17 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     const int b = wh.b, h = wh.h, split = wh.split, m0 = wh.m0, q_rows = wh.q_rows;
 
     /* Key tiles [n_begin, n_end); [u0, u1) skip masking (attention_rows.cuh). */
+#if FJ_SEQS
+    /* the grid covers the plan's longest sequence: a block past its own
+       sequence's rows has nothing to do (no partials either: the combine
+       kernel reads only the sequence's rows) */
+    if (q_rows <= 0) return;
+    fja::seq_publish(wh.seq);
+    const KeyTiles kt = key_tiles(p, fja::band_of(p, wh.seq), m0, q_rows, split);
+    fja::publish_bound(6, kt.n_begin);
+#else
     const KeyTiles kt = key_tiles(p, m0, q_rows, split);
+#endif
     const int n_begin = kt.n_begin, n_end = kt.n_end;
     if (n_begin >= n_end) {
         store_empty(p, b, h, split, m0, tid);
@@ -782,9 +888,17 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     {
         int u0, u1;
         clamp_unmasked(kt, u0, u1);
+#if FJ_SEQS
+        /* the bounds from shared memory (attention_rows.cuh, SharedBound) */
+        for_each_key_tile<STAGES>(kt, fja::publish_bound(4, u0), fja::publish_bound(5, u1),
+                                  [&](auto masked, int n, int stage) {
+                                      tile_iteration<decltype(masked)::value>(p, c, st, n, stage);
+                                  });
+#else
         for_each_key_tile<STAGES>(kt, u0, u1, [&](auto masked, int n, int stage) {
             tile_iteration<decltype(masked)::value>(p, c, st, n, stage);
         });
+#endif
     }
     fj_cp_async_wait<0>(); /* only empty groups can remain; drained for hygiene */
 #if FJ_SPLIT_KV

@@ -43,7 +43,27 @@ typedef struct fj_fwd_params {
        the combine kernel after a split). */
     const float *sinks;
     int pack_group;  /* the user's query heads per launch-view head (1: not packed) */
-    int reserved_mods; /* zero: keeps the size a multiple of 8 without padding */
+    /* Variable-length and paged kernels only (FJ_VARLEN, FJ_PAGE_SIZE; zero
+       in every other kernel's launch, which never reads them). The arrays are
+       the execute's, in device memory, read by the kernel itself: the host
+       does no work that depends on the lengths, so a captured CUDA graph
+       replays for any lengths written there. Each sequence's lengths are
+       clamped to the plan's maxima and the buffers' token counts, and each
+       page index to the pool, so no values make the kernel read or write
+       outside the buffers (FLASHJIT_CHECK=1 refuses such values instead). */
+    int total_q;              /* varlen: tokens of q and o; lse is [heads_q, total_q] */
+    const int *cu_seqlens_q;  /* varlen: [batch + 1] */
+    const int *cu_seqlens_k;  /* varlen, not paged: [batch + 1] */
+    const int *seqused_k;     /* NULL or [batch] (paged: required, each sequence's keys) */
+    const int *block_table;   /* paged: [batch, bt_stride], k and v are page pools */
+    int total_k;              /* varlen, not paged: tokens of k and v */
+    int bt_stride;            /* paged: the block table's row stride */
+    int num_pages;            /* paged: pages in each pool */
+    int diag_per_seq;         /* 1: row i sees key i + sk - sq of its sequence (bottom-right
+                                 and no mask); 0: key i + diag_offset (top-left, 0) */
+    int table_keys;           /* paged: min(seqlen_k, max_pages x page_size), the most keys
+                                 a sequence's row of the block table can name */
+    int reserved_seqs;        /* zero */
 } fj_fwd_params;
 
 /* flash_tma's second parameter block: the TMA descriptors (CUtensorMap, 128

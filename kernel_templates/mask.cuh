@@ -15,11 +15,11 @@ namespace fja {
  * relative to col0, then clamped to +-2^24 (far beyond the few hundred keys
  * and rows a tile spans, which is all that can change a comparison) and
  * shifted per row in 32 bits. */
-template <int MT, int NT>
-__device__ __forceinline__ void mask_scores(const fj_fwd_params &p, long long row0, int col0,
-                                            float (&s)[MT][NT][4])
+template <int MT, int NT, class B>
+__device__ __forceinline__ void mask_scores(const fj_fwd_params &p, const B &bd, long long row0,
+                                            int col0, float (&s)[MT][NT][4])
 {
-    const long long d = row0 + p.diag_offset - col0; /* diagonal key of row0, relative */
+    const long long d = row0 + band_diag(bd) - col0; /* diagonal key of row0, relative */
     constexpr long long BIG = 1ll << 24;
     long long lo = -BIG, hi = BIG; /* visible: lo <= j < hi, j relative to col0 */
 #if FJ_CAUSAL
@@ -30,9 +30,10 @@ __device__ __forceinline__ void mask_scores(const fj_fwd_params &p, long long ro
     if (p.window_left >= 0) lo = d - p.window_left;
 #endif
     (void)d;
+    (void)p;
     lo = lo < -BIG ? -BIG : (lo > BIG ? BIG : lo);
     hi = hi < -BIG ? -BIG : (hi > BIG ? BIG : hi);
-    const int lo0 = (int)lo, hi0 = (int)hi, end = p.seqlen_k - col0;
+    const int lo0 = (int)lo, hi0 = (int)hi, end = band_keys(bd) - col0;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -51,6 +52,14 @@ __device__ __forceinline__ void mask_scores(const fj_fwd_params &p, long long ro
                     if ((unsigned)(j - lo_r) >= width) s[mt][nt][2 * hh + e] = FJ_NEG_INF;
                 }
         }
+}
+
+/* The problem's band (the dense kernels). */
+template <int MT, int NT>
+__device__ __forceinline__ void mask_scores(const fj_fwd_params &p, long long row0, int col0,
+                                            float (&s)[MT][NT][4])
+{
+    mask_scores(p, p, row0, col0, s);
 }
 
 /* ALiBi (FJ_ALIBI kernels; docs/semantics.md): each score of row i, key j

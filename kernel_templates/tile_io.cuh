@@ -14,8 +14,28 @@ namespace fja {
 /* Row 0 of the block's Q tile (row m0 of head h of batch b). */
 __device__ __forceinline__ const fj_elem *q_tile_src(const fj_fwd_params &p, const Where &wh)
 {
+#if FJ_VARLEN
+    /* packed: the sequence's rows start at its token q0 */
+    return (const fj_elem *)p.q +
+           ((long long)(wh.seq.q0 + wh.m0) * p.q_stride[1] + wh.h * p.q_stride[2]);
+#else
     return (const fj_elem *)p.q +
            (wh.b * p.q_stride[0] + (long long)wh.m0 * p.q_stride[1] + wh.h * p.q_stride[2]);
+#endif
+}
+
+/* Element offset of row i of head h of the output, in the block's sequence
+   (b: its batch index; q0: its first token with FJ_VARLEN). */
+__device__ __forceinline__ long long o_row_offset(const fj_fwd_params &p, int b, int q0, int h,
+                                                  long long i)
+{
+#if FJ_VARLEN
+    (void)b;
+    return (q0 + i) * p.o_stride[1] + h * p.o_stride[2];
+#else
+    (void)q0;
+    return b * p.o_stride[0] + i * p.o_stride[1] + h * p.o_stride[2];
+#endif
 }
 
 /* Key tile n (FJ_BLOCK_N keys) of kv head hk of batch b: its first K and V
@@ -29,6 +49,17 @@ __device__ __forceinline__ KvTileSrc kv_tile_src(const fj_fwd_params &p, int b, 
 {
     const long long n_row = (long long)n * FJ_BLOCK_N;
     KvTileSrc t;
+#if FJ_SEQS
+    /* varlen: the sequence's keys start at its token k0 (a paged cache's
+       rows come through the block table: flash_fwd.cu's load_kv_paged);
+       the block's sequence as the kernel published it (seq_publish) */
+    (void)b;
+    const Seq s = seq_shared();
+    t.k = (const fj_elem *)p.k + ((s.k0 + n_row) * p.k_stride[1] + hk * p.k_stride[2]);
+    t.v = (const fj_elem *)p.v + ((s.k0 + n_row) * p.v_stride[1] + hk * p.v_stride[2]);
+    t.rows = s.sk - n * FJ_BLOCK_N;
+    return t;
+#endif
     t.k = (const fj_elem *)p.k + (b * p.k_stride[0] + hk * p.k_stride[2] + n_row * p.k_stride[1]);
     t.v = (const fj_elem *)p.v + (b * p.v_stride[0] + hk * p.v_stride[2] + n_row * p.v_stride[1]);
     t.rows = p.seqlen_k - n * FJ_BLOCK_N;
@@ -43,7 +74,12 @@ __device__ __forceinline__ void store_empty(const fj_fwd_params &p, int b, int h
 {
     constexpr int BM = FJ_BLOCK_M, D = FJ_HEAD_DIM, DCH = FJ_HEAD_DIM / 8;
     constexpr int THREADS = 32 * FJ_WARPS;
+#if FJ_SEQS
+    const Seq seq = seq_of(p, b);
+    const int rows = seq.sq - m0 < BM ? seq.sq - m0 : BM;
+#else
     const int rows = p.seqlen_q - m0 < BM ? p.seqlen_q - m0 : BM;
+#endif
     for (int idx = tid; idx < rows * DCH; idx += THREADS) {
         const int r = idx / DCH, ch = idx % DCH;
         const long long i = m0 + r;
@@ -55,8 +91,12 @@ __device__ __forceinline__ void store_empty(const fj_fwd_params &p, int b, int h
 #else
         (void)split;
         (void)D;
+#if FJ_VARLEN
+        fj_elem *dst = (fj_elem *)p.o + (o_row_offset(p, b, seq.q0, h, i) + ch * 8);
+#else
         fj_elem *dst = (fj_elem *)p.o + (b * p.o_stride[0] + i * p.o_stride[1] +
                                          h * p.o_stride[2] + ch * 8);
+#endif
         fj_st_global_v4(dst, z);
 #endif
     }
@@ -65,6 +105,8 @@ __device__ __forceinline__ void store_empty(const fj_fwd_params &p, int b, int h
         p.lse_partial[lse_index(p, split * p.batch + b, h, m0 + r)] = FJ_NEG_INF;
 #elif FJ_SINKS
         if (p.lse) p.lse[lse_index(p, b, h, m0 + r)] = row_sink(p, h, m0 + r); /* O = 0, lse = sink */
+#elif FJ_VARLEN
+        if (p.lse) p.lse[lse_out_index(p, seq.q0, h, m0 + r)] = FJ_NEG_INF;
 #else
         if (p.lse) p.lse[lse_index(p, b, h, m0 + r)] = FJ_NEG_INF;
 #endif
@@ -99,11 +141,16 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const Where
     /* the keys the key loop went through: all of the row's band, or with
        split-KV this split's share (recomputed: nothing from the prologue
        stays live across the loop) */
+#if FJ_SEQS
+    const Band bd = band_of(p, wh.seq);
+#else
+    const fj_fwd_params &bd = p; /* the problem's band (attention_rows.cuh) */
+#endif
 #if FJ_SPLIT_KV
-    const KeyTiles kt = key_tiles(p, m0, q_rows, wh.split);
+    const KeyTiles kt = key_tiles(p, bd, m0, q_rows, wh.split);
     const int key_lo = kt.n_begin * FJ_BLOCK_N, key_hi = kt.n_end * FJ_BLOCK_N;
 #else
-    const int key_lo = 0, key_hi = p.seqlen_k;
+    const int key_lo = 0, key_hi = band_keys(bd);
 #endif
     bool seen[MT][2];
 #pragma unroll
@@ -111,7 +158,7 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const Where
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const int r = row_warp * (MT * 16) + mt * 16 + hh * 8 + g;
-            seen[mt][hh] = r < q_rows && row_sees_keys(p, (long long)m0 + r, key_lo, key_hi);
+            seen[mt][hh] = r < q_rows && row_sees_keys(p, bd, (long long)m0 + r, key_lo, key_hi);
         }
     float inv[MT][2], lse[MT][2];
 #if FJ_SINKS && !FJ_SPLIT_KV
@@ -159,7 +206,11 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const Where
     __syncwarp();
     {
         constexpr int CHUNKS = MT * 16 * DCH;
+#if FJ_VARLEN
+        fj_elem *o_head = (fj_elem *)p.o + o_row_offset(p, b, wh.seq.q0, h, 0);
+#else
         fj_elem *o_head = (fj_elem *)p.o + (b * p.o_stride[0] + h * p.o_stride[2]);
+#endif
 #pragma unroll
         for (int it = 0; it < (CHUNKS + 31) / 32; ++it) {
             const int idx = it * 32 + lane;
@@ -177,7 +228,11 @@ __device__ __forceinline__ void store_output(const fj_fwd_params &p, const Where
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 const int r = row_warp * (MT * 16) + mt * 16 + hh * 8 + g;
+#if FJ_VARLEN
+                if (r < q_rows) p.lse[lse_out_index(p, wh.seq.q0, h, (long long)m0 + r)] = lse[mt][hh];
+#else
                 if (r < q_rows) p.lse[lse_index(p, b, h, (long long)m0 + r)] = lse[mt][hh];
+#endif
             }
     }
 #endif

@@ -12,7 +12,12 @@
  * user's tuning file has no entry), with their split variants when split is
  * also given; --kinds softcap adds each of those kernels again with the logit
  * softcap (FJ_SOFTCAP), --kinds alibi and sinks with ALiBi (FJ_ALIBI) and
- * attention sinks (FJ_SINKS), every combination of the modifiers selected. --head-dims, --dtype, --mask and --kinds select a subset.
+ * attention sinks (FJ_SINKS), every combination of the modifiers selected;
+ * --kinds varlen and paged add the prefill, decode and split kernels again
+ * for variable-length batches (FJ_VARLEN) and for paged KV caches of 16- and
+ * 64-key pages (FJ_PAGE_SIZE; with varlen too, 16-key pages with packed
+ * queries), without ALiBi and sinks, which the CUDA kernels do not combine
+ * with them. --head-dims, --dtype, --mask and --kinds select a subset.
  *
  * Registers, spills and static shared memory are read from each cubin's ELF
  * (src/cubin_info.h), not from ptxas -v output (NVRTC 13 prints that into the
@@ -44,7 +49,8 @@ _Static_assert(TUNE_CUDA_MAX_HEAD_DIM == FJ_CUDA_MAX_HEAD_DIM,
     "usage: flashjit compile-all [--arch sm_80,sm_90] [--jobs N] [--dtype f16,bf16]\n"         \
     "                            [--head-dims 64,128] [--mask "                                \
     "nomask,causal,window,causal_window]\n"                                                    \
-    "                            [--kinds prefill,decode,split,shipped,softcap,alibi,sinks]\n" \
+    "                            [--kinds prefill,decode,split,shipped,softcap,alibi,sinks,\n" \
+    "                                     varlen,paged]\n"                                     \
     "                            [--cache-dir DIR]\n"                                          \
     "                            [--max-spill BYTES]\n"                                        \
     "\n"                                                                                       \
@@ -54,7 +60,9 @@ _Static_assert(TUNE_CUDA_MAX_HEAD_DIM == FJ_CUDA_MAX_HEAD_DIM,
     "variants of both and the combine kernel; 'shipped': the shipped tuning tables'\n"         \
     "tiles for the arch; 'softcap', 'alibi', 'sinks': the kernels of the other kinds\n"        \
     "given again with the logit softcap, ALiBi, attention sinks and every combination\n"       \
-    "of the modifiers selected; default prefill,decode) for each arch\n"                       \
+    "of the modifiers selected; 'varlen', 'paged': the prefill, decode and split kernels\n"    \
+    "again for variable-length batches and paged KV caches (pages of 16 and 64 keys;\n"        \
+    "with the softcap, not with ALiBi or sinks); default prefill,decode) for each arch\n"      \
     "(default sm_90), on N threads (default: one per core), through the disk cache the\n"      \
     "library uses (FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit;\n"         \
     "--cache-dir overrides, \"\" turns it off), so a rerun is fast. Prints each\n"             \
@@ -97,10 +105,13 @@ typedef enum variant_kind {
     KIND_SOFTCAP,
     KIND_ALIBI,
     KIND_SINKS,
+    KIND_VARLEN,
+    KIND_PAGED,
     KIND_COUNT
 } variant_kind;
-static const char *const kind_names[KIND_COUNT] = {"prefill", "decode", "split", "shipped",
-                                                   "softcap", "alibi",  "sinks"};
+static const char *const kind_names[KIND_COUNT] = {"prefill", "decode",  "split",
+                                                   "shipped", "softcap", "alibi",
+                                                   "sinks",   "varlen",  "paged"};
 
 /* The score modifiers of a variant: bits of the modifier kinds. The plain
    kernels and every combination of the selected modifier kinds are built
@@ -236,7 +247,7 @@ static int parse_flags(int argc, char **argv, flags *f)
             if (!each_token(val, kind_item, f))
                 return cli_usage_error("compile-all",
                                        "--kinds: '%s' is not a list of prefill, decode, split, "
-                                       "shipped, softcap, alibi, sinks",
+                                       "shipped, softcap, alibi, sinks, varlen, paged",
                                        val ? val : "");
             any_kind = true;
         } else if (!strcmp(a, "--jobs")) {
@@ -263,20 +274,54 @@ static int parse_flags(int argc, char **argv, flags *f)
 
 /* The descriptor the runtime chooses for a problem of this shape and mask
  * with seqlen_q queries: built from a problem, exactly as a plan does. */
-static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, int mods, int seqlen_q,
-                              uint32_t arch, fj_kernel_desc *k)
+/* The sequence variants a point's kernels come in (--kinds varlen, paged):
+   the features and the page size. */
+typedef struct seq_variant {
+    uint32_t features;
+    int page_size;
+} seq_variant;
+
+static fj_status runtime_desc_seq(int head_dim, fj_dtype dtype, int mask, int mods, int seqlen_q,
+                                  uint32_t arch, seq_variant sv, fj_kernel_desc *k)
 {
     fj_attention_desc d;
     fj_attention_desc_init(&d, 1, 1, 1, seqlen_q, seqlen_q, head_dim, dtype);
     /* the values are launch parameters or data, not code */
     if (mods & MOD_SOFTCAP) d.softcap = 30.0f;
+    d.features = sv.features;
     if (mods & MOD_ALIBI) d.features |= FJ_FEATURE_ALIBI;
     if (mods & MOD_SINKS) d.features |= FJ_FEATURE_SINKS;
+    if (sv.page_size) { /* the pool's size is a launch parameter too */
+        d.page_size = sv.page_size;
+        d.max_pages = d.num_pages = (seqlen_q + sv.page_size - 1) / sv.page_size;
+    }
     if (mask == FJ_MASK_CAUSAL || mask == FJ_MASK_CAUSAL_WINDOW) d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
     if (mask == FJ_MASK_WINDOW || mask == FJ_MASK_CAUSAL_WINDOW) d.window_left = 0;
     fj_problem p;
     fj_status s = fj_problem_init(&p, &d);
     return s == FJ_OK ? fj_kernel_desc_for_problem(&p, arch, k) : s;
+}
+
+static fj_status runtime_desc(int head_dim, fj_dtype dtype, int mask, int mods, int seqlen_q,
+                              uint32_t arch, fj_kernel_desc *k)
+{
+    const seq_variant dense = {0, 0};
+    return runtime_desc_seq(head_dim, dtype, mask, mods, seqlen_q, arch, dense, k);
+}
+
+/* The sequence variants the kinds select, into sv (at most 5); their count. */
+static int seq_variants(const flags *f, seq_variant sv[5])
+{
+    int n = 0;
+    sv[n++] = (seq_variant){0, 0};
+    if (f->kind[KIND_VARLEN]) sv[n++] = (seq_variant){FJ_FEATURE_VARLEN, 0};
+    if (f->kind[KIND_PAGED]) {
+        sv[n++] = (seq_variant){FJ_FEATURE_PAGED_KV, 16};
+        sv[n++] = (seq_variant){FJ_FEATURE_PAGED_KV, 64};
+    }
+    if (f->kind[KIND_VARLEN] && f->kind[KIND_PAGED])
+        sv[n++] = (seq_variant){FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV, 16};
+    return n;
 }
 
 /* Appends out[0..m) to v[*n], each kernel once. */
@@ -363,23 +408,29 @@ static fj_status add_shipped(const flags *f, uint32_t arch, variant *v, size_t *
 static fj_status add_point(const flags *f, int head_dim, fj_dtype dtype, int mask, uint32_t arch,
                            variant *v, size_t *n)
 {
+    seq_variant sv[5];
+    const int nsv = seq_variants(f, sv);
     for (int mods = 0; mods <= MOD_ALL; mods++) {
         if (!mods_selected(f, mods)) continue;
-        fj_kernel_desc prefill, decode;
-        fj_status s;
-        if ((s = runtime_desc(head_dim, dtype, mask, mods, 128, arch, &prefill)) ||
-            (s = runtime_desc(head_dim, dtype, mask, mods, 1, arch, &decode)))
-            return s;
-        fj_kernel_desc out[8];
-        int m = 0;
-        if (f->kind[KIND_PREFILL]) out[m++] = prefill;
-        if (f->kind[KIND_DECODE]) out[m++] = decode;
-        if (f->kind[KIND_SPLIT]) {
-            /* the combine kernels of both are the same two (add_unique) */
-            add_split_of(&prefill, out, &m);
-            add_split_of(&decode, out, &m);
+        for (int i = 0; i < nsv; i++) {
+            /* the CUDA kernels take ALiBi and sinks on dense problems only */
+            if ((mods & (MOD_ALIBI | MOD_SINKS)) && sv[i].features) continue;
+            fj_kernel_desc prefill, decode;
+            fj_status s;
+            if ((s = runtime_desc_seq(head_dim, dtype, mask, mods, 128, arch, sv[i], &prefill)) ||
+                (s = runtime_desc_seq(head_dim, dtype, mask, mods, 1, arch, sv[i], &decode)))
+                return s;
+            fj_kernel_desc out[8];
+            int m = 0;
+            if (f->kind[KIND_PREFILL]) out[m++] = prefill;
+            if (f->kind[KIND_DECODE]) out[m++] = decode;
+            if (f->kind[KIND_SPLIT]) {
+                /* the combine kernels of both are the same two (add_unique) */
+                add_split_of(&prefill, out, &m);
+                add_split_of(&decode, out, &m);
+            }
+            add_unique(out, m, v, n);
         }
-        add_unique(out, m, v, n);
     }
     return FJ_OK;
 }
@@ -389,7 +440,7 @@ static fj_status make_variants(const flags *f, variant **out, size_t *count)
     size_t n = 0, cap = ((size_t)f->narchs * 2 * 4 * (FJ_CUDA_MAX_HEAD_DIM / 8) * 6 +
                          (size_t)f->narchs * fj_tuning_count(fj_tuning_shipped()) * 4) *
                         (f->kind[KIND_SOFTCAP] ? 2 : 1) * (f->kind[KIND_ALIBI] ? 2 : 1) *
-                        (f->kind[KIND_SINKS] ? 2 : 1);
+                        (f->kind[KIND_SINKS] ? 2 : 1) * 5;
     variant *v = calloc(cap, sizeof *v);
     if (!v) return FJ_ERR_OUT_OF_MEMORY;
     static const fj_dtype dtypes[2] = {FJ_F16, FJ_BF16};

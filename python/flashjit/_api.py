@@ -138,9 +138,9 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
     torch tensors (through the operators flashjit::varlen_attention and
     flashjit::varlen_attention_out, so torch.compile traces a call) or
-    DLPack arrays in host memory (numpy). The CPU backends compute it;
-    CUDA tensors raise flashjit.ArgumentError (a ValueError, status
-    "FJ_ERR_UNSUPPORTED"): the CUDA kernels have no varlen batches yet.
+    DLPack arrays in host memory (numpy). Every backend computes it (on
+    CUDA one launch of flash_fwd's varlen kernel, which reads the offsets
+    from device memory).
 
     Raises TypeError or ValueError naming the argument and the rule before
     anything is written; the values in cu_seqlens_* and seqused_k are
@@ -206,10 +206,10 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
 
     torch tensors (through the operators flashjit::attention_with_kvcache
     and flashjit::attention_with_kvcache_out, so torch.compile traces a
-    call) or DLPack arrays in host memory (numpy). The CPU backends
-    compute it; CUDA tensors raise flashjit.ArgumentError (a ValueError,
-    status "FJ_ERR_UNSUPPORTED"): the CUDA kernels have no KV-cache
-    problems yet.
+    call) or DLPack arrays in host memory (numpy). Every backend computes
+    it; on CUDA the page size (a dense cache: its seqlen_k) must be a
+    multiple of 16, else flashjit.ArgumentError (a ValueError, status
+    "FJ_ERR_UNSUPPORTED") naming page_size.
 
     Raises TypeError or ValueError naming the argument and the rule before
     anything is written; the values of cache_seqlens and block_table are

@@ -53,7 +53,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
  * serialized by the pool, which also orders each call's workspace use (a
  * paged plan's by a lock of its own, taken around its chunks' layout too).
  * Paged: in's block table, seqused_k (and with varlen cu_seqlens_q and
- * total_q) checked already (src/cpu/paged.c, fj_cpu_paged_check). */
+ * total_q) checked already (src/sequences.c, fj_sequences_check). */
 void fj_cpu_decode_execute(const fj_cpu_decode_plan *dp, const fj_problem *p, const void *q,
                            const void *k, const void *v, void *o, float *lse,
                            const fj_exec_inputs *in);

@@ -7,7 +7,7 @@
  *
  * Decode-shaped problems (few query rows per kv head) on the cpu backend
  * read the keys through the block table where they lie (src/cpu/decode.c,
- * run by varlen.c): nothing here but the check. The other paths (the tiled
+ * run by varlen.c): nothing here. The other paths (the tiled
  * path, the reference backend, bf16 prefill on AMX) read a sequence's keys
  * as one strided tensor, so varlen.c has each sequence's keys copied out of
  * the pages into a dense [keys, heads_kv, head_dim] buffer first
@@ -17,43 +17,15 @@
  * at all when the whole sequence is one run of a dense pool (its keys
  * already are such a tensor, inside the pool).
  *
- * fj_cpu_paged_check reads every value the execute will use before
- * anything is written: an entry outside the pool or a length past the
- * table's pages is an error naming it, never a read out of bounds. */
+ * src/sequences.c (fj_sequences_check) reads every value the execute will
+ * use before anything is written: an entry outside the pool or a length
+ * past the table's pages is an error naming it, never a read out of
+ * bounds. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cpu/paged.h"
 #include "status.h"
-
-fj_status fj_cpu_paged_check(const fj_problem *p, const fj_exec_inputs *in)
-{
-    const int32_t *len = in->seqused_k, *bt = in->block_table;
-    const int64_t table_keys = (int64_t)p->max_pages * p->page_size;
-    for (int b = 0; b < p->batch; b++) {
-        if (len[b] < 0 || len[b] > p->seqlen_k)
-            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "seqused_k[%d] (%d) must be in [0, seqlen_k = %d]: sequence %d's KV "
-                           "length, at most the plan's seqlen_k",
-                           b, (int)len[b], p->seqlen_k, b);
-        if (len[b] > table_keys)
-            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "seqused_k[%d] (%d) is past the block table's pages: a row names "
-                           "max_pages (%d) pages of page_size (%d) keys, %lld keys at most",
-                           b, (int)len[b], p->max_pages, p->page_size, (long long)table_keys);
-        const int pages = (int)(((int64_t)len[b] + p->page_size - 1) / p->page_size);
-        const int32_t *row = bt + (int64_t)b * p->bt_stride;
-        for (int j = 0; j < pages; j++)
-            if (row[j] < 0 || row[j] >= p->num_pages)
-                return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                               "block_table[%d][%d] (%d, entry %lld) is outside the pools: a "
-                               "page must be in [0, num_pages = %d) (sequence %d's %d keys use "
-                               "its first %d entries)",
-                               b, j, (int)row[j], (long long)b * p->bt_stride + j, p->num_pages, b,
-                               (int)len[b], pages);
-    }
-    return FJ_OK;
-}
 
 typedef struct gather_job {
     const fj_problem *p;

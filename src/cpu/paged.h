@@ -11,11 +11,6 @@
 #include "pool.h"
 #include "problem.h"
 
-/* Every rule of seqused_k and block_table (include/flashjit.h,
- * fj_execute_extras), each failure naming the array, the index and the
- * rule; only the entries a sequence uses are read. */
-fj_status fj_cpu_paged_check(const fj_problem *p, const fj_exec_inputs *in);
-
 /* A run of consecutive pages of one sequence, copied with one memcpy per
  * tensor when the pool is dense. */
 typedef struct fj_paged_run {

@@ -56,6 +56,7 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/decode.h"
 #include "cpu/paged.h"
+#include "sequences.h"
 #include "cpu/tiled_blocks.h"
 #include "pool.h"
 #include "status.h"
@@ -76,75 +77,12 @@ typedef struct varlen_plan {
     fj_cpu_decode_plan *decode;  /* paged, decode-shaped: the whole batch, nothing copied */
 } varlen_plan;
 
-/* Every rule of the sequences (include/flashjit.h, fj_execute_extras), each
- * failure naming the array, the index and the rule. */
-static fj_status check_sequences(const fj_problem *p, const fj_exec_inputs *in)
-{
-    const struct {
-        const char *name, *rows, *limit_name, *total_name, *tensors;
-        const int32_t *cu;
-        int limit;
-        int32_t total;
-    } side[2] = {
-        {"cu_seqlens_q", "queries", "seqlen_q", "total_q", "q, o and lse", in->cu_seqlens_q,
-         p->seqlen_q, in->total_q},
-        {"cu_seqlens_k", "keys", "seqlen_k", "total_k", "k and v", in->cu_seqlens_k, p->seqlen_k,
-         in->total_k},
-    };
-    /* paged: no cu_seqlens_k (the keys are in the pages; paged.c checks
-       seqused_k and the block table); paged alone: no arrays here */
-    const int sides = p->varlen ? (p->paged ? 1 : 2) : 0;
-    for (int s = 0; s < sides; s++) {
-        const int32_t *cu = side[s].cu;
-        if (cu[0] != 0)
-            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "%s[0] (%d) must be 0: the first sequence starts at the first token",
-                           side[s].name, (int)cu[0]);
-        for (int b = 0; b < p->batch; b++) {
-            if (cu[b + 1] < cu[b])
-                return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                               "%s[%d] (%d) is below %s[%d] (%d): the offsets must not decrease "
-                               "(sequence %d would have a negative length)",
-                               side[s].name, b + 1, (int)cu[b + 1], side[s].name, b, (int)cu[b], b);
-            const int64_t len = (int64_t)cu[b + 1] - cu[b];
-            /* with seqused_k, the keys used are bounded below, not those held */
-            if (len > side[s].limit && !(s == 1 && in->seqused_k))
-                return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                               "sequence %d has %lld %s (%s[%d] - %s[%d]), more than the "
-                               "plan's %s (%d), the most a sequence may have",
-                               b, (long long)len, side[s].rows, side[s].name, b + 1, side[s].name,
-                               b, side[s].limit_name, side[s].limit);
-        }
-        if (cu[p->batch] > side[s].total)
-            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "%s[batch = %d] (%d) is past %s (%d), the tokens %s hold", side[s].name,
-                           p->batch, (int)cu[p->batch], side[s].total_name, (int)side[s].total,
-                           side[s].tensors);
-    }
-    if (p->paged) return fj_cpu_paged_check(p, in);
-    const int32_t *ck = in->cu_seqlens_k, *used = in->seqused_k;
-    for (int b = 0; used && b < p->batch; b++) {
-        const int64_t held = (int64_t)ck[b + 1] - ck[b];
-        if (used[b] < 0 || used[b] > held)
-            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "seqused_k[%d] (%d) must be in [0, %lld], the keys of sequence %d "
-                           "(cu_seqlens_k[%d] - cu_seqlens_k[%d])",
-                           b, (int)used[b], (long long)held, b, b + 1, b);
-        if (used[b] > p->seqlen_k)
-            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                           "seqused_k[%d] (%d) is more than the plan's seqlen_k (%d), the most "
-                           "keys a sequence may use",
-                           b, (int)used[b], p->seqlen_k);
-    }
-    return FJ_OK;
-}
-
 static fj_status varlen_execute(const void *state, const fj_problem *p, const void *q,
                                 const void *k, const void *v, void *o, float *lse,
                                 const fj_exec_inputs *in, void *stream)
 {
     const varlen_plan *vp = state;
-    fj_status s = check_sequences(p, in);
+    fj_status s = fj_sequences_check(p, in);
     if (s) return s;
     if (vp->decode) { /* every sequence at once, K and V read in the pools */
         fj_cpu_decode_execute(vp->decode, p, q, k, v, o, lse, in);

@@ -92,4 +92,7 @@ const fj_backend_entry fj_cuda_backend_entry = {
     .tuning_target = cuda_tuning_target,
     .tuning = &fj_cuda_tuning,
     .ops = &cuda_ops,
+    /* the same ops: flash_fwd's varlen and paged kernels run the whole
+       batch in one launch (the plan knows which kernel) */
+    .sequence_ops = &cuda_ops,
 };

@@ -16,6 +16,7 @@
 #include "cuda/jit/launch_view.h"
 #include "cuda/jit/kernel_desc.h"
 #include "log.h"
+#include "sequences.h"
 #include "status.h"
 #include "tune/tuning.h"
 /* The launch parameters: one definition shared with the generated source. */
@@ -76,6 +77,10 @@ typedef struct cuda_plan {
     char launch_what[160]; /* "cuLaunchKernel(<kernel name>)" for a failed launch */
     fj_tiles_source tiles_from;
     char why[512]; /* where the tiles came from */
+    /* FJ_FEATURE_VARLEN / FJ_FEATURE_PAGED_KV: the problem (for the
+       FLASHJIT_CHECK=1 checks) and whether they run */
+    fj_problem problem;
+    bool seqs, check;
 } cuda_plan;
 
 static fj_status check_strides(const fj_problem *p)
@@ -113,20 +118,32 @@ static fj_status check_grid(const fj_problem *view)
     return FJ_OK;
 }
 
+/* FLASHJIT_CUDA_VARLEN=1: varlen and paged problems run on the CUDA kernels
+ * (fj_cuda_supports says why they do not otherwise). */
+static bool seqs_allowed(void)
+{
+    const char *env = getenv("FLASHJIT_CUDA_VARLEN");
+    return env && *env && strcmp(env, "0") != 0;
+}
+
 fj_status fj_cuda_supports(const fj_context *ctx, const fj_problem *p)
 {
     (void)ctx;
     fj_status st;
-    if (p->paged)
+    /* variable-length batches and paged caches: flash_fwd's (and its split
+       and combine kernels') varlen and paged variants, built and checked on
+       the host and against fake drivers but not yet run on a GPU: taken only
+       when FLASHJIT_CUDA_VARLEN=1 (the GPU test suites set it) until they
+       have been. The page size's rule, and ALiBi or sinks with them, are
+       fj_kernel_desc_supports's. */
+    if ((p->varlen || p->paged) && !seqs_allowed())
         return fj_fail(FJ_ERR_UNSUPPORTED,
-                       "cuda: a paged KV cache (FJ_FEATURE_PAGED_KV) is not in the CUDA kernels "
-                       "yet: use the CPU backends (FJ_BACKEND_CPU) for such problems, or copy "
-                       "each sequence's keys out of its pages into a dense plan's k and v");
-    if (p->varlen)
-        return fj_fail(FJ_ERR_UNSUPPORTED,
-                       "cuda: variable-length batches (FJ_FEATURE_VARLEN) are not in the CUDA "
-                       "kernels yet: use the CPU backends (FJ_BACKEND_CPU) for such problems, "
-                       "or one dense plan per sequence");
+                       "cuda: %s: the CUDA kernels for them are built but not yet verified on a "
+                       "GPU; set FLASHJIT_CUDA_VARLEN=1 to run them anyway, or use the CPU "
+                       "backends (FJ_BACKEND_CPU), which take them",
+                       p->varlen && p->paged ? "variable-length batches with a paged KV cache"
+                       : p->varlen           ? "variable-length batches (FJ_FEATURE_VARLEN)"
+                                             : "a paged KV cache (FJ_FEATURE_PAGED_KV)");
     if ((st = fj_kernel_desc_supports(p)) || (st = check_strides(p))) return st;
     fj_problem view;
     fj_launch_view(p, &view);
@@ -156,6 +173,19 @@ static void fill_params(fj_fwd_params *prm, const fj_problem *p, int num_splits)
     if (p->softcap > 0.0f) { /* finite: fj_problem_init's rule */
         prm->softcap_in = (float)(2.0 * LOG2E * (double)p->scale / p->softcap);
         prm->softcap_log2 = (float)(LOG2E * p->softcap);
+    }
+    if (p->varlen || p->paged) {
+        /* each sequence aligns its band with its own lengths: bottom-right
+           (and no mask, whose windows align the same way) at sk - sq,
+           top-left at 0 (diag_offset) */
+        prm->diag_per_seq = p->causal != FJ_CAUSAL_TOP_LEFT;
+        if (!prm->diag_per_seq) prm->diag_offset = 0;
+    }
+    if (p->paged) {
+        prm->bt_stride = p->bt_stride;
+        prm->num_pages = p->num_pages;
+        const int64_t table = (int64_t)p->max_pages * p->page_size;
+        prm->table_keys = table < p->seqlen_k ? (int)table : p->seqlen_k;
     }
 }
 
@@ -240,6 +270,22 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
                          (size_t)cp->params.batch * cp->params.heads_q * cp->params.seqlen_q *
                              cp->num_splits * (k->head_dim + 1) * sizeof(float));
     }
+    if (cp->seqs)
+        fj_strbuf_printf(d,
+                         "sequences: %s%s%s; the grid covers the longest (seqlen_q %d, seqlen_k "
+                         "%d), each block reads its sequence's lengths%s from device memory at "
+                         "run time (nothing on the host depends on them: a captured graph "
+                         "replays for any lengths)%s\n",
+                         cp->problem.varlen ? "variable-length batch (cu_seqlens_q" : "",
+                         cp->problem.varlen ? (cp->problem.paged ? ")" : ", cu_seqlens_k)") : "",
+                         cp->problem.paged
+                             ? (cp->problem.varlen ? " over a paged KV cache" : "paged KV cache")
+                             : "",
+                         cp->problem.seqlen_q, cp->problem.seqlen_k,
+                         cp->problem.paged ? " and block table" : "",
+                         cp->check ? "; FLASHJIT_CHECK=1: each execute copies them back and "
+                                     "checks them first"
+                                   : "");
     if (loaded_before)
         fj_strbuf_printf(d, "image: %s %s, already loaded in this context\n",
                          kn->is_ptx ? "PTX" : "cubin", kn->target);
@@ -476,6 +522,18 @@ static fj_status upload_schedule(cuda_plan *cp, const fj_problem *view, const fj
               : FJ_OK;
 }
 
+/* FLASHJIT_CHECK=1: debug mode. Each varlen or paged execute copies its
+ * length arrays and block table back to the host (after synchronizing its
+ * stream) and checks every rule (src/sequences.c) before launching, so a bad
+ * value is an FJ_ERR_INVALID_ARGUMENT naming it rather than a clamped
+ * length. Off by default: it synchronizes, and it cannot run inside a CUDA
+ * graph capture. */
+static bool check_wanted(void)
+{
+    const char *env = getenv("FLASHJIT_CHECK");
+    return env && *env && strcmp(env, "0") != 0;
+}
+
 /* Plan creation resolves the kernel once: the launch view, the heuristic's
  * descriptor for it, the tiles (given, tuning file, shipped table, or that
  * heuristic), one check against this device, then the module cache (memory,
@@ -518,6 +576,16 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     cp->tiles_from = from;
     cp->launch = fj_template_row_of(k.template_id)->launch;
     cp->tma = tma;
+    cp->problem = *user;
+    cp->seqs = user->varlen || user->paged;
+    cp->check = check_wanted();
+    if (cp->seqs && s->arch >= 90 && k.template_id == FJ_TEMPLATE_FLASH_FWD && !config) {
+        size_t used = strlen(why);
+        snprintf(why + used, sizeof why - used,
+                 "; flash_fwd: flash_tma and flash_wgmma read dense [batch, seq, head] tensors "
+                 "only, not %s",
+                 user->paged ? "a paged KV cache" : "packed variable-length sequences");
+    }
     snprintf(cp->why, sizeof cp->why, "%s", why);
     bool loaded_before;
     if ((st =
@@ -661,18 +729,94 @@ static void set_tensors(fj_fwd_params *prm, const void *q, const void *k, const 
     prm->sinks = in ? in->sinks : NULL;
 }
 
+/* An int32 array of n entries at device address src, copied to the host
+ * (malloc'd into *out). */
+static fj_status copy_back(const cuda_plan *cp, const int32_t *src, int64_t n, const char *what,
+                           int32_t **out)
+{
+    *out = NULL;
+    if (!src) return FJ_OK;
+    int32_t *h = malloc((size_t)(n > 0 ? n : 1) * sizeof *h);
+    if (!h) return fj_fail(FJ_ERR_OUT_OF_MEMORY, "FLASHJIT_CHECK: out of memory copying %s", what);
+    const fj_cuda_api *api = cp->cuda->api;
+    CUresult r = api->cuMemcpyDtoH(h, (CUdeviceptr)(uintptr_t)src, (size_t)n * sizeof *h);
+    if (r != FJ_CUDA_SUCCESS) {
+        free(h);
+        return fj_fail_prefix(fj_cuda_fail(api, r, "cuMemcpyDtoH"),
+                              "FLASHJIT_CHECK: copying %s (%lld int32) back", what, (long long)n);
+    }
+    *out = h;
+    return FJ_OK;
+}
+
+/* FLASHJIT_CHECK=1: the arrays as the kernels will read them (after the
+ * stream's earlier work), checked on the host. The context is current. */
+static fj_status check_sequences(const cuda_plan *cp, const fj_exec_inputs *in, CUstream stream)
+{
+    const fj_problem *p = &cp->problem;
+    const fj_cuda_api *api = cp->cuda->api;
+    CUresult r = stream ? api->cuStreamSynchronize(stream) : api->cuCtxSynchronize();
+    if (r != FJ_CUDA_SUCCESS)
+        return fj_fail_prefix(fj_cuda_fail(api, r,
+                                           stream ? "cuStreamSynchronize" : "cuCtxSynchronize"),
+                              "FLASHJIT_CHECK (no checks inside a CUDA graph capture)");
+    int32_t *cq = NULL, *ck = NULL, *used = NULL, *bt = NULL;
+    fj_status st;
+    const int64_t n = p->batch;
+    if (!(st = copy_back(cp, in->cu_seqlens_q, n + 1, "cu_seqlens_q", &cq)) &&
+        !(st = copy_back(cp, in->cu_seqlens_k, n + 1, "cu_seqlens_k", &ck)) &&
+        !(st = copy_back(cp, in->seqused_k, n, "seqused_k", &used)) &&
+        !(st = copy_back(cp, in->block_table, n * p->bt_stride, "block_table", &bt))) {
+        fj_exec_inputs host = *in;
+        host.cu_seqlens_q = cq;
+        host.cu_seqlens_k = ck;
+        host.seqused_k = used;
+        host.block_table = bt;
+        st = fj_sequences_check(p, &host);
+        if (st) st = fj_fail_prefix(st, "FLASHJIT_CHECK");
+    }
+    free(cq);
+    free(ck);
+    free(used);
+    free(bt);
+    return st;
+}
+
+/* The execute's length arrays and block table into the launch parameters. */
+static void set_sequences(fj_fwd_params *prm, const fj_exec_inputs *in)
+{
+    prm->cu_seqlens_q = in->cu_seqlens_q;
+    prm->cu_seqlens_k = in->cu_seqlens_k;
+    prm->seqused_k = in->seqused_k;
+    prm->block_table = in->block_table;
+    prm->total_q = in->total_q;
+    prm->total_k = in->total_k;
+}
+
 fj_status fj_cuda_execute(const void *state, const fj_problem *p, const void *q, const void *k,
                           const void *v, void *o, float *lse, const fj_exec_inputs *in,
                           void *stream)
 {
     (void)p; /* the plan's parameters were made from it */
-    /* in: ALiBi's and the sinks' arrays (fj_cuda_supports refuses varlen
-       and paged problems) */
+    /* in: ALiBi's and the sinks' arrays, and the varlen and paged ones (the
+       core checked that each is given exactly when the plan takes it) */
     const cuda_plan *cp = state;
     fj_status st = check_pointers(q, k, v, o, lse);
     if (st) return st;
     fj_fwd_params prm = cp->params;
     set_tensors(&prm, q, k, v, o, lse, in);
+    if (cp->seqs) {
+        if (!in)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "cuda: a varlen or paged plan needs its arrays (fj_plan_execute_ex)");
+        set_sequences(&prm, in);
+        if (cp->check) {
+            if ((st = fj_cuda_push(cp->cuda))) return st;
+            st = check_sequences(cp, in, (CUstream)stream);
+            fj_cuda_pop(cp->cuda);
+            if (st) return st;
+        }
+    }
     if ((st = fj_cuda_push(cp->cuda))) return st;
     st = launch_current(cp, &prm, (CUstream)stream);
     fj_cuda_pop(cp->cuda);
@@ -730,6 +874,9 @@ fj_status fj_cuda_time_runs(const void *state, const fj_problem *p, const void *
     (void)p;
     const cuda_plan *cp = state;
     const fj_cuda_api *api = cp->cuda->api;
+    if (cp->seqs) /* its arrays are not passed here (src/tune/measure.c times it by execute) */
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "cuda: a varlen or paged plan is timed through its executes");
     fj_status st = check_pointers(q, k, v, o, lse);
     if (st) return st;
     fj_fwd_params prm = cp->params;

@@ -1055,9 +1055,9 @@ static void alibi_sinks(builder *b)
    packed strides, or with pad > 0 padded ones ([token, heads, dim] with 3
    elements after each row and 5 after each token: FJT_CUSTOM). The CPU
    backends must run them; CUDA refuses them (UNSUPPORTED: a SKIP). */
-static void add_varlen_to(builder *b, const char *group, const char *name, fj_attention_desc d,
-                          int n, const int *q, const int *k, const int *used, int pad, int slack,
-                          bool lse)
+static fjt_case *add_varlen_to(builder *b, const char *group, const char *name, fj_attention_desc d,
+                               int n, const int *q, const int *k, const int *used, int pad,
+                               int slack, bool lse)
 {
     fjt_varlen v;
     memset(&v, 0, sizeof v);
@@ -1089,7 +1089,7 @@ static void add_varlen_to(builder *b, const char *group, const char *name, fj_at
         }
     }
     c.varlen = v;
-    add(b, &c);
+    return add(b, &c);
 }
 
 static void add_varlen(builder *b, const char *name, fj_attention_desc d, int n, const int *q,
@@ -1180,8 +1180,8 @@ static void varlen(builder *b, uint64_t seed)
    desc's seqlen_q) over kv[b] cached keys, paged as pg says (the desc's
    page fields and pool strides from fjt_paged_desc). The CPU backends must
    run them; CUDA refuses them (UNSUPPORTED: a SKIP). */
-static void add_paged_to(builder *b, const char *group, const char *name, fj_attention_desc d,
-                         int n, const int *q, const int *kv, fjt_paged pg, int slack, bool lse)
+static fjt_case *add_paged_to(builder *b, const char *group, const char *name, fj_attention_desc d,
+                              int n, const int *q, const int *kv, fjt_paged pg, int slack, bool lse)
 {
     fjt_varlen v;
     memset(&v, 0, sizeof v);
@@ -1202,7 +1202,7 @@ static void add_paged_to(builder *b, const char *group, const char *name, fj_att
     if (!fjt_paged_desc(&c.d, &v, &pg)) b->ok = false;
     c.varlen = v;
     c.paged = pg;
-    add(b, &c);
+    return add(b, &c);
 }
 
 static void add_paged(builder *b, const char *name, fj_attention_desc d, int n, const int *q,
@@ -1300,6 +1300,223 @@ static void paged(builder *b, uint64_t seed)
         char name[48];
         snprintf(name, sizeof name, "random-%d", i);
         add_paged(b, name, d, n, q, k, pg, slack, lse);
+    }
+}
+
+/* ---- varlen and paged on CUDA (issue 22) ---------------------------------------- */
+
+/* The case just added becomes one CUDA must run (heavy by its oracle's
+   work, as the other CUDA families), with knob set while its plan is made. */
+static void cuda_must_run(fjt_case *c, const char *knob)
+{
+    if (!c) return;
+    c->must_run |= FJT_ON(FJ_BACKEND_CUDA);
+    c->heavy = fjt_case_work(c) > HEAVY_WORK;
+    c->knob = knob;
+}
+
+/* Varlen batches the CUDA kernels take (f16 and bf16, head dims multiples
+   of 8, no ALiBi or sinks, 16-byte aligned packed rows): empty sequences,
+   one row or key, primes, Sq != Sk both ways, every causal and window kind,
+   seqused_k, GQA and MQA, a softcap, the decode shape (split-KV) and
+   prefill tiles over several query tiles, forced split counts; then random
+   batches from the suite's seed. */
+static void varlen_cuda(builder *b, uint64_t seed)
+{
+    static const int q1[] = {17, 1, 300, 0, 64}, q2[] = {17, 2, 61, 13}, k2[] = {31, 2, 7, 13};
+    static const int q3[] = {129, 5, 64}, k3[] = {65, 300, 64}, q4[] = {40, 1, 90},
+                     k4[] = {90, 33, 1};
+    static const int q5[] = {3, 19, 1, 8}, k5[] = {40, 19, 7, 8}, u5[] = {11, 0, 7, 2};
+    static const int q6[] = {0, 1, 7, 0, 1}, k6[] = {5, 0, 0, 0, 1};
+    static const int q7[] = {50, 7, 23, 9}, k7[] = {80, 7, 3, 0};
+    static const int q8[] = {1, 1, 1, 1, 1, 1, 1, 1}, k8[] = {4096, 1, 2000, 0, 3001, 17, 64, 129};
+    static const int q9[] = {700, 257, 3}, q10[] = {33, 0, 100, 7}, k10[] = {500, 40, 3000, 0};
+    static const int q11[] = {65, 130, 1}, k11[] = {200, 64, 1};
+    const char *g = "varlen-cuda";
+    fj_attention_desc d;
+    d = desc(1, 4, 4, 1, 1, 64, FJ_F16, FJ_CAUSAL_NONE, -1, -1);
+    cuda_must_run(add_varlen_to(b, g, "mixed-nomask-f16", d, 5, q1, q1, NULL, 0, 0, true), NULL);
+    d = desc(1, 8, 2, 1, 1, 40, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_varlen_to(b, g, "primes-causal-br-bf16", d, 4, q2, k2, NULL, 0, 7, true),
+                  NULL);
+    d = desc(1, 3, 3, 1, 1, 64, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1);
+    cuda_must_run(add_varlen_to(b, g, "primes-causal-tl-f16", d, 4, q2, k2, NULL, 0, 0, false),
+                  NULL);
+    d = desc(1, 4, 1, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 16, -1);
+    cuda_must_run(add_varlen_to(b, g, "window-mqa-bf16", d, 3, q3, k3, NULL, 0, 0, true), NULL);
+    d = desc(1, 2, 2, 1, 1, 8, FJ_F16, FJ_CAUSAL_NONE, 3, 2);
+    cuda_must_run(add_varlen_to(b, g, "band-d8-f16", d, 3, q4, k4, NULL, 0, 0, true), NULL);
+    d = desc(1, 4, 4, 1, 1, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_varlen_to(b, g, "seqused-f16", d, 4, q5, k5, u5, 0, 0, true), NULL);
+    d = desc(1, 4, 2, 1, 1, 64, FJ_BF16, FJ_CAUSAL_NONE, -1, -1);
+    cuda_must_run(add_varlen_to(b, g, "empty-sequences-bf16", d, 5, q6, k6, NULL, 0, 0, true),
+                  NULL);
+    d = desc(1, 8, 2, 1, 1, 96, FJ_BF16, FJ_CAUSAL_TOP_LEFT, 20, -1);
+    d.softcap = 30.0f;
+    cuda_must_run(add_varlen_to(b, g, "softcap-window-tl-bf16", d, 4, q7, k7, NULL, 0, 0, true),
+                  NULL);
+    d = desc(1, 32, 8, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_varlen_to(b, g, "decode-gqa-bf16", d, 8, q8, k8, NULL, 0, 0, true), NULL);
+    d = desc(1, 8, 2, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_varlen_to(b, g, "prefill-causal-bf16", d, 3, q9, q9, NULL, 0, 0, false),
+                  NULL);
+    d = desc(1, 4, 2, 1, 1, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_varlen_to(b, g, "split5-causal-f16", d, 4, q10, k10, NULL, 0, 3, true),
+                  "FLASHJIT_CUDA_SPLITS=5");
+    d = desc(1, 2, 1, 1, 1, 256, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_varlen_to(b, g, "d256-causal-f16", d, 3, q11, k11, NULL, 0, 0, true), NULL);
+    d = desc(1, 2, 1, 1, 1, 256, FJ_BF16, FJ_CAUSAL_NONE, -1, -1);
+    cuda_must_run(add_varlen_to(b, g, "d256-split3-bf16", d, 3, q11, k11, NULL, 0, 0, true),
+                  "FLASHJIT_CUDA_SPLITS=3");
+
+    fjt_rng rng;
+    fjt_rng_init(&rng, seed ^ 0x7661726c63756461ull);
+    static const int menu[] = {0, 1, 2, 3, 5, 7, 13, 17, 31, 61, 63, 64, 65, 127, 128, 129, 257};
+    static const int dims[] = {8, 40, 64, 80, 128, 200, 256};
+    static const int heads[][2] = {{1, 1}, {4, 4}, {8, 1}, {8, 2}, {6, 3}};
+    static const fj_dtype kinds[] = {FJ_F16, FJ_BF16};
+    for (int i = 0; i < 8; i++) {
+        int n = fjt_range(&rng, 1, 8), q[8], k[8], u[8];
+        bool with_used = fjt_range(&rng, 0, 3) == 0;
+        for (int j = 0; j < n; j++) {
+            q[j] = menu[fjt_range(&rng, 0, NELEMS(menu) - 1)];
+            u[j] = menu[fjt_range(&rng, 0, NELEMS(menu) - 1)];
+            k[j] = with_used ? u[j] + fjt_range(&rng, 0, 9) : u[j];
+        }
+        /* one draw per statement: argument evaluation order is unspecified */
+        const int hg = fjt_range(&rng, 0, NELEMS(heads) - 1);
+        const int dim = dims[fjt_range(&rng, 0, NELEMS(dims) - 1)];
+        const fj_causal causal = (fj_causal)fjt_range(&rng, 0, 2);
+        int wl = -1, wr = -1;
+        if (fjt_range(&rng, 0, 2) == 0) wl = fjt_range(&rng, 0, 40);
+        if (fjt_range(&rng, 0, 3) == 0) wr = fjt_range(&rng, 0, 40);
+        d = desc(1, heads[hg][0], heads[hg][1], 1, 1, dim, kinds[i % 2], causal, wl, wr);
+        if (fjt_range(&rng, 0, 3) == 0) d.softcap = 20.0f;
+        const int slack = fjt_range(&rng, 0, 20);
+        const bool lse = fjt_range(&rng, 0, 3) != 0;
+        char name[48];
+        snprintf(name, sizeof name, "random-%d", i);
+        cuda_must_run(add_varlen_to(b, g, name, d, n, q, k, with_used ? u : NULL, 0, slack, lse),
+                      NULL);
+    }
+}
+
+/* Paged caches the CUDA kernels take (page sizes multiples of 16, dense
+   and head-major pools, f16 and bf16, head dims multiples of 8): decode
+   and speculative decode with dense queries (split-KV where the dense plan
+   splits, and forced), chunked prefill with varlen queries, pages out of
+   order and in order, lengths not a multiple of the page size, unused tail
+   entries (values outside the pool) and padded table rows, empty
+   sequences, every mask, a softcap; then random ones from the suite's
+   seed. */
+static void paged_cuda(builder *b, uint64_t seed)
+{
+    static const int d1[] = {1, 1, 1, 1, 1, 1}, k1[] = {300, 1, 0, 77, 16, 33};
+    static const int d4[] = {4, 4, 4, 4, 4}, k4[] = {5, 2, 40, 0, 17};
+    static const int d16[] = {16, 16, 16}, k16[] = {16, 100, 3};
+    static const int q7[] = {17, 0, 64, 1}, k7[] = {117, 30, 64, 200};
+    static const int q8[] = {13, 2, 61, 7}, k8[] = {31, 2, 7, 13};
+    static const int q9[] = {0, 3, 0, 1, 2}, k9[] = {0, 0, 9, 1, 33};
+    static const int d3[] = {3, 3, 3, 3}, k3[] = {29, 3, 64, 65};
+    static const int l1[] = {1, 1, 1}, kl[] = {4000, 17, 2500};
+    static const int s4[] = {4, 4, 4}, ks[] = {700, 3, 130};
+    const fjt_paged shuffled16 = {.page_size = 16, .spare_pages = 3, .spare_cols = 2, .dense_q = 1};
+    const fjt_paged ordered64 = {.page_size = 64, .in_order = true, .dense_q = true};
+    const fjt_paged head_major16 = {.page_size = 16,
+                                    .stride_pad = 3,
+                                    .layout = FJT_POOL_HEAD_MAJOR,
+                                    .dense_q = true};
+    const fjt_paged ordered32 = {.page_size = 32, .in_order = true, .dense_q = true};
+    const fjt_paged prefill16 = {.page_size = 16, .spare_cols = 4, .stride_pad = 2};
+    const fjt_paged prefill48 = {.page_size = 48, .spare_pages = 2, .spare_cols = 1};
+    const fjt_paged prefill64 = {.page_size = 64, .in_order = true};
+    const fjt_paged head_major32 = {.page_size = 32,
+                                    .spare_pages = 2,
+                                    .layout = FJT_POOL_HEAD_MAJOR,
+                                    .dense_q = true};
+    const char *g = "paged-cuda";
+    fj_attention_desc d;
+    d = desc(1, 8, 2, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-gqa-shuffled16-bf16", d, 6, d1, k1, shuffled16, 0,
+                               true),
+                  NULL);
+    cuda_must_run(add_paged_to(b, g, "decode-gqa-in-order64-bf16", d, 6, d1, k1, ordered64, 0,
+                               true),
+                  NULL);
+    d = desc(1, 4, 1, 1, 1, 40, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "speculative-mqa-head-major-f16", d, 5, d4, k4, head_major16,
+                               3, true),
+                  NULL);
+    d = desc(1, 3, 3, 1, 1, 64, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "speculative-16-tl-page32-f16", d, 3, d16, k16, ordered32, 0,
+                               true),
+                  NULL);
+    d = desc(1, 2, 2, 1, 1, 32, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 5, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-window-bf16", d, 4, d3, k3, shuffled16, 1, true),
+                  NULL);
+    d = desc(1, 4, 2, 1, 1, 16, FJ_F16, FJ_CAUSAL_NONE, 3, 2);
+    cuda_must_run(add_paged_to(b, g, "band-d16-f16", d, 4, d3, k3, shuffled16, 0, false), NULL);
+    d = desc(1, 4, 1, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "chunked-prefill-bf16", d, 4, q7, k7, prefill16, 0, true),
+                  NULL);
+    d = desc(1, 6, 3, 1, 1, 80, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "prefill-primes-tl-page48-f16", d, 4, q8, k8, prefill48, 2,
+                               true),
+                  NULL);
+    d = desc(1, 8, 2, 1, 1, 96, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 20, -1);
+    d.softcap = 30.0f;
+    cuda_must_run(add_paged_to(b, g, "prefill-window-softcap-bf16", d, 4, q7, k7, prefill64, 0,
+                               true),
+                  NULL);
+    d = desc(1, 2, 1, 1, 1, 16, FJ_F16, FJ_CAUSAL_NONE, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "empty-sequences-f16", d, 5, q9, k9, prefill16, 0, true),
+                  NULL);
+    d = desc(1, 32, 8, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-long-split-bf16", d, 3, l1, kl, shuffled16, 0, true),
+                  NULL);
+    d = desc(1, 8, 8, 1, 1, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "speculative-split6-f16", d, 3, s4, ks, head_major32, 0, true),
+                  "FLASHJIT_CUDA_SPLITS=6");
+    d = desc(1, 4, 2, 1, 1, 256, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-d256-split4-bf16", d, 3, l1, ks, ordered64, 0, true),
+                  "FLASHJIT_CUDA_SPLITS=4");
+
+    fjt_rng rng;
+    fjt_rng_init(&rng, seed ^ 0x7061676563756461ull);
+    static const int menu[] = {0, 1, 2, 3, 5, 7, 13, 15, 16, 17, 31, 61, 64, 65, 127, 129, 257};
+    static const int dims[] = {8, 16, 40, 64, 128, 200, 256};
+    static const int heads[][2] = {{1, 1}, {4, 4}, {8, 1}, {8, 2}, {6, 3}};
+    static const int sizes[] = {16, 32, 48, 64, 128};
+    static const fj_dtype kinds[] = {FJ_F16, FJ_BF16};
+    for (int i = 0; i < 8; i++) {
+        int n = fjt_range(&rng, 1, 8), q[8], k[8];
+        fjt_paged pg = {0};
+        pg.dense_q = fjt_range(&rng, 0, 1);
+        const int rows = fjt_range(&rng, 1, 16);
+        for (int j = 0; j < n; j++) {
+            q[j] = pg.dense_q ? rows : menu[fjt_range(&rng, 0, NELEMS(menu) - 1)];
+            k[j] = menu[fjt_range(&rng, 0, NELEMS(menu) - 1)];
+        }
+        pg.page_size = sizes[fjt_range(&rng, 0, NELEMS(sizes) - 1)];
+        pg.in_order = fjt_range(&rng, 0, 2) == 0;
+        pg.layout = fjt_range(&rng, 0, 1) ? FJT_POOL_HEAD_MAJOR : FJT_POOL_DENSE;
+        pg.spare_pages = fjt_range(&rng, 0, 4);
+        pg.spare_cols = fjt_range(&rng, 0, 2);
+        pg.stride_pad = fjt_range(&rng, 0, 1) * fjt_range(&rng, 1, 3);
+        /* one draw per statement: argument evaluation order is unspecified */
+        const int hg = fjt_range(&rng, 0, NELEMS(heads) - 1);
+        const int dim = dims[fjt_range(&rng, 0, NELEMS(dims) - 1)];
+        const fj_causal causal = (fj_causal)fjt_range(&rng, 0, 2);
+        int wl = -1, wr = -1;
+        if (fjt_range(&rng, 0, 2) == 0) wl = fjt_range(&rng, 0, 40);
+        if (fjt_range(&rng, 0, 3) == 0) wr = fjt_range(&rng, 0, 40);
+        d = desc(1, heads[hg][0], heads[hg][1], 1, 1, dim, kinds[i % 2], causal, wl, wr);
+        if (fjt_range(&rng, 0, 3) == 0) d.softcap = 20.0f;
+        const int slack = fjt_range(&rng, 0, 20);
+        const bool lse = fjt_range(&rng, 0, 3) != 0;
+        char name[48];
+        snprintf(name, sizeof name, "random-%d", i);
+        cuda_must_run(add_paged_to(b, g, name, d, n, q, k, pg, slack, lse), NULL);
     }
 }
 
@@ -1468,6 +1685,8 @@ bool fjt_cases_build(fjt_case_list *l, uint64_t seed)
     alibi_sinks(&b);
     varlen(&b, seed);
     paged(&b, seed);
+    varlen_cuda(&b, seed);
+    paged_cuda(&b, seed);
     head_dim_v(&b, seed);
     bench_smoke(&b);
     return b.ok;

@@ -77,7 +77,8 @@ static void test_families(void **state)
         {"broadcast", 6},    {"odd", 24},           {"softcap", 36},
         {"softcap-cpu", 19}, {"alibi-sinks", 56},   {"alibi-sinks-cpu", 22},
         {"varlen", 22},      {"paged", 21},         {"bench-smoke", 9},
-        {"large-dims", 16},  {"head-dim-v", 42},
+        {"large-dims", 16},  {"head-dim-v", 42},    {"varlen-cuda", 21},
+        {"paged-cuda", 21},
     };
     fjt_case_list l = {0};
     assert_true(fjt_cases_build(&l, fjt_seed()));
@@ -90,9 +91,10 @@ static void test_families(void **state)
     }
     assert_int_equal(total, l.n);
     /* the CUDA families must run on CUDA, as they did in test_cuda_grid */
-    static const char *const cuda_groups[] = {"head-dims",     "seqlens", "masks",
-                                              "heads-layouts", "scales",  "sampled",
-                                              "split",         "softcap", "alibi-sinks"};
+    static const char *const cuda_groups[] = {"head-dims",     "seqlens",   "masks",
+                                              "heads-layouts", "scales",    "sampled",
+                                              "split",         "softcap",   "alibi-sinks",
+                                              "varlen-cuda",   "paged-cuda"};
     for (int i = 0; i < l.n; i++) {
         bool cuda = false;
         for (size_t g = 0; g < sizeof cuda_groups / sizeof cuda_groups[0]; g++)

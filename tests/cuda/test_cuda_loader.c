@@ -273,9 +273,9 @@ static void test_primary_ctx_retain_fails(void **state)
 
 /* ---- plans and launches -------------------------------------------------------- */
 
-/* ALiBi, sinks, variable-length batches and paged KV caches are not in the CUDA kernels
- * yet: plan creation (and fj_attention_ex) refuse them as UNSUPPORTED
- * naming the feature. */
+/* Variable-length batches and paged KV caches only with FLASHJIT_CUDA_VARLEN=1
+ * (not yet verified on a GPU), and never with ALiBi or sinks: plan creation
+ * refuses them as UNSUPPORTED naming the feature. */
 static void test_features_unsupported(void **state)
 {
     (void)state;
@@ -286,10 +286,22 @@ static void test_features_unsupported(void **state)
     static const struct {
         uint32_t features;
         const char *name;
-    } f[] = {{FJ_FEATURE_VARLEN,
-              "variable-length batches (FJ_FEATURE_VARLEN) are not in the CUDA kernels"},
-             {FJ_FEATURE_VARLEN | FJ_FEATURE_SINKS,
-              "variable-length batches (FJ_FEATURE_VARLEN) are not in the CUDA kernels"}};
+    } f[] = {{FJ_FEATURE_VARLEN | FJ_FEATURE_SINKS,
+              "attention sinks with variable-length batches: the CUDA kernels do not combine "
+              "them yet"},
+             {FJ_FEATURE_VARLEN | FJ_FEATURE_ALIBI,
+              "ALiBi with variable-length batches: the CUDA kernels do not combine them yet"}};
+    /* varlen and paged kernels only on request until verified on a GPU
+       (main asks for them) */
+    assert_int_equal(unsetenv("FLASHJIT_CUDA_VARLEN"), 0);
+    d.features = FJ_FEATURE_VARLEN;
+    {
+        fj_plan *plan = (fj_plan *)&d;
+        assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
+        assert_null(plan);
+        assert_contains(fj_last_error(), "not yet verified on a GPU; set FLASHJIT_CUDA_VARLEN=1");
+    }
+    assert_int_equal(setenv("FLASHJIT_CUDA_VARLEN", "1", 1), 0);
     for (int i = 0; i < (int)(sizeof f / sizeof f[0]); i++) {
         d.features = f[i].features;
         fj_plan *plan = (fj_plan *)&d;
@@ -297,37 +309,171 @@ static void test_features_unsupported(void **state)
         assert_null(plan);
         assert_contains(fj_last_error(), f[i].name);
     }
-    /* the one-shot call too, before any array is read */
-    static const int32_t cu[2] = {0, 1};
-    fj_execute_extras x;
-    fj_execute_extras_init(&x);
-    x.cu_seqlens_q = x.cu_seqlens_k = cu;
-    x.total_q = x.total_k = 1;
-    d.features = FJ_FEATURE_VARLEN;
-    assert_int_equal(fj_attention_ex(ctx, &d, cu, cu, cu, (void *)cu, NULL, &x, NULL),
-                     FJ_ERR_UNSUPPORTED);
-    assert_contains(fj_last_error(), "FJ_FEATURE_VARLEN");
-    /* a paged KV cache, alone, with varlen, and through the one-shot call:
-       refused at plan creation, naming the feature */
-    d.page_size = 16;
+    /* a paged KV cache whose page size is no multiple of 16 (CUDA's rule;
+       the CPU backends take any): refused at plan creation naming it */
+    d.page_size = 24;
     d.num_pages = 4;
     d.max_pages = 1;
-    const uint32_t paged[] = {FJ_FEATURE_PAGED_KV, FJ_FEATURE_PAGED_KV | FJ_FEATURE_VARLEN,
-                              FJ_FEATURE_PAGED_KV | FJ_FEATURE_SINKS};
-    for (int i = 0; i < 3; i++) {
+    const uint32_t paged[] = {FJ_FEATURE_PAGED_KV, FJ_FEATURE_PAGED_KV | FJ_FEATURE_VARLEN};
+    for (int i = 0; i < 2; i++) {
         d.features = paged[i];
         fj_plan *plan = (fj_plan *)&d;
         assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
         assert_null(plan);
-        assert_contains(fj_last_error(),
-                        "a paged KV cache (FJ_FEATURE_PAGED_KV) is not in the CUDA kernels");
+        assert_contains(fj_last_error(), "page_size 24: a paged KV cache on CUDA needs a page "
+                                         "size that is a multiple of 16");
     }
+    fj_context_destroy(ctx);
+}
+
+/* Device int32 values (fj_malloc'd, copied from host). */
+static int32_t *device_ints(fj_context *ctx, const int32_t *v, size_t n)
+{
+    void *m;
+    assert_int_equal(fj_malloc(ctx, n * sizeof *v, &m), FJ_OK);
+    assert_int_equal(fj_copy_to_device(ctx, m, v, n * sizeof *v), FJ_OK);
+    return m;
+}
+
+/* Varlen and paged plans through the fake: the kernel (flash_fwd's .varlen
+ * and .paged16 variants, never flash_tma or flash_wgmma on this sm_90), the
+ * grid from the plan's maxima, the arrays passed to the kernel as given (the
+ * host reads none of them), and FLASHJIT_CHECK=1, which copies them back
+ * and refuses a bad one before launching, naming it. */
+static void test_varlen_paged_launch(void **state)
+{
+    (void)state;
+    unsetenv("FLASHJIT_CHECK");
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 3, 8, 2, 100, 300, 128, FJ_F16);
+    d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    d.features = FJ_FEATURE_VARLEN;
+    fj_kernel_desc k;
+    char name[128];
+    expected_kernel(&d, &k, name, sizeof name);
+    assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
+    assert_int_equal(k.varlen, 1);
+    fj_plan *plan;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    const char *desc = fj_plan_describe(plan);
+    assert_contains(desc, name);
+    assert_contains(desc, "kernel: flash_fwd.d128.f16.causal.varlen.");
+    assert_contains(desc, "flash_tma and flash_wgmma read dense [batch, seq, head] tensors only, "
+                          "not packed variable-length sequences");
+    assert_contains(desc, "sequences: variable-length batch (cu_seqlens_q, cu_seqlens_k)");
+    buffers b;
+    alloc_buffers(ctx, &d, &b);
+    static const int32_t cu_q[4] = {0, 100, 101, 180}, cu_k[4] = {0, 300, 301, 400};
+    static const int32_t bad_q[4] = {0, 100, 99, 180};
+    int32_t *dq = device_ints(ctx, cu_q, 4), *dk = device_ints(ctx, cu_k, 4);
+    int32_t *dbad = device_ints(ctx, bad_q, 4);
+    fj_execute_extras x;
     fj_execute_extras_init(&x);
-    x.seqused_k = x.block_table = cu;
+    x.cu_seqlens_q = dq;
+    x.cu_seqlens_k = dk;
+    x.total_q = 300;
+    x.total_k = 900;
+    int launches = fake_get_counts().launches, syncs = fake_get_counts().ctx_syncs;
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL), FJ_OK);
+    assert_int_equal(fake_get_counts().launches, launches + 1);
+    assert_int_equal(fake_get_counts().ctx_syncs, syncs); /* no check: no sync */
+    fake_launch l = fake_last_launch();
+    assert_int_equal(l.grid[0], (100 + k.block_m - 1) / k.block_m); /* the longest's tiles */
+    assert_int_equal(l.grid[1], 8);
+    assert_int_equal(l.grid[2], 3);
+    assert_ptr_equal(l.params.cu_seqlens_q, dq);
+    assert_ptr_equal(l.params.cu_seqlens_k, dk);
+    assert_null(l.params.seqused_k);
+    assert_null(l.params.block_table);
+    assert_int_equal(l.params.total_q, 300);
+    assert_int_equal(l.params.total_k, 900);
+    assert_int_equal(l.params.seqlen_q, 100);
+    assert_int_equal(l.params.seqlen_k, 300);
+    assert_int_equal(l.params.diag_per_seq, 1);
+    /* bad offsets without the check: launched as given (the kernel clamps) */
+    x.cu_seqlens_q = dbad;
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL), FJ_OK);
+    assert_int_equal(fake_get_counts().launches, launches + 2);
+    fj_plan_destroy(plan);
+
+    /* FLASHJIT_CHECK=1 (read at plan creation): checked before launch */
+    setenv("FLASHJIT_CHECK", "1", 1);
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    assert_contains(fj_plan_describe(plan), "FLASHJIT_CHECK=1: each execute copies them back");
+    launches = fake_get_counts().launches;
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "FLASHJIT_CHECK");
+    assert_contains(fj_last_error(), "cu_seqlens_q[2] (99) is below cu_seqlens_q[1] (100)");
+    assert_int_equal(fake_get_counts().launches, launches);
+    x.cu_seqlens_q = dq;
+    x.total_q = 150; /* past cu_seqlens_q[batch] = 180 */
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "cu_seqlens_q[batch = 3] (180) is past total_q (150)");
+    x.total_q = 300;
+    syncs = fake_get_counts().ctx_syncs;
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL), FJ_OK);
+    assert_int_equal(fake_get_counts().launches, launches + 1);
+    assert_int_equal(fake_get_counts().ctx_syncs, syncs + 1);
+    fj_plan_destroy(plan);
+
+    /* paged decode: 16-key pages, split-KV as the dense plan would, the
+       dense combine kernel; a page past the pool named under the check */
+    fj_attention_desc_init(&d, 2, 32, 8, 1, 8192, 128, FJ_BF16);
+    d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
     d.features = FJ_FEATURE_PAGED_KV;
-    assert_int_equal(fj_attention_ex(ctx, &d, cu, cu, cu, (void *)cu, NULL, &x, NULL),
-                     FJ_ERR_UNSUPPORTED);
-    assert_contains(fj_last_error(), "FJ_FEATURE_PAGED_KV");
+    d.page_size = 16;
+    d.num_pages = 1024;
+    d.max_pages = 512;
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    desc = fj_plan_describe(plan);
+    assert_contains(desc, ".paged16.");
+    assert_contains(desc, ".split.sm_90");
+    assert_contains(desc, "then combine.d128.bf16.nomask.m");
+    assert_contains(desc, "sequences: paged KV cache");
+    int32_t *table = calloc(2 * 512, sizeof *table);
+    assert_non_null(table);
+    for (int i = 0; i < 2 * 512; i++) table[i] = (i * 37) % 1024;
+    table[512 + 3] = 1024; /* sequence 1's fourth page: outside the pool */
+    static const int32_t used[2] = {8192, 100};
+    int32_t *dt = device_ints(ctx, table, 2 * 512), *du = device_ints(ctx, used, 2);
+    fj_execute_extras_init(&x);
+    x.block_table = dt;
+    x.seqused_k = du;
+    buffers pb;
+    fj_attention_desc pool = d;
+    pool.batch = 1024 * 16 / 8192; /* the pools' bytes: num_pages x page_size keys */
+    alloc_buffers(ctx, &pool, &pb);
+    launches = fake_get_counts().launches;
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, pb.k, pb.v, b.o, b.lse, &x, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_contains(fj_last_error(), "block_table[1][3] (1024, entry 515) is outside the pools");
+    assert_int_equal(fake_get_counts().launches, launches);
+    table[512 + 3] = 5;
+    assert_int_equal(fj_copy_to_device(ctx, dt, table, 2 * 512 * sizeof *table), FJ_OK);
+    assert_int_equal(fj_plan_execute_ex(plan, b.q, pb.k, pb.v, b.o, b.lse, &x, NULL), FJ_OK);
+    assert_int_equal(fake_get_counts().launches, launches + 2); /* split kernel, combine */
+    l = fake_last_launch(); /* the combine kernel: the parameters are shared */
+    assert_ptr_equal(l.params.block_table, dt);
+    assert_ptr_equal(l.params.seqused_k, du);
+    assert_int_equal(l.params.bt_stride, 512);
+    assert_int_equal(l.params.num_pages, 1024);
+    assert_int_equal(l.params.table_keys, 8192); /* min(seqlen_k, 512 pages of 16 keys) */
+    assert_true(l.params.num_splits > 1);
+    fj_plan_destroy(plan);
+    unsetenv("FLASHJIT_CHECK");
+
+    free(table);
+    fj_free(ctx, dq);
+    fj_free(ctx, dk);
+    fj_free(ctx, dbad);
+    fj_free(ctx, dt);
+    fj_free(ctx, du);
+    free_buffers(ctx, &b);
+    free_buffers(ctx, &pb);
     fj_context_destroy(ctx);
 }
 
@@ -509,7 +655,6 @@ static void test_alibi_sinks_launches(void **state)
     assert_ptr_equal(l.params.sinks, sinks);
     assert_int_equal(l.params.pack_rows, 0);
     assert_int_equal(l.params.pack_group, 1);
-    assert_int_equal(l.params.reserved_mods, 0);
     /* the plan needs its arrays */
     assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL),
                      FJ_ERR_INVALID_ARGUMENT);
@@ -1431,9 +1576,13 @@ static void test_real_loader_children(void **state)
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--child")) return run_child(argv[2]);
+    /* the CUDA varlen and paged kernels run only on request until verified
+       on a GPU (src/cuda/cuda_plan.c); these tests check their plans */
+    setenv("FLASHJIT_CUDA_VARLEN", "1", 0);
 #define FAKE(t) cmocka_unit_test_setup_teardown(t, fake_setup, fake_teardown)
     const struct CMUnitTest tests[] = {
         FAKE(test_healthy_fake_describe),
+        FAKE(test_varlen_paged_launch),
         FAKE(test_no_driver_auto_falls_back),
         FAKE(test_no_driver_explicit),
         FAKE(test_env_backend_cuda),

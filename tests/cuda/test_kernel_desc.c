@@ -237,20 +237,30 @@ static void test_parse_rejections(void **state)
 {
     (void)state;
     static const bad_name cases[] = {
-        {"", "kernel name '': 1 dot-separated parts; expected 6 to 10: <template>.d<head_dim>."
-             "<dtype>.<mask>[.softcap][.alibi][.sinks].m<M>n<N>{w<warps>|g<warpgroups>}s<S>"
-             "[.split].sm_<arch>"},
-        {"flash_fwd.d128.bf16.causal.m128n64w4s2", "5 dot-separated parts; expected 6 to 10"},
+        {"", "kernel name '': 1 dot-separated parts; expected 6 to 12: <template>.d<head_dim>."
+             "<dtype>.<mask>[.softcap][.alibi][.sinks][.varlen][.paged<page_size>].m<M>n<N>{w<"
+             "warps>|g<warpgroups>}s<S>[.split].sm_<arch>"},
+        {"flash_fwd.d128.bf16.causal.m128n64w4s2", "5 dot-separated parts; expected 6 to 12"},
+        {"flash_fwd.d128.bf16.causal.paged.m128n64w4s2.sm_90",
+         "'paged' is not paged<page_size> with a page size above 0"},
+        {"flash_fwd.d128.bf16.causal.paged0.m128n64w4s2.sm_90", "'paged0' is not paged<"},
+        {"flash_fwd.d128.bf16.causal.paged016.m128n64w4s2.sm_90", "'paged016' is not paged<"},
+        {"flash_fwd.d128.bf16.causal.paged16.varlen.m128n64w4s2.sm_90",
+         "'varlen' is not m<block_m>n<block_n>w<warps>s<stages>"},
+        {"flash_fwd.d128.bf16.causal.varlen.softcap.m128n64w4s2.sm_90",
+         "'softcap' is not m<block_m>n<block_n>w<warps>s<stages>"},
+        {"flash_fwd.d128.bf16.causal.softcap.alibi.sinks.varlen.paged16.m128n64w4s2.split.sm_90.x",
+         "13 dot-separated parts"},
         {"flash_fwd.d128.bf16.causal.m128n64w4s2.split.sm_90.x",
          "8 dot-separated parts, more than its optional parts allow"},
         {"flash_fwd.d128.bf16.causal.softcap.m128n64w4s2.split.sm_90.x",
          "9 dot-separated parts, more than its optional parts allow"},
         {"flash_fwd.d128.bf16.causal.softcap.alibi.sinks.m128n64w4s2.split.sm_90.x",
-         "11 dot-separated parts; expected 6 to 10"},
+         "11 dot-separated parts, more than its optional parts allow"},
         {"flash_fwd.d128.bf16.causal.sc.m128n64w4s2.sm_90",
          "'sc' is not m<block_m>n<block_n>w<warps>s<stages>"},
         {"flash_fwd.d128.bf16.causal.sc.m128n64w4s2.sm_90",
-         "(or 'softcap', 'alibi', 'sinks' before them, in that order)"},
+         "(or softcap, alibi, sinks, varlen, paged<page_size> before them, in that order)"},
         /* the modifiers in their order only, each once */
         {"flash_fwd.d128.bf16.causal.sinks.alibi.m128n64w4s2.sm_90", "'alibi' is not m<block_m>"},
         {"flash_fwd.d128.bf16.causal.alibi.softcap.m128n64w4s2.sm_90",
@@ -262,7 +272,7 @@ static void test_parse_rejections(void **state)
         {"flash_fwd.d128.bf16.causal.m128n64w4s2.softcap.sm_90",
          "'softcap' is not 'split', the only optional part after the tiles"},
         {"flash_fwd.d128.bf16.softcap.causal.m128n64w4s2.sm_90", "'softcap' is not a mask kind"},
-        {"a.b.c.d.e.f.g.h.i.j.k", "11 dot-separated parts"},
+        {"a.b.c.d.e.f.g.h.i.j.k.l.m", "13 dot-separated parts"},
         {"flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90",
          "kernel name 'flash_bwd.d128.bf16.causal.m128n64w4s2.sm_90': 'flash_bwd' is not a "
          "template name (flash_fwd, flash_wgmma, flash_tma, combine, merge)"},
@@ -463,6 +473,139 @@ static void test_check_rejections(void **state)
 
 /* Key warps: at block_m 16, 1..8 warps share each key tile when it gives
  * each a multiple of 16 keys; the parsed name keeps the fields. */
+/* Variable-length and paged descriptors: their names (the parts only they
+ * have, so every other name is unchanged), their rules (page size a
+ * multiple of 16; flash_fwd and its combine only), their macros, and the
+ * heuristic's choice of flash_fwd for them on sm_90. */
+static void test_varlen_paged(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        uint32_t varlen, page_size, softcap, split;
+    } good[] = {
+        {"flash_fwd.d128.bf16.causal.varlen.m128n64w4s2.sm_90", 1, 0, 0, 0},
+        {"flash_fwd.d128.bf16.nomask.paged16.m16n64w2s1.split.sm_90", 0, 16, 0, 1},
+        {"flash_fwd.d64.f16.causal_window.softcap.varlen.paged48.m64n64w4s2.sm_80", 1, 48, 1, 0},
+        {"flash_fwd.d256.bf16.nomask.paged65536.m16n64w4s1.split.sm_80", 0, 65536, 0, 1},
+        {"combine.d128.bf16.nomask.varlen.m16n64w1s1.split.sm_90", 1, 0, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        fj_kernel_desc k;
+        if (fj_kernel_desc_parse(good[i].name, &k)) fail_msg("%s", fj_last_error());
+        assert_int_equal(k.varlen, good[i].varlen);
+        assert_int_equal(k.page_size, good[i].page_size);
+        assert_int_equal(k.softcap, good[i].softcap);
+        assert_int_equal(k.split_kv, good[i].split);
+        char back[128];
+        fj_kernel_desc_name(&k, back, sizeof back);
+        assert_string_equal(back, good[i].name);
+        assert_int_equal(fj_kernel_desc_check(&k, SIZE_MAX), FJ_OK);
+        char *src;
+        size_t len;
+        if (fj_codegen_render(&k, &src, &len) != FJ_OK) fail_msg("%s", fj_last_error());
+        /* in the macro block, before the first pasted file (whose
+           #ifndef defaults them to 0) */
+        const char *files = strstr(src, "#line 1 ");
+        assert_non_null(files);
+        const char *v = strstr(src, "#define FJ_VARLEN 1\n");
+        assert_int_equal(v && v < files, k.varlen == 1);
+        char page[64];
+        snprintf(page, sizeof page, "#define FJ_PAGE_SIZE %u\n", (unsigned)k.page_size);
+        const char *ps = strstr(src, page);
+        assert_int_equal(ps && ps < files, k.page_size != 0);
+        free(src);
+    }
+    /* a plain kernel's macro block has neither */
+    {
+        fj_kernel_desc k = base_desc();
+        char *src;
+        size_t len;
+        assert_int_equal(fj_codegen_render(&k, &src, &len), FJ_OK);
+        const char *files = strstr(src, "#line 1 ");
+        assert_non_null(files);
+        const char *v = strstr(src, "#define FJ_VARLEN"), *ps = strstr(src, "#define FJ_PAGE_SIZE");
+        assert_true(!v || v > files);
+        assert_true(!ps || ps > files);
+        free(src);
+    }
+    static const struct {
+        const char *name, *message;
+    } bad[] = {
+        {"flash_fwd.d128.bf16.nomask.paged24.m16n64w2s1.sm_90",
+         "page_size 24: a paged KV cache on CUDA needs a page size that is a multiple of 16"},
+        {"flash_fwd.d128.bf16.nomask.paged131072.m16n64w2s1.sm_90", "up to 65536"},
+        {"flash_tma.d128.bf16.causal.varlen.m128n128c2s2.sm_90",
+         "varlen: flash_tma takes no variable-length batches: its tensor maps address dense"},
+        {"flash_tma.d128.bf16.causal.paged16.m128n128c2s2.sm_90",
+         "page_size: flash_tma takes no paged KV cache"},
+        {"flash_wgmma.d128.bf16.causal.varlen.m128n128g2s2.sm_90",
+         "varlen: flash_wgmma takes no variable-length batches: its loads read dense"},
+        {"flash_wgmma.d128.bf16.nomask.paged64.m128n128g2s2.sm_90",
+         "page_size: flash_wgmma takes no paged KV cache"},
+        {"combine.d128.bf16.nomask.paged16.m16n64w1s1.split.sm_90",
+         "page_size: combine takes no paged KV cache: it merges partials of dense rows"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fj_kernel_desc k;
+        if (fj_kernel_desc_parse(bad[i].name, &k)) fail_msg("%s", fj_last_error());
+        assert_int_equal(fj_kernel_desc_check(&k, SIZE_MAX), FJ_ERR_UNSUPPORTED);
+        assert_contains(fj_last_error(), bad[i].name);
+        assert_contains(fj_last_error(), bad[i].message);
+    }
+    /* the heuristic: flash_fwd for varlen and paged problems on every arch
+       (sm_90's prefill choice for the dense problem is another template),
+       the split kernel's combine dense for paged, varlen for varlen */
+    static const uint32_t feats[] = {FJ_FEATURE_VARLEN, FJ_FEATURE_PAGED_KV,
+                                     FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV};
+    for (uint32_t arch = 80; arch <= 90; arch += 10)
+        for (int f = 0; f < 3; f++)
+            for (int sq = 1; sq <= 4096; sq *= 64) {
+                fj_attention_desc d;
+                fj_attention_desc_init(&d, 4, 16, 4, sq, 4096, 128, FJ_BF16);
+                d.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+                d.features = feats[f];
+                if (feats[f] & FJ_FEATURE_PAGED_KV) {
+                    d.page_size = 32;
+                    d.num_pages = 600;
+                    d.max_pages = 128;
+                }
+                fj_problem p;
+                assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+                fj_kernel_desc k;
+                if (fj_kernel_desc_for_problem(&p, arch, &k)) fail_msg("%s", fj_last_error());
+                assert_int_equal(k.template_id, FJ_TEMPLATE_FLASH_FWD);
+                assert_int_equal(k.varlen, (feats[f] & FJ_FEATURE_VARLEN) != 0);
+                assert_int_equal(k.page_size, feats[f] & FJ_FEATURE_PAGED_KV ? 32 : 0);
+                fj_kernel_desc c;
+                fj_kernel_desc_combine_for(&k, 1, &c);
+                assert_int_equal(c.varlen, k.varlen);
+                assert_int_equal(c.page_size, 0);
+                assert_int_equal(fj_kernel_desc_check(&c, SIZE_MAX), FJ_OK);
+                /* the dense problem's kernel is what it was */
+                d.features = 0;
+                d.page_size = d.num_pages = d.max_pages = 0;
+                assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+                assert_int_equal(fj_kernel_desc_for_problem(&p, arch, &k), FJ_OK);
+                assert_int_equal(k.varlen, 0);
+                assert_int_equal(k.page_size, 0);
+            }
+    /* a page size that is no multiple of 16: refused naming it and the rule */
+    fj_attention_desc d;
+    fj_attention_desc_init(&d, 2, 8, 8, 1, 100, 64, FJ_F16);
+    d.features = FJ_FEATURE_PAGED_KV;
+    d.page_size = 24;
+    d.num_pages = 10;
+    d.max_pages = 5;
+    fj_problem p;
+    assert_int_equal(fj_problem_init(&p, &d), FJ_OK);
+    fj_kernel_desc k;
+    assert_int_equal(fj_kernel_desc_for_problem(&p, 90, &k), FJ_ERR_UNSUPPORTED);
+    assert_contains(fj_last_error(),
+                    "page_size 24: a paged KV cache on CUDA needs a page size that "
+                    "is a multiple of 16");
+}
+
 static void test_check_key_warps(void **state)
 {
     (void)state;
@@ -1401,6 +1544,7 @@ int main(void)
         cmocka_unit_test(test_parse_rejections),
         cmocka_unit_test(test_check_rejections),
         cmocka_unit_test(test_check_key_warps),
+        cmocka_unit_test(test_varlen_paged),
         cmocka_unit_test(test_wgmma_rules),
         cmocka_unit_test(test_smem),
         cmocka_unit_test(test_for_problem_rejections),

@@ -599,28 +599,44 @@ def test_kvcache_bad_out_and_kinds():
 
 
 @pytest.mark.cuda
-def test_cuda_unsupported():
-    """The CUDA kernels have no varlen batches or KV-cache problems yet: the
-    library's FJ_ERR_UNSUPPORTED surfaces as flashjit.ArgumentError (a
-    ValueError), with out untouched."""
+def test_cuda_matches_cpu():
+    """CUDA runs varlen batches and KV-cache problems (flash_fwd's varlen and
+    paged kernels): the same calls on CUDA tensors give the CPU backends'
+    results within bf16's rounding, appending included; a page size that is
+    no multiple of 16 (a dense cache of 12 keys is one page of 12) is CUDA's
+    FJ_ERR_UNSUPPORTED naming page_size, with out untouched."""
     dev, bf = "cuda", torch.bfloat16
-    q, k, v = (torch.randn(9, 4, 64, device=dev, dtype=bf), torch.randn(11, 2, 64, device=dev,
-               dtype=bf), torch.randn(11, 2, 64, device=dev, dtype=bf))
-    cu_q = torch.tensor([0, 4, 9], dtype=I32, device=dev)
-    cu_k = torch.tensor([0, 3, 11], dtype=I32, device=dev)
-    out = torch.full_like(q, SENTINEL)
-    with pytest.raises(flashjit.ArgumentError, match="FJ_ERR_UNSUPPORTED.*FJ_FEATURE_VARLEN") as e:
-        flashjit.varlen_attention(q, k, v, cu_q, cu_k, 5, 8, out=out)
+    g = torch.Generator().manual_seed(22)
+    q, k, v = (torch.randn(9, 4, 64, generator=g).to(bf), torch.randn(11, 2, 64, generator=g).to(bf),
+               torch.randn(11, 2, 64, generator=g).to(bf))
+    cu_q = torch.tensor([0, 4, 9], dtype=I32)
+    cu_k = torch.tensor([0, 3, 11], dtype=I32)
+    for causal in (None, "bottom-right"):
+        ref = flashjit.varlen_attention(q, k, v, cu_q, cu_k, 5, 8, causal=causal)
+        got = flashjit.varlen_attention(q.to(dev), k.to(dev), v.to(dev), cu_q.to(dev),
+                                        cu_k.to(dev), 5, 8, causal=causal)
+        torch.testing.assert_close(got.cpu().float(), ref.float(), atol=2e-2, rtol=2e-2)
+    qc = torch.randn(2, 1, 4, 64, generator=g).to(bf)
+    kc = torch.randn(2, 16, 2, 64, generator=g).to(bf)
+    vc = torch.randn(2, 16, 2, 64, generator=g).to(bf)
+    seqlens = torch.tensor([5, 16], dtype=I32)
+    for table in (None, torch.tensor([[1], [0]], dtype=I32)):
+        ref = flashjit.attention_with_kvcache(qc, kc, vc, seqlens, table)
+        got = flashjit.attention_with_kvcache(qc.to(dev), kc.to(dev), vc.to(dev), seqlens.to(dev),
+                                              None if table is None else table.to(dev))
+        torch.testing.assert_close(got.cpu().float(), ref.float(), atol=2e-2, rtol=2e-2)
+        # appending one key per sequence, then attending
+        kn = torch.randn(2, 1, 2, 64, generator=g).to(bf)
+        kc_ref, vc_ref, kc_dev, vc_dev = kc.clone(), vc.clone(), kc.to(dev), vc.to(dev)
+        ref = flashjit.attention_with_kvcache(qc, kc_ref, vc_ref, seqlens - 1, table, k=kn, v=kn)
+        got = flashjit.attention_with_kvcache(qc.to(dev), kc_dev, vc_dev, (seqlens - 1).to(dev),
+                                              None if table is None else table.to(dev),
+                                              k=kn.to(dev), v=kn.to(dev))
+        torch.testing.assert_close(got.cpu().float(), ref.float(), atol=2e-2, rtol=2e-2)
+        assert torch.equal(kc_dev.cpu(), kc_ref) and torch.equal(vc_dev.cpu(), vc_ref)
+    k12 = torch.randn(2, 12, 2, 64, device=dev, dtype=bf)
+    out = torch.full_like(qc.to(dev), SENTINEL)
+    with pytest.raises(flashjit.ArgumentError, match="FJ_ERR_UNSUPPORTED.*page_size 12") as e:
+        flashjit.attention_with_kvcache(qc.to(dev), k12, k12, seqlens.clamp(max=12).to(dev),
+                                        out=out)
     assert e.value.status == "FJ_ERR_UNSUPPORTED" and (out == SENTINEL).all()
-    qc = torch.randn(2, 1, 4, 64, device=dev, dtype=bf)
-    kc = torch.randn(2, 16, 2, 64, device=dev, dtype=bf)
-    seqlens = torch.tensor([5, 16], dtype=I32, device=dev)
-    for table in (None, torch.tensor([[1], [0]], dtype=I32, device=dev)):
-        with pytest.raises(flashjit.ArgumentError, match="FJ_ERR_UNSUPPORTED.*FJ_FEATURE_PAGED_KV"):
-            flashjit.attention_with_kvcache(qc, kc, kc, seqlens, table)
-        # appending: refused before the cache is written
-        kn = torch.randn(2, 1, 2, 64, device=dev, dtype=bf)
-        before = kc.clone()
-        with pytest.raises(flashjit.ArgumentError, match="FJ_ERR_UNSUPPORTED.*FJ_FEATURE_PAGED_KV"):
-            flashjit.attention_with_kvcache(qc, kc, kc, seqlens - 1, table, k=kn, v=kn)
-        assert torch.equal(kc, before)

@@ -112,6 +112,10 @@ fj_status fj_codegen_render(const fj_kernel_desc *k, char **source, size_t *len)
     if (k->softcap) fj_strbuf_printf(&b, "#define FJ_SOFTCAP 1\n");
     if (k->alibi) fj_strbuf_printf(&b, "#define FJ_ALIBI 1\n");
     if (k->sinks) fj_strbuf_printf(&b, "#define FJ_SINKS 1\n");
+    /* Likewise varlen and paged (attention_rows.cuh and combine.cu default
+       them to 0). */
+    if (k->varlen) fj_strbuf_printf(&b, "#define FJ_VARLEN 1\n");
+    if (k->page_size) fj_strbuf_printf(&b, "#define FJ_PAGE_SIZE %u\n", (unsigned)k->page_size);
 
     const char *files[4 + N_ATTENTION_HEADERS];
     size_t n_files = 0;

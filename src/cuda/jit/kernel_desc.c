@@ -16,8 +16,8 @@
 #define NAME_MAX_LEN 127
 
 /* The grammar, spelled once for error messages. */
-#define NAME_GRAMMAR                                                  \
-    "<template>.d<head_dim>.<dtype>.<mask>[.softcap][.alibi][.sinks]" \
+#define NAME_GRAMMAR                                                                              \
+    "<template>.d<head_dim>.<dtype>.<mask>[.softcap][.alibi][.sinks][.varlen][.paged<page_size>]" \
     ".m<M>n<N>{w<warps>|g<warpgroups>}s<S>[.split].sm_<arch>"
 
 void fj_kernel_desc_init(fj_kernel_desc *k)
@@ -90,17 +90,26 @@ int fj_kernel_desc_name(const fj_kernel_desc *k, char *buf, size_t n)
     char tiles[64];
     tiles_text(k, tiles, sizeof tiles);
     /* the score modifiers, each a part of its own (out-of-range values
-       print with their number, as the check's error shows them) */
-    char mods[72] = "";
+       print with their number, as the check's error shows them), then the
+       parts only the varlen and paged kernels have: every other name is as
+       it was */
+    char mods[96] = "";
     const struct {
         const char *name;
         uint32_t v;
-    } mod[3] = {{"softcap", k->softcap}, {"alibi", k->alibi}, {"sinks", k->sinks}};
-    for (int i = 0; i < 3; i++) {
+    } mod[4] = {{"softcap", k->softcap},
+                {"alibi", k->alibi},
+                {"sinks", k->sinks},
+                {"varlen", k->varlen}};
+    for (int i = 0; i < 4; i++) {
         size_t used = strlen(mods);
         if (mod[i].v == 1) snprintf(mods + used, sizeof mods - used, ".%s", mod[i].name);
         else if (mod[i].v)
             snprintf(mods + used, sizeof mods - used, ".%s%u", mod[i].name, (unsigned)mod[i].v);
+    }
+    if (k->page_size) {
+        size_t used = strlen(mods);
+        snprintf(mods + used, sizeof mods - used, ".paged%u", (unsigned)k->page_size);
     }
     int len = snprintf(buf, n, "%s.d%u.%s.%s%s.%s%s.sm_%u", t, (unsigned)k->head_dim, d, m, mods,
                        tiles, k->split_kv ? ".split" : "", (unsigned)k->arch);
@@ -213,12 +222,12 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
     char copy[NAME_MAX_LEN + 1];
     memcpy(copy, name, len + 1);
 
-    /* Split at every dot (ten slots: a name with more parts is rejected by
+    /* Split at every dot (twelve slots: a name with more parts is rejected by
        the count below, whatever the extra parts hold). */
-    char *parts[10];
+    char *parts[12];
     int nparts = 0;
     for (char *p = copy;;) {
-        if (nparts < 10) parts[nparts] = p;
+        if (nparts < 12) parts[nparts] = p;
         nparts++;
         char *dot = strchr(p, '.');
         if (!dot) break;
@@ -229,9 +238,9 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
     fj_kernel_desc_init(&d);
     const fj_template_row *row = fj_template_row_named(parts[0]);
     if (row && row->dtype_only) return parse_dtype_only(name, row, parts, nparts, k);
-    if (nparts < 6 || nparts > 10)
+    if (nparts < 6 || nparts > 12)
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "kernel name '%s': %d dot-separated parts; expected 6 to 10: " NAME_GRAMMAR,
+                       "kernel name '%s': %d dot-separated parts; expected 6 to 12: " NAME_GRAMMAR,
                        name, nparts);
 
     char names[256];
@@ -255,21 +264,30 @@ fj_status fj_kernel_desc_parse(const char *name, fj_kernel_desc *k)
                        "kernel name '%s': '%s' is not a mask kind (nomask, causal, window, "
                        "causal_window)",
                        name, parts[3]);
-    int at = 4; /* the next part: [softcap] [alibi] [sinks] tiles [split] arch */
-    static const char *const mods[3] = {"softcap", "alibi", "sinks"};
-    uint32_t *mod_field[3] = {&d.softcap, &d.alibi, &d.sinks};
-    for (int i = 0; i < 3; i++)
+    int at =
+        4; /* the next part: [softcap] [alibi] [sinks] [varlen] [paged<N>] tiles [split] arch */
+    static const char *const mods[4] = {"softcap", "alibi", "sinks", "varlen"};
+    uint32_t *mod_field[4] = {&d.softcap, &d.alibi, &d.sinks, &d.varlen};
+    for (int i = 0; i < 4; i++)
         if (nparts - at > 2 && !strcmp(parts[at], mods[i])) {
             *mod_field[i] = 1;
             at++;
         }
+    if (nparts - at > 2 && !strncmp(parts[at], "paged", 5)) {
+        if (!parse_prefixed(parts[at], "paged", &d.page_size) || d.page_size == 0)
+            return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                           "kernel name '%s': '%s' is not paged<page_size> with a page size "
+                           "above 0",
+                           name, parts[at]);
+        at++;
+    }
     char letter;
     if (!parse_tiles(parts[at], &d, &letter))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT, "kernel name '%s': '%s' is not %s%s", name,
                        parts[at], fj_template_tile_grammars(names, sizeof names),
-                       nparts - at > 2
-                           ? " (or 'softcap', 'alibi', 'sinks' before them, in that order)"
-                           : "");
+                       nparts - at > 2 ? " (or softcap, alibi, sinks, varlen, paged<page_size> "
+                                         "before them, in that order)"
+                                       : "");
     if (!units_to_warps(row, letter, &d))
         return fj_fail(FJ_ERR_INVALID_ARGUMENT,
                        "kernel name '%s': %s kernels count warps as %c<%s>, not as in '%s'", name,
@@ -372,6 +390,25 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
                  "softcap is for the attention templates; %s does not compute "
                  "scores",
                  r->name);
+    else if (k->varlen > 1)
+        snprintf(why, sizeof why, "varlen %u is not 0 or 1", (unsigned)k->varlen);
+    else if (k->page_size &&
+             (k->page_size % FJ_CUDA_PAGE_MULTIPLE || k->page_size > FJ_CUDA_PAGE_MAX))
+        snprintf(why, sizeof why,
+                 "page_size %u: a paged KV cache on CUDA needs a page size that is a multiple of "
+                 "%d (a key tile's rows come %d at a time from one page), up to %d",
+                 (unsigned)k->page_size, FJ_CUDA_PAGE_MULTIPLE, FJ_CUDA_PAGE_MULTIPLE,
+                 FJ_CUDA_PAGE_MAX);
+    else if ((k->alibi || k->sinks) && (k->varlen || k->page_size))
+        snprintf(why, sizeof why,
+                 "%s with %s: the CUDA kernels do not combine them yet (the bias and the sink "
+                 "rows are placed by the dense problem's rows)",
+                 k->alibi ? "alibi" : "sinks", k->varlen ? "varlen" : "a paged KV cache");
+    else if ((k->varlen && !r->varlen) || (k->page_size && !r->paged))
+        snprintf(why, sizeof why, "%s: %s takes no %s: %s",
+                 k->page_size && !r->paged ? "page_size" : "varlen", r->name,
+                 k->page_size && !r->paged ? "paged KV cache" : "variable-length batches",
+                 r->no_seqs_why ? r->no_seqs_why : "its template has no such path");
     else if (k->softcap && !softcap_fits(k, r))
         snprintf(why, sizeof why,
                  "softcap: flash_tma has no registers for the cap with more than 2 consumer "
@@ -405,7 +442,11 @@ fj_status fj_kernel_desc_check(const fj_kernel_desc *k, size_t smem_limit)
     else r->rules(&t, why, sizeof why);
     if (!why[0]) {
         size_t limit = smem_limit ? smem_limit : fj_arch_smem_optin_max(k->arch);
-        size_t need = r->smem_bytes(&t);
+        /* varlen and paged kernels keep their sequence in static shared
+           memory besides the dynamic layout (attention_rows.cuh,
+           fj_seq_smem), which the block's limit also covers */
+        size_t need = r->smem_bytes(&t) +
+                      (r->attention && (k->varlen || k->page_size) ? FJ_CUDA_SEQS_STATIC_SMEM : 0);
         if (need > limit)
             snprintf(why, sizeof why,
                      "needs %zu bytes of shared memory (%s), more than the %zu bytes %s", need,
@@ -425,7 +466,8 @@ void fj_kernel_desc_heuristic_excluding(fj_kernel_desc *k, uint32_t excluded)
     for (int i = 0; fj_template_row_at(i); i++) {
         const fj_template_row *r = fj_template_row_at(i);
         if (!r->attention || !r->prefill_tiles || k->arch < r->min_arch ||
-            (r->max_arch && k->arch > r->max_arch) || (uint32_t)r->id == excluded)
+            (r->max_arch && k->arch > r->max_arch) || (uint32_t)r->id == excluded ||
+            (k->varlen && !r->varlen) || (k->page_size && !r->paged))
             continue;
         if (r->prefill_tiles(&t, (fj_mask_kind)k->mask)) {
             k->template_id = r->id;
@@ -476,10 +518,13 @@ static void default_tiles(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
     k->sinks = p->sinks;
     k->split_kv = 0;
     k->arch = arch;
+    k->varlen = p->varlen;
+    k->page_size = p->paged ? (uint32_t)p->page_size : 0;
     if (p->seqlen_q <= FJ_DECODE_MAX_ROWS && k->mask == FJ_MASK_NONE) {
         for (int i = 0; fj_template_row_at(i); i++) {
             const fj_template_row *r = fj_template_row_at(i);
-            if (!r->decode_tiles || arch < r->min_arch || (r->max_arch && arch > r->max_arch))
+            if (!r->decode_tiles || arch < r->min_arch || (r->max_arch && arch > r->max_arch) ||
+                (k->varlen && !r->varlen) || (k->page_size && !r->paged))
                 continue;
             fj_tile_shape t = shape_of(k);
             r->decode_tiles(&t);
@@ -517,6 +562,26 @@ fj_status fj_kernel_desc_supports(const fj_problem *p)
                        "to Q's and K's only; the CPU backends (FJ_BACKEND_CPU, "
                        "FJ_BACKEND_CPU_REFERENCE) take any head_dim_v in 1..%d",
                        p->head_dim_v, p->head_dim, FJ_MAX_HEAD_DIM);
+    if ((p->alibi || p->sinks) && (p->varlen || p->paged))
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "%s with %s: the CUDA kernels do not combine them yet; the CPU backends "
+                       "(FJ_BACKEND_CPU, FJ_BACKEND_CPU_REFERENCE) do",
+                       p->alibi && p->sinks ? "ALiBi and attention sinks"
+                       : p->alibi           ? "ALiBi"
+                                            : "attention sinks",
+                       p->varlen && p->paged ? "variable-length batches and a paged KV cache"
+                       : p->varlen           ? "variable-length batches"
+                                             : "a paged KV cache");
+    if (p->paged && p->page_size % FJ_CUDA_PAGE_MULTIPLE)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "page_size %d: a paged KV cache on CUDA needs a page size that is a "
+                       "multiple of %d (a key tile's rows come %d at a time from one page); the "
+                       "CPU backends (FJ_BACKEND_CPU, FJ_BACKEND_CPU_REFERENCE) take any",
+                       p->page_size, FJ_CUDA_PAGE_MULTIPLE, FJ_CUDA_PAGE_MULTIPLE);
+    if (p->paged && p->page_size > FJ_CUDA_PAGE_MAX)
+        return fj_fail(FJ_ERR_UNSUPPORTED,
+                       "page_size %d: the CUDA kernels take pages of at most %d keys", p->page_size,
+                       FJ_CUDA_PAGE_MAX);
     if (p->dtype == FJ_F32)
         return fj_fail(FJ_ERR_UNSUPPORTED,
                        "the CUDA backend computes f16 and bf16; for f32 use the CPU backend "
@@ -576,8 +641,9 @@ void fj_kernel_desc_combine_for(const fj_kernel_desc *k, unsigned warps, fj_kern
     c->template_id = FJ_TEMPLATE_COMBINE;
     c->split_kv = 1;
     c->mask = FJ_MASK_NONE;
-    c->softcap = 0; /* merges partials: one combine kernel serves capped and plain plans */
-    c->alibi = 0;   /* likewise ALiBi's; a sink joins in the combine (k's sinks stay) */
+    c->softcap = 0;   /* merges partials: one combine kernel serves capped and plain plans */
+    c->alibi = 0;     /* likewise ALiBi's; a sink joins in the combine (k's sinks stay) */
+    c->page_size = 0; /* a paged plan's queries and output are dense: the dense combine */
     c->warps = warps;
     c->block_m = 16 * warps;
     c->block_n = 64;

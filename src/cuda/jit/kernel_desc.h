@@ -3,7 +3,9 @@
  * filled, holding every field that changes the generated code. Its canonical
  * name, e.g. "flash_fwd.d128.bf16.causal.m128n64w4s2.sm_90" (with a softcap
  * "flash_fwd.d128.bf16.causal.softcap.m128n64w4s2.sm_90", with every score
- * modifier "...causal.softcap.alibi.sinks.m128n64w4s2.sm_90"), appears
+ * modifier "...causal.softcap.alibi.sinks.m128n64w4s2.sm_90"; for
+ * variable-length batches ".varlen", for a paged KV cache of 16-key pages
+ * ".paged16", in that order after the modifiers' parts), appears
  * identically in logs, errors, cache file names, the tuning file, plan
  * describe and the CLI (`flashjit source NAME`). */
 #ifndef FJ_KERNEL_DESC_H
@@ -47,7 +49,21 @@ typedef struct fj_kernel_desc {
     uint32_t stages;            /* K/V tiles in flight */
     uint32_t split_kv;          /* 0/1: writes float partials for the combine kernel */
     uint32_t arch;              /* SM version: 80 for sm_80, 90 for sm_90 */
+    uint32_t varlen;            /* 0/1: packed sequences placed by cu_seqlens (device memory) */
+    uint32_t page_size;         /* 0: dense K and V; else keys per page of a paged cache, a
+                                   multiple of FJ_CUDA_PAGE_MULTIPLE */
 } fj_kernel_desc;
+
+/* A paged cache's page size on CUDA is a multiple of this: a tile's rows
+ * come 16 at a time from one page (and the page index of a key is then a
+ * shift or a multiply by a constant). */
+#define FJ_CUDA_PAGE_MULTIPLE 16
+/* Static shared memory of a varlen or paged attention kernel (its
+ * sequence and loop bounds, attention_rows.cuh's fj_seq_smem, as ptxas
+ * rounds it up), counted against the block's shared-memory limit. */
+#define FJ_CUDA_SEQS_STATIC_SMEM 128
+/* The largest page size a kernel name spells (six digits). */
+#define FJ_CUDA_PAGE_MAX 65536
 
 /* Zeroes k and sets generator_version. */
 void fj_kernel_desc_init(fj_kernel_desc *k);

@@ -14,9 +14,11 @@ bool fj_launch_view(const fj_problem *p, fj_problem *out)
         out->masked = false;
     }
     /* ALiBi: a packed tile's rows would be of several heads (slopes) and
-       query positions; such problems keep one block row per query head */
-    if (p->group < 2 || p->seqlen_q > FJ_GQA_PACK_MAX_SEQLEN_Q || windowed || p->alibi ||
-        out->causal != FJ_CAUSAL_NONE || !rows_are_one_sequence(p, p->q_stride) ||
+       query positions; such problems keep one block row per query head.
+       Varlen rows are tokens of a packed tensor: its heads are not rows of
+       one sequence apart (a paged plan's dense queries pack as before). */
+    if (p->varlen || p->group < 2 || p->seqlen_q > FJ_GQA_PACK_MAX_SEQLEN_Q || windowed ||
+        p->alibi || out->causal != FJ_CAUSAL_NONE || !rows_are_one_sequence(p, p->q_stride) ||
         !rows_are_one_sequence(p, p->o_stride))
         return false;
     int64_t g = p->group;

@@ -273,6 +273,8 @@ static const fj_template_row rows[] = {
         .arch_why = "TMA, wgmma and setmaxnreg exist there only; flash_fwd runs everywhere",
         .arch_specific = true,
         .launch = FJ_LAUNCH_PERSISTENT_TMA,
+        .no_seqs_why = "its tensor maps address dense [batch, seq, head] tensors, not packed "
+                       "sequences or pages (flash_fwd takes them)",
         .smem_formula = "Q + O staging (when it fits) + 2 * stages * block_n rows, each tile "
                         "rounded up to 1024 bytes, + barriers + 1024",
         .smem_bytes = tma_smem,
@@ -294,6 +296,8 @@ static const fj_template_row rows[] = {
         .arch_specific = true,
         .launch = FJ_LAUNCH_TILE_GRID,
         .split_kv = true,
+        .no_seqs_why = "its loads read dense [batch, seq, head] tensors, not packed sequences or "
+                       "pages (flash_fwd takes them)",
         .smem_formula = "(block_m + 2 * stages * block_n) * head_dim * 2 + 1024",
         .smem_bytes = wgmma_smem,
         .rules = wgmma_rules,
@@ -312,6 +316,8 @@ static const fj_template_row rows[] = {
         .arch_why = "the kernels use cp.async and bf16 mma.sync",
         .launch = FJ_LAUNCH_TILE_GRID,
         .split_kv = true,
+        .varlen = true,
+        .paged = true,
         .smem_formula = "(block_m + 2 * stages * block_n) * (head_dim rounded up to 16 + 8) * 2",
         .smem_bytes = fwd_smem,
         .rules = fwd_rules,
@@ -329,6 +335,9 @@ static const fj_template_row rows[] = {
         .min_arch = 80,
         .arch_why = "the kernels use cp.async and bf16 mma.sync",
         .launch = FJ_LAUNCH_COMBINE_ROWS,
+        .varlen = true,
+        .no_seqs_why = "it merges partials of dense rows: a paged plan's combine kernel is the "
+                       "dense one (its queries are not paged)",
         .smem_formula = "0",
         .smem_bytes = combine_smem,
         .rules = combine_rules,

@@ -67,7 +67,13 @@ typedef struct fj_template_row {
     const char *arch_why;        /* why the range, for messages */
     bool arch_specific;          /* compiled for "sm_90a" (wgmma, setmaxnreg) */
     fj_launch_kind launch;
-    bool split_kv;            /* has a split-KV variant (split_kv = 1 descriptors) */
+    bool split_kv; /* has a split-KV variant (split_kv = 1 descriptors) */
+    /* Takes variable-length batches (varlen = 1 descriptors: lengths and
+       offsets read from device memory) and a paged KV cache (page_size > 0:
+       K and V through a block table); when it takes neither, no_seqs_why
+       says why, for the message that refuses such a descriptor. */
+    bool varlen, paged;
+    const char *no_seqs_why;
     const char *smem_formula; /* the formula, for messages */
     size_t (*smem_bytes)(const fj_tile_shape *t);
     /* The first of the template's own rules t breaks, into why (left empty
