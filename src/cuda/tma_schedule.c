@@ -4,7 +4,7 @@
  * one on the first query tile to all of them on the last. Dealt in one list
  * of all (head, batch) pairs' tiles, longest first, the blocks end evenly,
  * but every round of the list touches every pair's K and V, so each pair's
- * keys come from memory again in every round (a dozen times at 4k keys),
+ * keys come from memory again in every round (about 8 times at 4k keys),
  * which the unmasked kernel avoids by running pairs side by side in groups
  * that fit in L2 (the layout's head_group). Groups dealt round-robin leave
  * the blocks uneven (a block that drew a group's long tiles in one round
