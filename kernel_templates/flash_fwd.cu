@@ -438,6 +438,12 @@ __device__ __forceinline__ void qk_tile(const State &st, unsigned k_off, float (
     }
 }
 
+/* The query row of this thread's score element (mt 0, hh 0). */
+__device__ __forceinline__ long long fragment_row0(int tid)
+{
+    return (long long)block_m0() + (int)warp_q((unsigned)tid) * WARP_ROWS + ((tid & 31) >> 2);
+}
+
 /* Hides the scores of keys outside each row's band (and past seqlen_k) in
  * the KSUB keys from n0 (mask.cuh). */
 template <int NT>
@@ -445,8 +451,7 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
 {
     const int tid = threadIdx.x;
     const int col0 = n0 + 2 * (tid & 3); /* key of element (nt 0, e 0) */
-    const long long row0 =
-        (long long)block_m0() + (int)warp_q((unsigned)tid) * WARP_ROWS + ((tid & 31) >> 2);
+    const long long row0 = fragment_row0(tid);
 #if FJ_SEQS
     /* the sequence's band, from the block's published sequence */
     mask_scores(p, fja::band_of(p, fja::seq_shared()), row0, col0, s);
@@ -461,9 +466,7 @@ __device__ __forceinline__ void alibi_tile(const fj_fwd_params &p, const Ctx &c,
                                            float (&s)[MT][NT][4])
 {
     const int tid = threadIdx.x;
-    const long long row0 =
-        (long long)block_m0() + (int)warp_q((unsigned)tid) * WARP_ROWS + ((tid & 31) >> 2);
-    fja::alibi_scores(p, row0, n0 + 2 * (tid & 3), c.alibi_slope, c.alibi_scale, s);
+    fja::alibi_scores(p, fragment_row0(tid), n0 + 2 * (tid & 3), c.alibi_slope, c.alibi_scale, s);
 }
 
 /* O += P V for the KSUB keys at byte offset v_off of V stage 0, P = s (the

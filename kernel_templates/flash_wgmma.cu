@@ -299,14 +299,19 @@ struct State {
     float l[MT][2];      /* running row sum of exp2, this thread's columns only */
 };
 
+/* The query row of this thread's score element (mt 0, hh 0): warp w holds
+   rows 16w..16w+15. */
+__device__ __forceinline__ long long fragment_row0(int tid)
+{
+    return (long long)block_m0() + (tid >> 5) * 16 + ((tid & 31) >> 2);
+}
+
 /* Hides the scores of keys outside each row's band (and past seqlen_k) in
- * the BN keys from n0 (mask.cuh): warp w holds rows 16w..16w+15. */
+ * the BN keys from n0 (mask.cuh). */
 __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float (&s)[MT][NT][4])
 {
     const int tid = threadIdx.x;
-    const int col0 = n0 + 2 * (tid & 3);
-    const long long row0 = (long long)block_m0() + (tid >> 5) * 16 + ((tid & 31) >> 2);
-    mask_scores(p, row0, col0, s);
+    mask_scores(p, fragment_row0(tid), n0 + 2 * (tid & 3), s);
 }
 
 /* ALiBi's bias on the BN keys from n0, scaling S (mask.cuh). */
@@ -314,8 +319,7 @@ __device__ __forceinline__ void alibi_tile(const fj_fwd_params &p, const Ctx &c,
                                            float (&s)[MT][NT][4])
 {
     const int tid = threadIdx.x;
-    const long long row0 = (long long)block_m0() + (tid >> 5) * 16 + ((tid & 31) >> 2);
-    fja::alibi_scores(p, row0, n0 + 2 * (tid & 3), c.alibi_slope, c.alibi_scale, s);
+    fja::alibi_scores(p, fragment_row0(tid), n0 + 2 * (tid & 3), c.alibi_slope, c.alibi_scale, s);
 }
 
 /* Issues S = Q K^T of the key tile in buffer `stage` (not committed): A is

@@ -118,11 +118,11 @@ static fj_status check_grid(const fj_problem *view)
     return FJ_OK;
 }
 
-/* FLASHJIT_CUDA_VARLEN=1: varlen and paged problems run on the CUDA kernels
- * (fj_cuda_supports says why they do not otherwise). */
-static bool seqs_allowed(void)
+/* Whether the environment variable is set to something other than "" or
+   "0" (FLASHJIT_CUDA_VARLEN, FLASHJIT_CHECK). */
+static bool env_flag(const char *name)
 {
-    const char *env = getenv("FLASHJIT_CUDA_VARLEN");
+    const char *env = getenv(name);
     return env && *env && strcmp(env, "0") != 0;
 }
 
@@ -136,7 +136,7 @@ fj_status fj_cuda_supports(const fj_context *ctx, const fj_problem *p)
        when FLASHJIT_CUDA_VARLEN=1 (the GPU test suites set it) until they
        have been. The page size's rule, and ALiBi or sinks with them, are
        fj_kernel_desc_supports's. */
-    if ((p->varlen || p->paged) && !seqs_allowed())
+    if ((p->varlen || p->paged) && !env_flag("FLASHJIT_CUDA_VARLEN"))
         return fj_fail(FJ_ERR_UNSUPPORTED,
                        "cuda: %s: the CUDA kernels for them are built but not yet verified on a "
                        "GPU; set FLASHJIT_CUDA_VARLEN=1 to run them anyway, or use the CPU "
@@ -522,18 +522,6 @@ static fj_status upload_schedule(cuda_plan *cp, const fj_problem *view, const fj
               : FJ_OK;
 }
 
-/* FLASHJIT_CHECK=1: debug mode. Each varlen or paged execute copies its
- * length arrays and block table back to the host (after synchronizing its
- * stream) and checks every rule (src/sequences.c) before launching, so a bad
- * value is an FJ_ERR_INVALID_ARGUMENT naming it rather than a clamped
- * length. Off by default: it synchronizes, and it cannot run inside a CUDA
- * graph capture. */
-static bool check_wanted(void)
-{
-    const char *env = getenv("FLASHJIT_CHECK");
-    return env && *env && strcmp(env, "0") != 0;
-}
-
 /* Plan creation resolves the kernel once: the launch view, the heuristic's
  * descriptor for it, the tiles (given, tuning file, shipped table, or that
  * heuristic), one check against this device, then the module cache (memory,
@@ -578,7 +566,13 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     cp->tma = tma;
     cp->problem = *user;
     cp->seqs = user->varlen || user->paged;
-    cp->check = check_wanted();
+    /* FLASHJIT_CHECK=1: debug mode. Each varlen or paged execute copies its
+       length arrays and block table back to the host (after synchronizing
+       its stream) and checks every rule (src/sequences.c) before launching,
+       so a bad value is an FJ_ERR_INVALID_ARGUMENT naming it rather than a
+       clamped length. Off by default: it synchronizes, and it cannot run
+       inside a CUDA graph capture. */
+    cp->check = env_flag("FLASHJIT_CHECK");
     if (cp->seqs && s->arch >= 90 && k.template_id == FJ_TEMPLATE_FLASH_FWD && !config) {
         size_t used = strlen(why);
         snprintf(why + used, sizeof why - used,
