@@ -89,33 +89,37 @@ __device__ __forceinline__ Seq seq_of(const fj_fwd_params &p, int b)
    ld.shared at a constant address costs one register, where a reload from
    the length arrays costs an address pair, the clamps and their
    temporaries at the loop's peak of live registers (ptxas spilled 8 bytes
-   on some tiles). Every thread stores the same values (seq_publish, before
-   the loop) and reads back its own stores, so no barrier is needed;
-   volatile, so each use is a load (not a register held across the loop). */
+   on some tiles). Thread 0 stores the values and a barrier publishes them
+   before any thread reads one (seq_publish): stores of the same value from
+   every thread would be right on the hardware but are a data race in CUDA's
+   memory model, and compute-sanitizer's racecheck reports them. Volatile,
+   so each use is a load (not a register held across the loop). */
 __shared__ int fj_seq_smem[8]; /* q0, k0, sq, sk; the unmasked tiles u0, u1; n_begin */
-__device__ __forceinline__ void seq_publish(const Seq &s)
+enum : int { SEQ_U0 = 4, SEQ_U1 = 5, SEQ_N_BEGIN = 6 };
+/* Publishes the block's sequence and its key-tile bounds; block-wide (a
+   barrier), so every thread of the block calls it. */
+__device__ __forceinline__ void seq_publish(const Seq &s, int n_begin, int u0, int u1)
 {
-    volatile int *m = fj_seq_smem;
-    m[0] = s.q0;
-    m[1] = s.k0;
-    m[2] = s.sq;
-    m[3] = s.sk;
+    if (threadIdx.x == 0) {
+        volatile int *m = fj_seq_smem;
+        m[0] = s.q0;
+        m[1] = s.k0;
+        m[2] = s.sq;
+        m[3] = s.sk;
+        m[SEQ_U0] = u0;
+        m[SEQ_U1] = u1;
+        m[SEQ_N_BEGIN] = n_begin;
+    }
+    __syncthreads();
 }
-/* A loop bound kept in fj_seq_smem[i] (the unmasked key tiles): each
-   comparison loads it. Computed from the length arrays, u0 and u1 cannot be
-   rematerialized from the parameters as a dense kernel's are, and ptxas
+/* A loop bound kept in fj_seq_smem[i] (the unmasked key tiles, n_begin):
+   each comparison loads it. Computed from the length arrays, these cannot
+   be rematerialized from the parameters as a dense kernel's are, and ptxas
    spilled one across the first key loop (d40 decode split, sm_80). */
 struct SharedBound {
     int i;
     __device__ __forceinline__ operator int() const { return ((const volatile int *)fj_seq_smem)[i]; }
 };
-__device__ __forceinline__ SharedBound publish_bound(int i, int v)
-{
-    ((volatile int *)fj_seq_smem)[i] = v;
-    SharedBound b;
-    b.i = i;
-    return b;
-}
 __device__ __forceinline__ Seq seq_shared()
 {
     const volatile int *m = fj_seq_smem;

@@ -631,7 +631,7 @@ __device__ __forceinline__ int n_begin_of(const Ctx &c)
 #if FJ_SEQS
     if constexpr (ALTERNATE) {
         fja::SharedBound b;
-        b.i = 6;
+        b.i = fja::SEQ_N_BEGIN;
         return b;
     }
 #endif
@@ -824,9 +824,12 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
        sequence's rows has nothing to do (no partials either: the combine
        kernel reads only the sequence's rows) */
     if (q_rows <= 0) return;
-    fja::seq_publish(wh.seq);
     const KeyTiles kt = key_tiles(p, fja::band_of(p, wh.seq), m0, q_rows, split);
-    fja::publish_bound(6, kt.n_begin);
+    {
+        int u0, u1;
+        clamp_unmasked(kt, u0, u1);
+        fja::seq_publish(wh.seq, kt.n_begin, u0, u1);
+    }
 #else
     const KeyTiles kt = key_tiles(p, m0, q_rows, split);
 #endif
@@ -889,15 +892,15 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
     }
 
     {
-        int u0, u1;
-        clamp_unmasked(kt, u0, u1);
 #if FJ_SEQS
         /* the bounds from shared memory (attention_rows.cuh, SharedBound) */
-        for_each_key_tile<STAGES>(kt, fja::publish_bound(4, u0), fja::publish_bound(5, u1),
+        for_each_key_tile<STAGES>(kt, fja::SharedBound{fja::SEQ_U0}, fja::SharedBound{fja::SEQ_U1},
                                   [&](auto masked, int n, int stage) {
                                       tile_iteration<decltype(masked)::value>(p, c, st, n, stage);
                                   });
 #else
+        int u0, u1;
+        clamp_unmasked(kt, u0, u1);
         for_each_key_tile<STAGES>(kt, u0, u1, [&](auto masked, int n, int stage) {
             tile_iteration<decltype(masked)::value>(p, c, st, n, stage);
         });
