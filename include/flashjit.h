@@ -341,9 +341,8 @@ enum {
        packed [token, heads, head_dim]); the seq strides step one token.
        lse is float32 [heads_q, total_q]. Every backend (since 1.1; CUDA
        reads the arrays in device memory from its kernels, so a captured
-       CUDA graph replays for any lengths; on CUDA, for now, only with
-       FLASHJIT_CUDA_VARLEN=1 in the environment, since those kernels have
-       not yet run on a GPU, and not with ALiBi or sinks). docs/semantics.md,
+       CUDA graph replays for any lengths; on CUDA not with ALiBi or
+       sinks). docs/semantics.md,
        "Variable-length batches" and "CUDA: varlen and paged kernels". */
     FJ_FEATURE_VARLEN = 1u << 2,
     /* Paged KV cache (vLLM's PagedAttention, flash_attn_with_kvcache's

@@ -68,7 +68,7 @@ static void help(void)
            "         every dtype it lists (default: gpu on a CUDA context, cpu otherwise;\n"
            "         gpu = anchors = prefill + extra + decode; smoke = three tiny problems)\n"
            "         A key with .varlen or .paged<N> runs batch sequences of its full lengths\n"
-           "         (paged: each sequence's pages in pool order; CPU backends; paged = decode\n"
+           "         (paged: each sequence's pages in pool order; paged = decode\n"
            "         and chunked-prefill rows next to their dense twins)\n"
            "  --backends auto,cuda,cpu,reference    (default: auto)\n"
            "  --dtypes bf16,f16,f32   instead of the grid's dtypes\n"

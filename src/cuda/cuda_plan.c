@@ -119,7 +119,7 @@ static fj_status check_grid(const fj_problem *view)
 }
 
 /* Whether the environment variable is set to something other than "" or
-   "0" (FLASHJIT_CUDA_VARLEN, FLASHJIT_CHECK). */
+   "0" (FLASHJIT_CHECK). */
 static bool env_flag(const char *name)
 {
     const char *env = getenv(name);
@@ -130,20 +130,10 @@ fj_status fj_cuda_supports(const fj_context *ctx, const fj_problem *p)
 {
     (void)ctx;
     fj_status st;
-    /* variable-length batches and paged caches: flash_fwd's (and its split
-       and combine kernels') varlen and paged variants, built and checked on
-       the host and against fake drivers but not yet run on a GPU: taken only
-       when FLASHJIT_CUDA_VARLEN=1 (the GPU test suites set it) until they
-       have been. The page size's rule, and ALiBi or sinks with them, are
+    /* variable-length batches and paged caches run on flash_fwd's (and its
+       split and combine kernels') varlen and paged variants; the page
+       size's rule, and ALiBi or sinks with them, are
        fj_kernel_desc_supports's. */
-    if ((p->varlen || p->paged) && !env_flag("FLASHJIT_CUDA_VARLEN"))
-        return fj_fail(FJ_ERR_UNSUPPORTED,
-                       "cuda: %s: the CUDA kernels for them are built but not yet verified on a "
-                       "GPU; set FLASHJIT_CUDA_VARLEN=1 to run them anyway, or use the CPU "
-                       "backends (FJ_BACKEND_CPU), which take them",
-                       p->varlen && p->paged ? "variable-length batches with a paged KV cache"
-                       : p->varlen           ? "variable-length batches (FJ_FEATURE_VARLEN)"
-                                             : "a paged KV cache (FJ_FEATURE_PAGED_KV)");
     if ((st = fj_kernel_desc_supports(p)) || (st = check_strides(p))) return st;
     fj_problem view;
     fj_launch_view(p, &view);

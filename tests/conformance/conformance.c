@@ -297,9 +297,6 @@ int main(int argc, char **argv)
     options o;
     int rc = parse_options(argc, argv, &o);
     if (rc >= 0) return rc;
-    /* the CUDA varlen and paged kernels run only on request until verified
-       on a GPU (src/cuda/cuda_plan.c); these cases are that check */
-    setenv("FLASHJIT_CUDA_VARLEN", "1", 0);
     uint64_t seed = fjt_seed();
     fjt_case_list all = {0};
     if (!fjt_cases_build(&all, seed)) {

@@ -372,9 +372,6 @@ static int group_teardown(void **state)
 
 int main(void)
 {
-    /* the CUDA varlen kernels run only on request until verified on a GPU
-       (src/cuda/cuda_plan.c); this test is part of that check */
-    setenv("FLASHJIT_CUDA_VARLEN", "1", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_graph_varlen_prefill),
         cmocka_unit_test(test_graph_varlen_decode),

@@ -273,9 +273,8 @@ static void test_primary_ctx_retain_fails(void **state)
 
 /* ---- plans and launches -------------------------------------------------------- */
 
-/* Variable-length batches and paged KV caches only with FLASHJIT_CUDA_VARLEN=1
- * (not yet verified on a GPU), and never with ALiBi or sinks: plan creation
- * refuses them as UNSUPPORTED naming the feature. */
+/* Variable-length batches and paged KV caches never with ALiBi or sinks:
+ * plan creation refuses them as UNSUPPORTED naming the feature. */
 static void test_features_unsupported(void **state)
 {
     (void)state;
@@ -291,17 +290,6 @@ static void test_features_unsupported(void **state)
               "them yet"},
              {FJ_FEATURE_VARLEN | FJ_FEATURE_ALIBI,
               "ALiBi with variable-length batches: the CUDA kernels do not combine them yet"}};
-    /* varlen and paged kernels only on request until verified on a GPU
-       (main asks for them) */
-    assert_int_equal(unsetenv("FLASHJIT_CUDA_VARLEN"), 0);
-    d.features = FJ_FEATURE_VARLEN;
-    {
-        fj_plan *plan = (fj_plan *)&d;
-        assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_ERR_UNSUPPORTED);
-        assert_null(plan);
-        assert_contains(fj_last_error(), "not yet verified on a GPU; set FLASHJIT_CUDA_VARLEN=1");
-    }
-    assert_int_equal(setenv("FLASHJIT_CUDA_VARLEN", "1", 1), 0);
     for (int i = 0; i < (int)(sizeof f / sizeof f[0]); i++) {
         d.features = f[i].features;
         fj_plan *plan = (fj_plan *)&d;
@@ -1576,9 +1564,6 @@ static void test_real_loader_children(void **state)
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--child")) return run_child(argv[2]);
-    /* the CUDA varlen and paged kernels run only on request until verified
-       on a GPU (src/cuda/cuda_plan.c); these tests check their plans */
-    setenv("FLASHJIT_CUDA_VARLEN", "1", 0);
 #define FAKE(t) cmocka_unit_test_setup_teardown(t, fake_setup, fake_teardown)
     const struct CMUnitTest tests[] = {
         FAKE(test_healthy_fake_describe),

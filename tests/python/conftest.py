@@ -12,11 +12,6 @@ import zlib
 import pytest
 import torch
 
-# The CUDA varlen and paged kernels run only on request until verified on a
-# GPU (src/cuda/cuda_plan.c); the CUDA tests of the varlen and KV-cache calls
-# are part of that check. Set before the library reads it (at plan creation).
-os.environ.setdefault("FLASHJIT_CUDA_VARLEN", "1")
-
 BASE_SEED = int(os.environ.get("FLASHJIT_TEST_SEED") or random.SystemRandom().randrange(2**31))
 HAS_CUDA = torch.cuda.is_available()
 NO_CUDA_REASON = ("no CUDA device (torch.cuda.is_available() is False); the CUDA tests run on the "
