@@ -186,13 +186,6 @@ __device__ __forceinline__ void fence_proxy_async()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-/* Brings one box of the tensor into L2 (no shared memory, no barrier). */
-__device__ __forceinline__ void tma_prefetch(const fj_tensor_map &map, int c0, int c1, int c2, int c3)
-{
-    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n"
-                 ::"l"((unsigned long long)&map), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-                 : "memory");
-}
 __device__ __forceinline__ void prefetch_map(const fj_tensor_map &map)
 {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((unsigned long long)&map) : "memory");
@@ -363,41 +356,6 @@ __device__ __forceinline__ void load_rows(unsigned dst, int tile_rows, int row_i
                  COL16, row, head, batch);
 }
 
-/* The boxes of global row `row` of (head, batch), every column block,
-   brought into L2. */
-__device__ __forceinline__ void prefetch_rows(const fj_tensor_map (&maps)[3], int row, int head,
-                                              int batch)
-{
-#pragma unroll
-    for (int blk = 0; blk < NB64; ++blk) tma_prefetch(maps[0], 64 * blk, row, head, batch);
-    if constexpr (HAS32) tma_prefetch(maps[1], COL32, row, head, batch);
-    if constexpr (HAS16) tma_prefetch(maps[2], COL16, row, head, batch);
-}
-
-/* What the block's next work tile reads first, brought into L2 while this
- * one runs: its Q rows, which no other tile reads (so they always come from
- * memory) and which the producer can load only once the consumers are done
- * with this tile's Q, so that the consumers would wait out the memory
- * latency at every tile's start; and its first key tile, which under a
- * causal mask or with few query tiles per head this block often reads
- * first (an MHA head's K and V are shared by its query tiles alone). One
- * key tile, not more: the prefetched lines of every block must still be in
- * L2 a tile later. Issued as this tile starts, in the producer's own few
- * registers (setmaxnreg): nothing of this tile is live yet. */
-__device__ __forceinline__ void prefetch_tile(const fj_fwd_params &p, const fj_tma_params &t,
-                                              int tile)
-{
-    const Tile w = tile_of(p, t, tile);
-#pragma unroll
-    for (int c = 0; c < CONSUMERS; ++c)
-        if (w.m0 + 64 * c < p.seqlen_q) prefetch_rows(t.q, w.m0 + 64 * c, w.h, w.b);
-    if (w.n_end > w.n_begin) {
-        const int hk = w.h / p.group;
-        prefetch_rows(t.k, (w.n_end - 1) * BN, hk, w.b);
-        prefetch_rows(t.v, (w.n_end - 1) * BN, hk, w.b);
-    }
-}
-
 __device__ __forceinline__ void produce(const fj_fwd_params &p, const fj_tma_params &t, unsigned base)
 {
     /* the maps of the widths in use (the others are zero) */
@@ -409,10 +367,6 @@ __device__ __forceinline__ void produce(const fj_fwd_params &p, const fj_tma_par
     }
     unsigned it = 0, q_uses = 0;
     for (int r = 0, tile; (tile = nth_tile(t, r)) >= 0; ++r) {
-        {
-            const int next = nth_tile(t, r + 1);
-            if (next >= 0) prefetch_tile(p, t, next);
-        }
         const Tile w = tile_of(p, t, tile);
         const int hk = w.h / p.group;
         const int count = w.n_end - w.n_begin;
