@@ -435,8 +435,8 @@ struct Consumer {
     unsigned it;     /* K/V tiles consumed (the pipeline's position) */
     unsigned q_uses; /* Q tiles consumed */
     float scale;     /* |scale_log2|, or softcap_log2 when FJ_SOFTCAP */
-    bool negate;     /* scale_log2 < 0: S is negated first (FJ_SOFTCAP: cap_in has the sign) */
-    float cap_in;    /* FJ_SOFTCAP: softcap_in, with the scale's sign */
+    bool negate;     /* scale_log2 < 0: S is negated first (FJ_SOFTCAP: cap_k has the sign) */
+    float cap_k;     /* FJ_SOFTCAP: scale / c (softcap_tanh_rational's k) */
     float alibi_slope, alibi_scale; /* FJ_ALIBI: the work tile's head's, and the signed scale */
 };
 
@@ -465,7 +465,7 @@ __device__ __forceinline__ unsigned parity_of(unsigned it) { return (it / STAGES
 
 /* P = exp2(S * scale - m) of key tile n's scores (the shared headers'
    mask and online softmax, fja::): S negated first for a negative scale
-   (capped instead with a softcap, the sign riding on cap_in),
+   (capped instead with a softcap, the sign riding on cap_k),
    masked when MASKED; the rescale of O deferred (alpha, returned: whether
    the max moved) while a wgmma still accumulates into O. Packed into pa
    unless `defer_pack` (then the caller packs once the wgmma reading pa is
@@ -483,7 +483,7 @@ __device__ __forceinline__ bool scores_to_p(const fj_fwd_params &p, const Consum
                                             bool defer_pack)
 {
     if constexpr (FJ_SOFTCAP) {
-        fja::cap_scores(s, p.softcap_in); /* before the mask: its -inf stays */
+        fja::cap_scores_rational(s, k.cap_k); /* before the mask: its -inf stays */
     } else if (!FJ_ALIBI && k.negate) { /* ALiBi: the sign rides on alibi_scale */
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -676,7 +676,7 @@ __device__ __forceinline__ void consume(const fj_fwd_params &p, const fj_tma_par
     k.q_uses = 0;
     k.scale = FJ_SOFTCAP ? p.softcap_log2 : fabsf(p.scale_log2);
     k.negate = p.scale_log2 < 0.f;
-    k.cap_in = p.softcap_in;
+    k.cap_k = p.softcap_in * 0.34657359f; /* 2 log2(e) scale / c times ln(2) / 2 */
     if constexpr (FJ_ALIBI) { /* alibi_scores scales S; the softmax runs at scale 1 */
         k.alibi_scale = FJ_SOFTCAP ? k.scale : p.scale_log2;
         k.scale = 1.f;

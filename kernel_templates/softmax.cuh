@@ -83,6 +83,48 @@ __device__ __forceinline__ void cap_scores(float (&s)[MT][NT][4], float cap_in)
             for (int e = 0; e < 4; ++e) s[mt][nt][e] = softcap_tanh(s[mt][nt][e], cap_in);
 }
 
+/* The cap with one MUFU operation per score (flash_tma; the other templates
+ * keep softcap_tanh): tanh(y) = y P(y^2) / Q(y^2), y clamped to +-7.9, a
+ * rational minimax fit of degrees 3 and 4 in y^2 (relative error 1.3e-7
+ * = 2^-22.9 on [0, 7.9]; float32 Horner and rcp.approx make it 2^-21 in all,
+ * as 1 - tanh(7.9) = 2^-21.8 does at the clamp). Its relative error is
+ * within 2^-21 for every y, so the capped score c tanh is off by at most
+ * c 2^-21 (2^-21 of itself), like softcap_tanh's, with no series for small
+ * y: the form has no cancellation. k = |scale| / c with the scale's sign
+ * (softcap_in ln(2) / 2): y = s k. Per score: one rcp (MUFU) and 12
+ * FMA-pipe operations (a multiply, the clamp, y^2, 3 + 4 Horner steps, two
+ * multiplies), where softcap_tanh takes an ex2 and an rcp and, with its
+ * series, about 12 more: the softmax's exp2 then makes 2 MUFU operations
+ * per score in place of 3, which bound the capped tile (16 a clock per SM).
+ * min.NaN.xorsign.abs is the signed clamp in one instruction (sm_86+):
+ * |y| min 7.9 with y's sign, NaN staying NaN; +-inf becomes +-tanh(7.9).
+ */
+__device__ __forceinline__ float softcap_tanh_rational(float s, float k)
+{
+    const float y = s * k;
+    float yc;
+    asm("min.NaN.xorsign.abs.f32 %0, %1, %2;" : "=f"(yc) : "f"(y), "f"(7.9f));
+    const float x = yc * yc;
+    const float p = fmaf(fmaf(fmaf(1.153223366e-05f, x, 2.960514510e-03f), x, 1.293445826e-01f), x,
+                         9.999998808e-01f);
+    const float q =
+        fmaf(fmaf(fmaf(fmaf(2.492664066e-07f, x, 2.400175872e-04f), x, 2.385425754e-02f), x,
+                  4.626768529e-01f),
+             x, 1.f);
+    return (yc * p) * fj_rcp(q);
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void cap_scores_rational(float (&s)[MT][NT][4], float k)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = softcap_tanh_rational(s[mt][nt][e], k);
+}
+
 /* The state before the first key: m = -inf, l = 0, O = 0. */
 template <int MT, int NDT>
 __device__ __forceinline__ void softmax_init(float (&m)[MT][2], float (&l)[MT][2],

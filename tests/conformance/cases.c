@@ -864,6 +864,34 @@ static void softcap(builder *b)
                    false);
     }
 
+    /* flash_tma's prefill shapes on sm_90 (issue 22): enough work tiles to
+       fill an H100, else the plan takes a kernel that splits the keys; d64
+       on its 2-consumer tiles and d128, every mask, both kernel dtypes, caps
+       far below the scores (saturating) and far above, a negative scale,
+       Sq != Sk both ways, GQA */
+    static const struct {
+        int batch, hq, hkv, sq, sk, dim;
+        fj_dtype t;
+        fj_causal causal;
+        int wl;
+        float cap, scale;
+    } tma[] = {
+        {2, 16, 4, 1024, 1024, 64, FJ_BF16, FJ_CAUSAL_NONE, -1, 50.0f, 1.0f},
+        {2, 16, 2, 1000, 1100, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, 30.0f, 4.0f},
+        {1, 32, 8, 1100, 1000, 64, FJ_F16, FJ_CAUSAL_TOP_LEFT, -1, 2.5f, -0.7f},
+        {2, 16, 16, 1024, 1024, 64, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 200, 5.0f, 2.0f},
+        {2, 16, 4, 777, 1031, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, 50.0f, 8.0f},
+        {2, 16, 8, 1024, 900, 128, FJ_F16, FJ_CAUSAL_NONE, -1, 30.0f, -0.7f},
+        {1, 32, 4, 1000, 1000, 128, FJ_F16, FJ_CAUSAL_NONE, 100, 1.0f, 1.0f},
+    };
+    for (int i = 0; i < NELEMS(tma); i++) {
+        fj_attention_desc d = desc(tma[i].batch, tma[i].hq, tma[i].hkv, tma[i].sq, tma[i].sk,
+                                   tma[i].dim, tma[i].t, tma[i].causal, tma[i].wl, -1);
+        snprintf(name, sizeof name, "tma-d%d-sq%d-sk%d-c%g-%s", tma[i].dim, tma[i].sq, tma[i].sk,
+                 (double)tma[i].cap, fj_dtype_name(tma[i].t));
+        add_capped(b, name, d, tma[i].cap, tma[i].scale, FJT_DENSE, true, true);
+    }
+
     /* Gemma's caps on large scores: most of them saturate */
     for (int t = 0; t < 3; t++) {
         fj_attention_desc d =
@@ -1021,8 +1049,21 @@ static void alibi_sinks(builder *b)
                  desc(1, 8, 1, 1, 12000, 256, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1),
                  FJ_FEATURE_ALIBI, 0.0f, 0.0f, FJT_DENSE, true);
 
+    /* flash_tma's d64 prefill (issue 22): the plan fills an H100, so it
+       keeps flash_tma, on its 2-consumer tiles with ALiBi */
+    add_featured(b, "tma-d64-alibi-causal-bf16",
+                 desc(2, 16, 16, 1024, 1024, 64, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1),
+                 FJ_FEATURE_ALIBI, 0.0f, 1.0f, FJT_DENSE, true);
+    add_featured(b, "tma-d64-alibi-sinks-softcap-f16",
+                 desc(2, 16, 16, 1000, 1100, 64, FJ_F16, FJ_CAUSAL_NONE, -1, -1),
+                 FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS, 30.0f, -0.7f, FJT_DENSE, true);
+    add_featured(b, "tma-d128-alibi-nomask-f16",
+                 desc(2, 16, 16, 1024, 900, 128, FJ_F16, FJ_CAUSAL_NONE, -1, -1), FJ_FEATURE_ALIBI,
+                 0.0f, 0.0f, FJT_DENSE, true);
+
     /* every CUDA head-dim class, long enough for several key tiles, causal
-       and not (flash_tma's 3-consumer d64 tiles take sinks, not ALiBi) */
+       and not (flash_tma's 3-consumer d64 tiles take sinks; ALiBi takes its
+       2-consumer tiles) */
     static const int dims[] = {8, 32, 64, 72, 96, 128, 160, 192, 200, 256};
     for (int i = 0; i < NELEMS(dims); i++) {
         fj_dtype dt = i % 2 ? FJ_BF16 : FJ_F16;

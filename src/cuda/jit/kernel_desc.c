@@ -483,15 +483,39 @@ void fj_kernel_desc_heuristic_excluding(fj_kernel_desc *k, uint32_t excluded)
    unmasked in the launch view already. */
 static void default_tiles(const fj_problem *p, uint32_t arch, fj_kernel_desc *k);
 
+static bool modifiers_refuse(const fj_kernel_desc *k, const fj_template_row *r)
+{
+    return r && ((k->softcap && !softcap_fits(k, r)) || !modifiers_fit(k, r));
+}
+
 /* A capped problem whose heuristic tiles break softcap_fits (or one with
-   ALiBi, modifiers_fit) takes the next template's heuristic (flash_wgmma on
-   sm_90). */
+   ALiBi, modifiers_fit): flash_tma's 3-consumer tiles (d64) become its
+   2-consumer tiles of the same key tile, where the cap's and the bias's
+   temporaries fit (240 registers a thread; still far faster than
+   flash_wgmma, whose d64 softcap ran at a quarter of the plain kernel);
+   what still does not fit (a window above d160 with a cap) takes the next
+   template's heuristic (flash_wgmma on sm_90). */
 void fj_kernel_desc_default(const fj_problem *p, uint32_t arch, fj_kernel_desc *k)
 {
     default_tiles(p, arch, k);
     const fj_template_row *r = fj_template_row_of(k->template_id);
-    if (r && ((k->softcap && !softcap_fits(k, r)) || !modifiers_fit(k, r)))
-        fj_kernel_desc_heuristic_excluding(k, r->id);
+    if (!modifiers_refuse(k, r)) return;
+    if (k->template_id == FJ_TEMPLATE_FLASH_TMA && k->block_m > 128) {
+        fj_kernel_desc two = *k;
+        two.block_m = 128;
+        two.warps = 2 * r->warps_per_unit + r->extra_warps;
+        if (!modifiers_refuse(&two, r)) {
+            char why[256];
+            fj_tile_shape t = shape_of(&two);
+            why[0] = '\0';
+            r->rules(&t, why, sizeof why);
+            if (!why[0] && r->smem_bytes(&t) <= fj_arch_smem_optin_max(arch)) {
+                *k = two;
+                return;
+            }
+        }
+    }
+    fj_kernel_desc_heuristic_excluding(k, r->id);
 }
 
 bool fj_kernel_desc_modifier_fallback(const fj_problem *view, uint32_t arch, char *why, size_t n)
@@ -499,7 +523,7 @@ bool fj_kernel_desc_modifier_fallback(const fj_problem *view, uint32_t arch, cha
     fj_kernel_desc k;
     default_tiles(view, arch, &k);
     const fj_template_row *r = fj_template_row_of(k.template_id);
-    if (!r || (!(k.softcap && !softcap_fits(&k, r)) && modifiers_fit(&k, r))) return false;
+    if (!modifiers_refuse(&k, r)) return false;
     if (fj_kernel_desc_check(&k, SIZE_MAX) == FJ_OK) return false;
     snprintf(why, n, "%s", fj_last_error());
     fj_clear_error();
