@@ -1522,6 +1522,39 @@ static void paged_cuda(builder *b, uint64_t seed)
     cuda_must_run(add_paged_to(b, g, "decode-d256-split4-bf16", d, 3, l1, ks, ordered64, 0, true),
                   "FLASHJIT_CUDA_SPLITS=4");
 
+    /* the decode kernels' staged page numbers (flash_fwd.cu, stage_pages):
+       shuffled pages of 16 and 64 keys (8 and 2 per 128-key tile), of 48
+       (a page straddling tiles: up to 4 per tile) and of 256 (a page
+       spanning tiles), over several tiles, tails, one key and none; split
+       and not */
+    static const int p1[] = {1, 1, 1, 1, 1}, pk[] = {5000, 3001, 64, 1, 0};
+    const fjt_paged shuffled64 = {.page_size = 64,
+                                  .spare_pages = 2,
+                                  .spare_cols = 1,
+                                  .dense_q = true};
+    const fjt_paged shuffled48 = {.page_size = 48, .spare_pages = 1, .dense_q = true};
+    const fjt_paged shuffled256 = {.page_size = 256,
+                                   .spare_pages = 1,
+                                   .spare_cols = 1,
+                                   .dense_q = true};
+    d = desc(1, 32, 8, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-shuffled64-bf16", d, 5, p1, pk, shuffled64, 0, true),
+                  NULL);
+    d = desc(1, 16, 2, 1, 1, 64, FJ_F16, FJ_CAUSAL_NONE, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-shuffled64-d64-unsplit-f16", d, 5, p1, pk, shuffled64,
+                               0, true),
+                  "FLASHJIT_CUDA_SPLITS=1");
+    d = desc(1, 8, 1, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-shuffled16-split3-bf16", d, 5, p1, pk, shuffled16, 0,
+                               true),
+                  "FLASHJIT_CUDA_SPLITS=3");
+    d = desc(1, 8, 2, 1, 1, 128, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-shuffled48-f16", d, 5, p1, pk, shuffled48, 0, true),
+                  NULL);
+    d = desc(1, 4, 4, 1, 1, 64, FJ_BF16, FJ_CAUSAL_NONE, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-shuffled256-bf16", d, 5, p1, pk, shuffled256, 0, true),
+                  NULL);
+
     fjt_rng rng;
     fjt_rng_init(&rng, seed ^ 0x7061676563756461ull);
     static const int menu[] = {0, 1, 2, 3, 5, 7, 13, 15, 16, 17, 31, 61, 64, 65, 127, 129, 257};

@@ -78,7 +78,7 @@ static void test_families(void **state)
         {"softcap-cpu", 19}, {"alibi-sinks", 59},   {"alibi-sinks-cpu", 22},
         {"varlen", 22},      {"paged", 21},         {"bench-smoke", 9},
         {"large-dims", 16},  {"head-dim-v", 42},    {"varlen-cuda", 21},
-        {"paged-cuda", 21},
+        {"paged-cuda", 26},
     };
     fjt_case_list l = {0};
     assert_true(fjt_cases_build(&l, fjt_seed()));
