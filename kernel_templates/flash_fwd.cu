@@ -460,13 +460,56 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
 #endif
 }
 
-/* ALiBi's bias on the KSUB keys from n0, scaling S (mask.cuh). */
+/* ALiBi's bias on the KSUB keys from n0, scaling S (mask.cuh). A GQA-packed
+ * launch (p.pack_rows, fwd_params.h) puts several query heads' rows in one
+ * tile, so each row takes its own head's slope and its own query position:
+ * row i of launch head h is query i % pack_rows of the user's head
+ * h * pack_group + i / pack_rows, aligned with key (i % pack_rows) +
+ * diag_offset + (pack_group - 1) * pack_rows (the launch view's
+ * diag_offset is seqlen_k - pack_group * pack_rows, the user's seqlen_k -
+ * pack_rows: launch_view.c packs unmasked problems only). This is what
+ * lets ALiBi decode read each K and V row once per kv head rather than
+ * once per query head. The slopes are cached loads per tile and row, not
+ * registers held across the key loop; rows past seqlen_q (never stored)
+ * read no slope. Unpacked launches keep Ctx's slope. Only tiles of one
+ * 16-row m tile per warp (MT == 1: the decode tiles) have the packed path;
+ * in m128n64w4s2 (MT 2) its temporaries spilled 8 bytes (d128 split,
+ * sm_80), and the host packs ALiBi for MT == 1 tiles only
+ * (fj_launch_view_takes). */
+constexpr bool ALIBI_PACKED = MT == 1;
 template <int NT>
 __device__ __forceinline__ void alibi_tile(const fj_fwd_params &p, const Ctx &c, int n0,
                                            float (&s)[MT][NT][4])
 {
     const int tid = threadIdx.x;
-    fja::alibi_scores(p, fragment_row0(tid), n0 + 2 * (tid & 3), c.alibi_slope, c.alibi_scale, s);
+    const int col0 = n0 + 2 * (tid & 3);
+    if (!ALIBI_PACKED || p.pack_rows == 0) {
+        fja::alibi_scores(p, fragment_row0(tid), col0, c.alibi_slope, c.alibi_scale, s);
+        return;
+    }
+    const int i0 = (int)fragment_row0(tid); /* < seqlen_q + BM: packed rows are few */
+    const int h = blockIdx.y;
+    const long long diag = p.diag_offset + (long long)(p.pack_group - 1) * p.pack_rows;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int i = i0 + mt * 16 + hh * 8;
+            const int g = i / p.pack_rows, qi = i - g * p.pack_rows;
+            const float slope =
+                i < p.seqlen_q
+                    ? -__ldg(p.alibi_slopes + (h * p.pack_group + g)) * FJ_LOG2E
+                    : 0.f;
+            const float dr = (float)(qi + diag - col0); /* exact: |.| < 2^24 */
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float dist = fabsf(dr - (float)(nt * 8 + e));
+                    float &x = s[mt][nt][2 * hh + e];
+                    x = fmaf(x, c.alibi_scale, slope * dist);
+                }
+        }
 }
 
 /* O += P V for the KSUB keys at byte offset v_off of V stage 0, P = s (the

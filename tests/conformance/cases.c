@@ -1017,6 +1017,35 @@ static void alibi_sinks(builder *b)
                      i % 4 == 3 ? FJT_BHSD : FJT_DENSE, i % 5 != 4);
     }
 
+    /* GQA-packed ALiBi (launch_view.h: each packed row takes its own query
+       head's slope and query position): group 8 decode (the d64 decode
+       tile's 16 rows), group 3 (rows of a tile past seqlen_q), a
+       bottom-right mask dropped at one query, several queries per head
+       (BHSD: heads seqlen_q rows apart), a split decode; ALiBi alone and
+       with sinks, negative and other scales */
+    static const struct {
+        int batch, hq, hkv, sq, sk, dim;
+        fj_causal causal;
+        fjt_layout layout;
+        float scale;
+        uint32_t f;
+    } pk[] = {
+        {1, 64, 8, 1, 8192, 64, FJ_CAUSAL_NONE, FJT_DENSE, 0.0f, FJ_FEATURE_ALIBI},
+        {3, 12, 4, 1, 777, 128, FJ_CAUSAL_BOTTOM_RIGHT, FJT_DENSE, -0.7f, FJ_FEATURE_ALIBI},
+        {2, 16, 4, 3, 3001, 64, FJ_CAUSAL_NONE, FJT_BHSD, 0.5f, FJ_FEATURE_ALIBI},
+        {1, 8, 2, 16, 1000, 128, FJ_CAUSAL_NONE, FJT_BHSD, 2.0f,
+         FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS},
+        {2, 32, 8, 2, 20000, 128, FJ_CAUSAL_NONE, FJT_BHSD, 1.0f, FJ_FEATURE_ALIBI},
+    };
+    for (int i = 0; i < NELEMS(pk); i++) {
+        fj_dtype dt = i % 2 ? FJ_F16 : FJ_BF16;
+        fj_attention_desc d = desc(pk[i].batch, pk[i].hq, pk[i].hkv, pk[i].sq, pk[i].sk, pk[i].dim,
+                                   dt, pk[i].causal, -1, -1);
+        snprintf(name, sizeof name, "packed-sq%d-sk%d-h%d-%d-d%d-%s-%s", pk[i].sq, pk[i].sk,
+                 pk[i].hq, pk[i].hkv, pk[i].dim, feature_name(pk[i].f), fj_dtype_name(dt));
+        add_featured(b, name, d, pk[i].f, 0.0f, pk[i].scale, pk[i].layout, true);
+    }
+
     /* split-KV shapes (few query rows, many keys), both features */
     const uint32_t both = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
     add_featured(b, "split-decode-gqa-bf16",
