@@ -326,8 +326,10 @@ struct Ctx {
 /* The score modifiers' part of Ctx, once scale is set: with ALiBi
  * (FJ_ALIBI) the scores leave alibi_scores scaled, so the softmax runs at
  * scale 1 (a constant: its multiplies fold away) and alibi_scores takes the
- * scale. ALiBi problems are never GQA-packed (launch_view.c), so h is the
- * user's query head. Nothing without the feature. */
+ * scale. h is the user's query head unless the launch is GQA-packed
+ * (p.pack_rows != 0), which only flash_fwd's ALiBi decode tiles see
+ * (launch_view.h, fj_launch_view_takes): their alibi_tile then reads each
+ * row's slope itself and ignores this one. Nothing without the feature. */
 __device__ __forceinline__ void ctx_modifiers(const fj_fwd_params &p, int h, Ctx &c)
 {
 #if FJ_ALIBI

@@ -460,13 +460,56 @@ __device__ __forceinline__ void mask_tile(const fj_fwd_params &p, int n0, float 
 #endif
 }
 
-/* ALiBi's bias on the KSUB keys from n0, scaling S (mask.cuh). */
+/* ALiBi's bias on the KSUB keys from n0, scaling S (mask.cuh). A GQA-packed
+ * launch (p.pack_rows, fwd_params.h) puts several query heads' rows in one
+ * tile, so each row takes its own head's slope and its own query position:
+ * row i of launch head h is query i % pack_rows of the user's head
+ * h * pack_group + i / pack_rows, aligned with key (i % pack_rows) +
+ * diag_offset + (pack_group - 1) * pack_rows (the launch view's
+ * diag_offset is seqlen_k - pack_group * pack_rows, the user's seqlen_k -
+ * pack_rows: launch_view.c packs unmasked problems only). This is what
+ * lets ALiBi decode read each K and V row once per kv head rather than
+ * once per query head. The slopes are cached loads per tile and row, not
+ * registers held across the key loop; rows past seqlen_q (never stored)
+ * read no slope. Unpacked launches keep Ctx's slope. Only tiles of one
+ * 16-row m tile per warp (MT == 1: the decode tiles) have the packed path;
+ * in m128n64w4s2 (MT 2) its temporaries spilled 8 bytes (d128 split,
+ * sm_80), and the host packs ALiBi for MT == 1 tiles only
+ * (fj_launch_view_takes). */
+constexpr bool ALIBI_PACKED = MT == 1;
 template <int NT>
 __device__ __forceinline__ void alibi_tile(const fj_fwd_params &p, const Ctx &c, int n0,
                                            float (&s)[MT][NT][4])
 {
     const int tid = threadIdx.x;
-    fja::alibi_scores(p, fragment_row0(tid), n0 + 2 * (tid & 3), c.alibi_slope, c.alibi_scale, s);
+    const int col0 = n0 + 2 * (tid & 3);
+    if (!ALIBI_PACKED || p.pack_rows == 0) {
+        fja::alibi_scores(p, fragment_row0(tid), col0, c.alibi_slope, c.alibi_scale, s);
+        return;
+    }
+    const int i0 = (int)fragment_row0(tid); /* < seqlen_q + BM: packed rows are few */
+    const int h = blockIdx.y;
+    const long long diag = p.diag_offset + (long long)(p.pack_group - 1) * p.pack_rows;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int i = i0 + mt * 16 + hh * 8;
+            const int g = i / p.pack_rows, qi = i - g * p.pack_rows;
+            const float slope =
+                i < p.seqlen_q
+                    ? -__ldg(p.alibi_slopes + (h * p.pack_group + g)) * FJ_LOG2E
+                    : 0.f;
+            const float dr = (float)(qi + diag - col0); /* exact: |.| < 2^24 */
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float dist = fabsf(dr - (float)(nt * 8 + e));
+                    float &x = s[mt][nt][2 * hh + e];
+                    x = fmaf(x, c.alibi_scale, slope * dist);
+                }
+        }
 }
 
 /* O += P V for the KSUB keys at byte offset v_off of V stage 0, P = s (the
@@ -530,17 +573,80 @@ constexpr bool KV_L2_POLICY = BM == 16 && FJ_SPLIT_KV && D <= 128 && !FJ_SEQS;
 
 enum { LOAD_K = 1, LOAD_V = 2, LOAD_KV = 3 };
 
+#if !FJ_PAGE_SIZE
+constexpr bool PAGES_STAGED = false; /* no pages (the paged kernels: below) */
+#endif
+
 #if FJ_PAGE_SIZE
+/* The page numbers of a key tile, staged in shared memory ahead of its
+ * copies (PAGES_STAGED). Read from the block table right before each
+ * 16-byte cp.async, an entry made every K or V tile's issue wait one
+ * dependent global load (the table is touched for the first time, often an
+ * L2 or DRAM miss), and with the alternating pipeline only one of K and V
+ * is in flight per block, so that latency was not hidden: paged decode ran
+ * at 0.80-0.92x the dense kernel's bytes per second (docs/benchmarks.md).
+ * Instead the group that copies tile t also copies the PAGES_PER_TILE table
+ * entries of tile t - 1 (the next one loaded: tiles run downwards), one
+ * 4-byte cp.async per entry from the first threads, into a buffer of two
+ * indexed by the tile's parity; the next load of tile t - 1 waits for that
+ * group anyway (with STAGES <= 2 every group but the newest one is complete
+ * when a tile is issued), and reads the pages from shared memory. The
+ * prologue reads the table directly for its tiles and stages, with Q, the
+ * first one the loop issues (n_end - STAGES). An entry of a page past the sequence's keys is not read
+ * (zero-filled: unused tail entries may hold anything), and every entry is
+ * clamped into the pool where it is used (FLASHJIT_CHECK=1 refuses bad
+ * ones before launch). With STAGES >= 3 the newest groups are still in
+ * flight when the next tile is issued, so those kernels read the table
+ * directly; so do the one-stage tiles that do not alternate K and V (each
+ * tile loaded and waited for: nothing to hide the table load behind), and
+ * the 128-row tiles above d128 (prefill, bound by the math, at the edge of
+ * the register file: staged, m128n64w8s1 at d216 window split on sm_80
+ * spilled 72 bytes where it already spills 48). */
+constexpr int PAGES_PER_TILE = BN % FJ_PAGE_SIZE == 0   ? BN / FJ_PAGE_SIZE
+                               : FJ_PAGE_SIZE % BN == 0 ? 1
+                                                        : (BN - 1) / FJ_PAGE_SIZE + 2;
+constexpr bool PAGES_STAGED =
+    (ALTERNATE || STAGES == 2) && (BM < 128 || D <= 128) && PAGES_PER_TILE <= THREADS;
+__shared__ __align__(16) int fj_page_smem[2][PAGES_PER_TILE];
+
+/* The first table entry of key tile n. */
+__device__ __forceinline__ int first_page(int n) { return n * BN / FJ_PAGE_SIZE; }
+
+/* Entry e of tile n's staged pages, loaded where it is used (volatile, as
+   ld_len: not hoisted and held in registers across the chunks' copies). */
+__device__ __forceinline__ unsigned staged_page(int n, int e)
+{
+    unsigned v;
+    const unsigned a = fj_smem_u32(&fj_page_smem[n & 1][0]) + (unsigned)e * 4u;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+    return v;
+}
+
+/* Copies the table entries of tile n of sequence b (keys sk) into
+   fj_page_smem[n & 1] with the next commit. */
+__device__ __forceinline__ void stage_pages(const fj_fwd_params &p, int b, int n, int tid)
+{
+    if (tid < PAGES_PER_TILE) {
+        const int sk = fja::seq_shared().sk;
+        const int e = first_page(n) + tid;
+        const bool ok = (long long)e * FJ_PAGE_SIZE < sk;
+        const int *src = p.block_table + (long long)b * p.bt_stride + (ok ? e : 0);
+        const unsigned dst = fj_smem_u32(&fj_page_smem[n & 1][tid]);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                     "r"(ok ? 4u : 0u)
+                     : "memory");
+    }
+}
+
 /* Key tile n of sequence b from a paged cache: row r of the tile is key j =
  * n BN + r, row j % FJ_PAGE_SIZE of page block_table[b][j / FJ_PAGE_SIZE]
- * of the pools (k_stride and v_stride step a page, a row, a head). Rows past
- * the sequence's keys are zero-filled and read no table entry (unused tail
- * entries may hold anything); a page index outside the pool is clamped into
- * it (FLASHJIT_CHECK=1 refuses it before launch), so no table makes the
- * copies read outside the pools. Each chunk's position is computed from
- * scratch, as load_tile's second form; the table entry of its row is a
- * cached load (FJ_PAGE_SIZE >= 16, so 16 rows and more share it). */
-template <int WHICH, bool POLICY>
+ * of the pools (k_stride and v_stride step a page, a row, a head), the
+ * page read from fj_page_smem[n & 1] when STAGED (stage_pages), else from
+ * the table (a cached load per chunk). Rows past the sequence's keys are
+ * zero-filled and read no page; a page index outside the pool is clamped
+ * into it, so no table makes the copies read outside the pools. Each
+ * chunk's position is computed from scratch, as load_tile's second form. */
+template <int WHICH, bool POLICY, bool STAGED>
 __device__ __forceinline__ void load_kv_paged(const fj_fwd_params &p, int b, int hk, int n,
                                               unsigned k_tile, unsigned v_tile, int tid,
                                               unsigned long long policy)
@@ -560,7 +666,9 @@ __device__ __forceinline__ void load_kv_paged(const fj_fwd_params &p, int b, int
             const bool ok = j < sk;
             long long k_off = 0, v_off = 0;
             if (ok) {
-                unsigned page = (unsigned)fja::ld_len(bt, j / FJ_PAGE_SIZE);
+                unsigned page;
+                if constexpr (STAGED) page = staged_page(n, j / FJ_PAGE_SIZE - first_page(n));
+                else page = (unsigned)fja::ld_len(bt, j / FJ_PAGE_SIZE);
                 page = page < last_page ? page : last_page;
                 const int row = j % FJ_PAGE_SIZE;
                 k_off = page * p.k_stride[0] + row * p.k_stride[1] + hk * p.k_stride[2] + c * 8;
@@ -580,9 +688,12 @@ __device__ __forceinline__ void load_kv_paged(const fj_fwd_params &p, int b, int
 #endif
 
 /* Issues the copies of key tile n into pipeline buffer `buf`: K when
- * WHICH & 1, V when WHICH & 2. */
-template <int WHICH = LOAD_KV>
-__device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
+ * WHICH & 1, V when WHICH & 2. Paged kernels: DIRECT reads the block table
+ * (the prologue's tiles), else the pages staged for tile n; stage_next: the
+ * same group also stages the pages of tile n - 1 (PAGES_STAGED). */
+template <int WHICH = LOAD_KV, bool DIRECT = false>
+__device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf,
+                                        bool stage_next = false)
 {
     /* Each of these goes through an empty volatile asm, so nothing derived
        from them (per-thread chunk offsets, row pointers) can be hoisted out of
@@ -594,13 +705,18 @@ __device__ __forceinline__ void load_kv(const fj_fwd_params &p, int n, int buf)
     const int b = block_batch(p, z), hk = y / p.group;
 #if FJ_PAGE_SIZE
     {
+        constexpr bool STAGED = PAGES_STAGED && !DIRECT;
         const unsigned k_tile = smem_base() + (unsigned)(SMEM_K + buf * TILE_BYTES);
         const unsigned v_tile = smem_base() + (unsigned)(SMEM_V + buf * TILE_BYTES);
         if (KV_L2_POLICY && p.kv_read_once)
-            load_kv_paged<WHICH, true>(p, b, hk, n, k_tile, v_tile, tid, fj_l2_evict_first());
-        else load_kv_paged<WHICH, false>(p, b, hk, n, k_tile, v_tile, tid, 0ull);
+            load_kv_paged<WHICH, true, STAGED>(p, b, hk, n, k_tile, v_tile, tid,
+                                               fj_l2_evict_first());
+        else load_kv_paged<WHICH, false, STAGED>(p, b, hk, n, k_tile, v_tile, tid, 0ull);
+        if (PAGES_STAGED && stage_next) stage_pages(p, b, n - 1, tid);
         return;
     }
+#else
+    (void)stage_next;
 #endif
     const KvTileSrc src = kv_tile_src(p, b, hk, n);
     const fj_elem *k_rows = src.k, *v_rows = src.v;
@@ -663,7 +779,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
     if constexpr (ALTERNATE) {
         fj_cp_async_wait<0>();
         __syncthreads(); /* K_n has landed; every warp is done with V_n+1 */
-        load_kv<LOAD_V>(p, n, 0);
+        load_kv<LOAD_V>(p, n, 0, PAGES_STAGED && n - 1 >= n_begin_of(c));
         fj_cp_async_commit();
         const int key0 = warp_key0();
         const unsigned off = (unsigned)(key0 * KV_ROW_BYTES);
@@ -681,7 +797,7 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         return;
     } else if constexpr (STAGES == 1) {
         __syncthreads(); /* every warp is done with the previous tile */
-        load_kv(p, n, 0);
+        load_kv(p, n, 0, PAGES_STAGED && n - 1 >= n_begin_of(c));
         fj_cp_async_commit();
         fj_cp_async_wait<0>();
         __syncthreads();
@@ -689,7 +805,9 @@ __device__ __forceinline__ void tile_iteration(const fj_fwd_params &p, const Ctx
         fj_cp_async_wait<STAGES - 2>();
         __syncthreads();
         const int nn = n - (STAGES - 1);
-        if (nn >= n_begin_of(c)) load_kv(p, nn, stage == 0 ? STAGES - 1 : stage - 1);
+        if (nn >= n_begin_of(c))
+            load_kv(p, nn, stage == 0 ? STAGES - 1 : stage - 1,
+                    PAGES_STAGED && nn - 1 >= n_begin_of(c));
         fj_cp_async_commit();
     }
 
@@ -855,18 +973,25 @@ extern "C" __global__ void __launch_bounds__(FJ_THREADS) fj_flash_fwd(const fj_f
             fj_st_shared_zero16(s_base + (unsigned)(r * ROW_BYTES + D * 2));
     }
 
-    /* Prologue: Q, then T_0 .. T_STAGES-2, one group each. */
+    /* Prologue: Q, then T_0 .. T_STAGES-2, one group each. A paged kernel
+       reads their pages from the block table and stages those of the tile
+       the loop issues first from the shared pages, n_end - STAGES, with
+       Q's group (complete before the loop's first issue). */
     {
         load_tile<BM>(s_q, q_tile_src(p, wh), p.q_stride[1], q_rows, tid);
+#if FJ_PAGE_SIZE
+        if constexpr (PAGES_STAGED)
+            if (n_end - STAGES >= n_begin) stage_pages(p, b, n_end - STAGES, tid);
+#endif
         fj_cp_async_commit();
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             const int n = n_end - 1 - s;
-            if (n >= n_begin) load_kv(p, n, s);
+            if (n >= n_begin) load_kv<LOAD_KV, true>(p, n, s);
             fj_cp_async_commit();
         }
         if constexpr (ALTERNATE) {
-            load_kv<LOAD_K>(p, n_end - 1, 0);
+            load_kv<LOAD_K, true>(p, n_end - 1, 0);
             fj_cp_async_commit();
         }
     }

@@ -36,7 +36,11 @@ typedef struct fj_fwd_params {
        when not packed (the launch view's heads are the user's). */
     int pack_rows;
     /* Read only when FJ_ALIBI: float32 [heads_q] slopes (the user's heads),
-       each score gains -slope_h |i + diag_offset - j|. Never packed. */
+       each score gains -slope_h |i + diag_offset - j| (the user's row i and
+       diag_offset). Packed (flash_fwd only): row i of launch-view head h
+       takes the slope of its user head (above) and the user's position
+       i % pack_rows, and the user's diag_offset is the launch view's
+       diag_offset + (pack_group - 1) * pack_rows (launch_view.c). */
     const float *alibi_slopes;
     /* Read only when FJ_SINKS: float32 [heads_q] sink logits (natural log
        units; the user's heads), joined once per row after all its keys (in

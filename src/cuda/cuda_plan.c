@@ -137,6 +137,10 @@ fj_status fj_cuda_supports(const fj_context *ctx, const fj_problem *p)
     if ((st = fj_kernel_desc_supports(p)) || (st = check_strides(p))) return st;
     fj_problem view;
     fj_launch_view(p, &view);
+    if ((st = check_grid(&view))) return st;
+    /* ALiBi may run unpacked (fj_launch_view_takes) */
+    if (!p->alibi) return FJ_OK;
+    fj_launch_view_unpacked(p, &view);
     return check_grid(&view);
 }
 
@@ -528,13 +532,21 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
     fj_problem packed;
     bool gqa_packed = fj_launch_view(p, &packed);
     fj_kernel_desc k;
-    if (may_split) fj_kernel_desc_for_device(&packed, (uint32_t)s->arch, s->sm_count, &k);
-    else fj_kernel_desc_default(&packed, (uint32_t)s->arch, &k);
-    /* Tuning entries are keyed by the user's problem; the kernel and its
-       launch see the packed one. */
     char why[512];
     fj_tiles_source from;
-    if ((st = choose_tiles(ctx, p, config, &k, &from, why, sizeof why))) return st;
+    for (;;) {
+        if (may_split) fj_kernel_desc_for_device(&packed, (uint32_t)s->arch, s->sm_count, &k);
+        else fj_kernel_desc_default(&packed, (uint32_t)s->arch, &k);
+        /* Tuning entries are keyed by the user's problem; the kernel and its
+           launch see the packed one. */
+        if ((st = choose_tiles(ctx, p, config, &k, &from, why, sizeof why))) return st;
+        /* a kernel that cannot compute the packed view (ALiBi outside
+           flash_fwd's decode tiles) gets the unpacked one: one block row
+           per query head */
+        if (!gqa_packed || fj_launch_view_takes(p, k.template_id, k.block_m, k.warps)) break;
+        fj_launch_view_unpacked(p, &packed);
+        gqa_packed = false;
+    }
     char refused[256];
     if (from == FJ_TILES_HEURISTIC &&
         fj_kernel_desc_modifier_fallback(&packed, (uint32_t)s->arch, refused, sizeof refused)) {

@@ -1017,6 +1017,35 @@ static void alibi_sinks(builder *b)
                      i % 4 == 3 ? FJT_BHSD : FJT_DENSE, i % 5 != 4);
     }
 
+    /* GQA-packed ALiBi (launch_view.h: each packed row takes its own query
+       head's slope and query position): group 8 decode (the d64 decode
+       tile's 16 rows), group 3 (rows of a tile past seqlen_q), a
+       bottom-right mask dropped at one query, several queries per head
+       (BHSD: heads seqlen_q rows apart), a split decode; ALiBi alone and
+       with sinks, negative and other scales */
+    static const struct {
+        int batch, hq, hkv, sq, sk, dim;
+        fj_causal causal;
+        fjt_layout layout;
+        float scale;
+        uint32_t f;
+    } pk[] = {
+        {1, 64, 8, 1, 8192, 64, FJ_CAUSAL_NONE, FJT_DENSE, 0.0f, FJ_FEATURE_ALIBI},
+        {3, 12, 4, 1, 777, 128, FJ_CAUSAL_BOTTOM_RIGHT, FJT_DENSE, -0.7f, FJ_FEATURE_ALIBI},
+        {2, 16, 4, 3, 3001, 64, FJ_CAUSAL_NONE, FJT_BHSD, 0.5f, FJ_FEATURE_ALIBI},
+        {1, 8, 2, 16, 1000, 128, FJ_CAUSAL_NONE, FJT_BHSD, 2.0f,
+         FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS},
+        {2, 32, 8, 2, 20000, 128, FJ_CAUSAL_NONE, FJT_BHSD, 1.0f, FJ_FEATURE_ALIBI},
+    };
+    for (int i = 0; i < NELEMS(pk); i++) {
+        fj_dtype dt = i % 2 ? FJ_F16 : FJ_BF16;
+        fj_attention_desc d = desc(pk[i].batch, pk[i].hq, pk[i].hkv, pk[i].sq, pk[i].sk, pk[i].dim,
+                                   dt, pk[i].causal, -1, -1);
+        snprintf(name, sizeof name, "packed-sq%d-sk%d-h%d-%d-d%d-%s-%s", pk[i].sq, pk[i].sk,
+                 pk[i].hq, pk[i].hkv, pk[i].dim, feature_name(pk[i].f), fj_dtype_name(dt));
+        add_featured(b, name, d, pk[i].f, 0.0f, pk[i].scale, pk[i].layout, true);
+    }
+
     /* split-KV shapes (few query rows, many keys), both features */
     const uint32_t both = FJ_FEATURE_ALIBI | FJ_FEATURE_SINKS;
     add_featured(b, "split-decode-gqa-bf16",
@@ -1521,6 +1550,39 @@ static void paged_cuda(builder *b, uint64_t seed)
     d = desc(1, 4, 2, 1, 1, 256, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
     cuda_must_run(add_paged_to(b, g, "decode-d256-split4-bf16", d, 3, l1, ks, ordered64, 0, true),
                   "FLASHJIT_CUDA_SPLITS=4");
+
+    /* the decode kernels' staged page numbers (flash_fwd.cu, stage_pages):
+       shuffled pages of 16 and 64 keys (8 and 2 per 128-key tile), of 48
+       (a page straddling tiles: up to 4 per tile) and of 256 (a page
+       spanning tiles), over several tiles, tails, one key and none; split
+       and not */
+    static const int p1[] = {1, 1, 1, 1, 1}, pk[] = {5000, 3001, 64, 1, 0};
+    const fjt_paged shuffled64 = {.page_size = 64,
+                                  .spare_pages = 2,
+                                  .spare_cols = 1,
+                                  .dense_q = true};
+    const fjt_paged shuffled48 = {.page_size = 48, .spare_pages = 1, .dense_q = true};
+    const fjt_paged shuffled256 = {.page_size = 256,
+                                   .spare_pages = 1,
+                                   .spare_cols = 1,
+                                   .dense_q = true};
+    d = desc(1, 32, 8, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-shuffled64-bf16", d, 5, p1, pk, shuffled64, 0, true),
+                  NULL);
+    d = desc(1, 16, 2, 1, 1, 64, FJ_F16, FJ_CAUSAL_NONE, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-shuffled64-d64-unsplit-f16", d, 5, p1, pk, shuffled64,
+                               0, true),
+                  "FLASHJIT_CUDA_SPLITS=1");
+    d = desc(1, 8, 1, 1, 1, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-shuffled16-split3-bf16", d, 5, p1, pk, shuffled16, 0,
+                               true),
+                  "FLASHJIT_CUDA_SPLITS=3");
+    d = desc(1, 8, 2, 1, 1, 128, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-shuffled48-f16", d, 5, p1, pk, shuffled48, 0, true),
+                  NULL);
+    d = desc(1, 4, 4, 1, 1, 64, FJ_BF16, FJ_CAUSAL_NONE, -1, -1);
+    cuda_must_run(add_paged_to(b, g, "decode-shuffled256-bf16", d, 5, p1, pk, shuffled256, 0, true),
+                  NULL);
 
     fjt_rng rng;
     fjt_rng_init(&rng, seed ^ 0x7061676563756461ull);

@@ -75,10 +75,10 @@ static void test_families(void **state)
         {"masks", 24},       {"heads-layouts", 16}, {"scales", 6},
         {"sampled", 88},     {"split", 13},         {"decode", 18},
         {"broadcast", 6},    {"odd", 24},           {"softcap", 43},
-        {"softcap-cpu", 19}, {"alibi-sinks", 59},   {"alibi-sinks-cpu", 22},
+        {"softcap-cpu", 19}, {"alibi-sinks", 64},   {"alibi-sinks-cpu", 22},
         {"varlen", 22},      {"paged", 21},         {"bench-smoke", 9},
         {"large-dims", 16},  {"head-dim-v", 42},    {"varlen-cuda", 21},
-        {"paged-cuda", 21},
+        {"paged-cuda", 26},
     };
     fjt_case_list l = {0};
     assert_true(fjt_cases_build(&l, fjt_seed()));

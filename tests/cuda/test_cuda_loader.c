@@ -612,8 +612,9 @@ static void test_split_kv_launches(void **state)
 
 /* ALiBi and sinks (issue 22): the kernel's name carries the modifiers, each
  * execute passes the arrays in the parameters (and fj_plan_time through the
- * device-timed path), ALiBi keeps GQA decode unpacked, sinks pack (the
- * parameters say how) and, split, go to the combine kernel only. */
+ * device-timed path), GQA decode packs with either (the parameters say
+ * how; ALiBi only where flash_fwd runs it), and sinks, split, go to the
+ * combine kernel only. */
 static void test_alibi_sinks_launches(void **state)
 {
     (void)state;
@@ -678,23 +679,45 @@ static void test_alibi_sinks_launches(void **state)
     assert_null(l.params.alibi_slopes);
     fj_plan_destroy(plan);
 
-    /* the same with ALiBi: one block row per query head, no packing */
+    /* the same with ALiBi: packed too (flash_fwd's alibi_tile takes each
+       row's slope and position from pack_rows and pack_group) */
     d.features = FJ_FEATURE_ALIBI;
     x.alibi_slopes = slopes;
     x.sinks = NULL;
     assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
     desc = fj_plan_describe(plan);
-    assert_null(strstr(desc, "GQA packing"));
-    assert_contains(desc, ".alibi.m16");
+    assert_contains(desc, "GQA packing: the 4 query heads of each kv head");
+    assert_contains(desc, "flash_fwd.d128.bf16.nomask.alibi.m16");
     assert_contains(desc, "combine.d128.bf16.nomask.m128n64w8s1.split.sm_90"); /* plain */
     assert_int_equal(fj_plan_execute_ex(plan, b.q, b.k, b.v, b.o, b.lse, &x, NULL), FJ_OK);
     l = fake_last_launch();
-    assert_int_equal(l.params.heads_q, 32);
-    assert_int_equal(l.params.seqlen_q, 1);
-    assert_int_equal(l.params.pack_rows, 0);
+    assert_int_equal(l.params.heads_q, 8);
+    assert_int_equal(l.params.seqlen_q, 4);
+    assert_int_equal(l.params.pack_rows, 1);
+    assert_int_equal(l.params.pack_group, 4);
+    /* the user's diag_offset, seqlen_k - 1, is the kernel's (alibi_tile) */
+    assert_int_equal(l.params.diag_offset + (l.params.pack_group - 1) * l.params.pack_rows,
+                     4096 - 1);
     assert_ptr_equal(l.params.alibi_slopes, slopes);
     fj_plan_destroy(plan);
     free_buffers(ctx, &b);
+
+    /* packable ALiBi whose packed view's kernel is not flash_fwd's (128
+       packed rows: flash_tma's prefill tiles on sm_90) runs unpacked, here
+       on flash_fwd's decode tiles: only flash_fwd maps a packed row to its
+       slope (launch_view.h, fj_launch_view_takes) */
+    fj_attention_desc_init(&d, 1, 64, 8, 16, 4096, 128, FJ_BF16);
+    d.features = FJ_FEATURE_ALIBI;
+    {
+        const int64_t bhsd[3] = {64ll * 16 * 128, 128, 16ll * 128};
+        memcpy(d.q_stride, bhsd, sizeof bhsd);
+        memcpy(d.o_stride, bhsd, sizeof bhsd);
+    }
+    assert_int_equal(fj_plan_create(ctx, &d, &plan), FJ_OK);
+    desc = fj_plan_describe(plan);
+    assert_null(strstr(desc, "GQA packing"));
+    assert_contains(desc, "launch: grid 1 x 64 x "); /* a block row per query head */
+    fj_plan_destroy(plan);
 
     /* d64 prefill on sm_90: flash_tma's 3-consumer tiles take sinks but
        not ALiBi (they spill), which goes to its 2-consumer tiles */

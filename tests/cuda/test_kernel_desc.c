@@ -834,6 +834,28 @@ static void test_gqa_pack_rules(void **state)
     p = gqa_problem(32, 8, 17, FJ_CAUSAL_NONE, -1, true);
     assert_false(fj_launch_view(&p, &q));
     assert_int_equal(q.seqlen_q, 17); /* a copy when not packed */
+    /* ALiBi packs as plain problems do, but only flash_fwd's tiles of one
+       16-row m tile per warp read a packed row's slope */
+    p = gqa_problem(32, 8, 1, FJ_CAUSAL_BOTTOM_RIGHT, -1, false);
+    p.alibi = true;
+    assert_true(fj_launch_view(&p, &q));
+    assert_int_equal(q.seqlen_q, 4);
+    /* the kernel recovers the user's diag_offset (flash_fwd.cu alibi_tile) */
+    assert_int_equal(q.diag_offset + (int64_t)(p.group - 1) * p.seqlen_q, p.diag_offset);
+    assert_true(fj_launch_view_takes(&p, FJ_TEMPLATE_FLASH_FWD, 16, 4));
+    assert_true(fj_launch_view_takes(&p, FJ_TEMPLATE_FLASH_FWD, 64, 4));
+    assert_false(fj_launch_view_takes(&p, FJ_TEMPLATE_FLASH_FWD, 128, 4));
+    assert_false(fj_launch_view_takes(&p, FJ_TEMPLATE_FLASH_WGMMA, 64, 4));
+    assert_false(fj_launch_view_takes(&p, FJ_TEMPLATE_FLASH_TMA, 128, 4));
+    p = gqa_problem(32, 8, 3, FJ_CAUSAL_NONE, -1, true);
+    p.alibi = true;
+    assert_true(fj_launch_view(&p, &q));
+    assert_int_equal(q.diag_offset + (int64_t)(p.group - 1) * p.seqlen_q, p.diag_offset);
+    fj_launch_view_unpacked(&p, &q);
+    assert_int_equal(q.heads_q, 32);
+    assert_int_equal(q.seqlen_q, 3);
+    p.alibi = false; /* without ALiBi every template takes the packed view */
+    assert_true(fj_launch_view_takes(&p, FJ_TEMPLATE_FLASH_TMA, 128, 4));
 }
 
 /* The sm_90 kernel chosen for p has these tiles (and the template their

@@ -644,7 +644,12 @@ fj_status fj_kernel_desc_for_problem(const fj_problem *p, uint32_t arch, fj_kern
     fj_status s = fj_kernel_desc_supports(p);
     if (s) return s;
     fj_problem view;
-    fj_launch_view(p, &view);
+    if (fj_launch_view(p, &view)) {
+        fj_kernel_desc_default(&view, arch, k);
+        if (fj_launch_view_takes(p, k->template_id, k->block_m, k->warps))
+            return fj_kernel_desc_check(k, 0);
+    }
+    fj_launch_view_unpacked(p, &view);
     fj_kernel_desc_default(&view, arch, k);
     return fj_kernel_desc_check(k, 0);
 }

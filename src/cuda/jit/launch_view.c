@@ -1,11 +1,13 @@
 #include "cuda/jit/launch_view.h"
 
+#include "cuda/jit/template_table.h"
+
 static bool rows_are_one_sequence(const fj_problem *p, const int64_t stride[3])
 {
     return p->seqlen_q == 1 || stride[FJ_AXIS_HEAD] == p->seqlen_q * stride[FJ_AXIS_SEQ];
 }
 
-bool fj_launch_view(const fj_problem *p, fj_problem *out)
+void fj_launch_view_unpacked(const fj_problem *p, fj_problem *out)
 {
     *out = *p;
     bool windowed = p->window_left >= 0 || p->window_right >= 0;
@@ -13,12 +15,16 @@ bool fj_launch_view(const fj_problem *p, fj_problem *out)
         out->causal = FJ_CAUSAL_NONE;
         out->masked = false;
     }
-    /* ALiBi: a packed tile's rows would be of several heads (slopes) and
-       query positions; such problems keep one block row per query head.
-       Varlen rows are tokens of a packed tensor: its heads are not rows of
+}
+
+bool fj_launch_view(const fj_problem *p, fj_problem *out)
+{
+    fj_launch_view_unpacked(p, out);
+    bool windowed = p->window_left >= 0 || p->window_right >= 0;
+    /* Varlen rows are tokens of a packed tensor: its heads are not rows of
        one sequence apart (a paged plan's dense queries pack as before). */
     if (p->varlen || p->group < 2 || p->seqlen_q > FJ_GQA_PACK_MAX_SEQLEN_Q || windowed ||
-        p->alibi || out->causal != FJ_CAUSAL_NONE || !rows_are_one_sequence(p, p->q_stride) ||
+        out->causal != FJ_CAUSAL_NONE || !rows_are_one_sequence(p, p->q_stride) ||
         !rows_are_one_sequence(p, p->o_stride))
         return false;
     int64_t g = p->group;
@@ -36,4 +42,11 @@ bool fj_launch_view(const fj_problem *p, fj_problem *out)
     out->q_stride[FJ_AXIS_HEAD] = g * p->q_stride[FJ_AXIS_HEAD];
     out->o_stride[FJ_AXIS_HEAD] = g * p->o_stride[FJ_AXIS_HEAD];
     return true;
+}
+
+bool fj_launch_view_takes(const fj_problem *p, uint32_t template_id, uint32_t block_m,
+                          uint32_t warps)
+{
+    /* flash_fwd.cu ALIBI_PACKED: one 16-row m tile per warp */
+    return !p->alibi || (template_id == FJ_TEMPLATE_FLASH_FWD && block_m <= 16u * warps);
 }

@@ -7,6 +7,8 @@
 
 #include <stdbool.h>
 
+#include <stdint.h>
+
 #include "problem.h"
 
 /* Query rows at most for which packing is considered (the tuning file's
@@ -22,11 +24,26 @@
  *
  * Rows of one packed head must be one strided sequence in q and o, and see
  * the same keys: so p needs group > 1, seqlen_q <= FJ_GQA_PACK_MAX_SEQLEN_Q,
- * no ALiBi (its bias depends on the row's head and query position; sinks
- * pack: the kernels find a row's head from fj_fwd_params.pack_rows), no window, no causal mask (or a bottom-right one with seqlen_q == 1, which
- * hides nothing), and either seqlen_q == 1 or heads laid out seqlen_q rows
- * apart (head stride == seqlen_q * seq stride) in q and o. lse's
- * [batch, heads_q, seqlen_q] order is the packed one already. */
+ * no window, no causal mask (or a bottom-right one with seqlen_q == 1,
+ * which hides nothing), and either seqlen_q == 1 or heads laid out seqlen_q
+ * rows apart (head stride == seqlen_q * seq stride) in q and o. lse's
+ * [batch, heads_q, seqlen_q] order is the packed one already. Sinks and
+ * ALiBi pack: the kernels find a row's head and query position from
+ * fj_fwd_params.pack_rows and pack_group (and ALiBi's offset from the
+ * packed diag_offset), but only flash_fwd's decode tiles do so for ALiBi
+ * (fj_launch_view_takes). */
 bool fj_launch_view(const fj_problem *p, fj_problem *out);
+
+/* The launch view of p without GQA packing (the dropped causal mask alone). */
+void fj_launch_view_unpacked(const fj_problem *p, fj_problem *out);
+
+/* Whether the kernel of template template_id (fj_template_id) with those
+ * tiles computes p's packed launch view: every one but for ALiBi, whose
+ * per-row slopes and positions only flash_fwd's tiles of one 16-row m tile
+ * per warp (block_m <= 16 * warps: the decode tiles) read; a plan whose
+ * kernel is another takes the unpacked view (one block row per query
+ * head) instead. */
+bool fj_launch_view_takes(const fj_problem *p, uint32_t template_id, uint32_t block_m,
+                          uint32_t warps);
 
 #endif
