@@ -352,6 +352,26 @@ static fj_status splits_from_env(int *forced)
     return FJ_OK;
 }
 
+/* FLASHJIT_CUDA_HEAD_GROUP=N: flash_tma's (head, batch) pairs side by side
+   (fj_tma_layout's head_group) forced to N, clamped to the pairs, in place
+   of the L2 model's count: to measure the model (docs/benchmarks.md). */
+#define HEAD_GROUP_MAX 65536
+static fj_status head_group_from_env(int *forced)
+{
+    *forced = 0;
+    const char *env = getenv("FLASHJIT_CUDA_HEAD_GROUP");
+    if (!env || !*env) return FJ_OK;
+    char *end;
+    errno = 0;
+    long n = strtol(env, &end, 10);
+    if (errno || *end || end == env || n < 1 || n > HEAD_GROUP_MAX)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
+                       "FLASHJIT_CUDA_HEAD_GROUP (\"%s\") is not a whole number in 1..%d", env,
+                       HEAD_GROUP_MAX);
+    *forced = (int)n;
+    return FJ_OK;
+}
+
 static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kernel_desc *k,
                          int blocks_per_sm, int forced)
 {
@@ -457,10 +477,17 @@ static fj_status check_tma_layout(const fj_cuda_state *s, const fj_problem *view
     memset(out, 0, sizeof *out);
     if (fj_template_row_of(k->template_id)->launch != FJ_LAUNCH_PERSISTENT_TMA) return FJ_OK;
     fj_tma_layout_make(view, k, s->l2_bytes, out);
+    int group;
+    fj_status st = head_group_from_env(&group);
+    if (st) return st;
+    if (group) {
+        const int64_t pairs = (int64_t)view->heads_q * view->batch;
+        out->head_group = group < pairs ? group : (int)pairs;
+    }
     static _Alignas(256) const char stand_in[256];
     _Alignas(64) fj_tma_params trial;
     /* the driver encodes only with a current context */
-    fj_status st = fj_cuda_push(s);
+    st = fj_cuda_push(s);
     if (st) return st;
     st = fj_tma_params_make(s->api, out, stand_in, stand_in, stand_in, stand_in, &trial);
     fj_cuda_pop(s);

@@ -743,6 +743,55 @@ static void test_alibi_sinks_launches(void **state)
     assert_int_equal(c.allocs, c.frees);
 }
 
+/* FLASHJIT_CUDA_HEAD_GROUP forces flash_tma's (head, batch) pairs side by
+ * side, clamped to the pairs (the describe and the launch's schedule
+ * follow); anything but a whole number in 1..65536 fails the plan with the
+ * variable named. */
+static void test_head_group_forced(void **state)
+{
+    (void)state;
+    fj_context *ctx;
+    assert_int_equal(make_ctx(FJ_BACKEND_CUDA, 0, &ctx), FJ_OK);
+    fj_attention_desc d; /* 4 x 32 = 128 pairs on flash_tma (sm_90) */
+    fj_attention_desc_init(&d, 4, 32, 32, 4096, 4096, 64, FJ_BF16);
+    const struct {
+        const char *value;
+        int group; /* 0: the plan fails */
+    } cases[] = {{"5", 5}, {"1", 1}, {"1000", 128}, {"0", 0}, {"65537", 0}, {"4x", 0}, {"-2", 0}};
+    for (int causal = 0; causal < 2; causal++) {
+        d.causal = causal ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            setenv("FLASHJIT_CUDA_HEAD_GROUP", cases[i].value, 1);
+            fj_plan *plan;
+            fj_status st = fj_plan_create(ctx, &d, &plan);
+            if (!cases[i].group) {
+                assert_int_equal(st, FJ_ERR_INVALID_ARGUMENT);
+                char want[96];
+                snprintf(want, sizeof want,
+                         "FLASHJIT_CUDA_HEAD_GROUP (\"%s\") is not a whole number in 1..65536",
+                         cases[i].value);
+                assert_contains(fj_last_error(), want);
+                continue;
+            }
+            assert_int_equal(st, FJ_OK);
+            const char *desc = fj_plan_describe(plan);
+            assert_contains(desc, "kernel: flash_tma.");
+            char want[64];
+            snprintf(want, sizeof want, ", %d (head, batch) pairs side by side", cases[i].group);
+            assert_contains(desc, want);
+            buffers b;
+            alloc_buffers(ctx, &d, &b);
+            assert_int_equal(fj_plan_execute(plan, b.q, b.k, b.v, b.o, b.lse, NULL), FJ_OK);
+            free_buffers(ctx, &b);
+            fj_plan_destroy(plan);
+        }
+    }
+    unsetenv("FLASHJIT_CUDA_HEAD_GROUP");
+    fj_context_destroy(ctx);
+    fake_counts c = fake_get_counts();
+    assert_int_equal(c.allocs, c.frees);
+}
+
 /* FLASHJIT_CUDA_SPLITS forces the split count where split-KV is allowed,
  * clamped to the most the problem allows; 1 turns it off; anything but a
  * whole number in 1..128 fails the plan with the variable named. */
@@ -1608,6 +1657,7 @@ int main(int argc, char **argv)
         FAKE(test_alibi_sinks_launches),
         FAKE(test_split_kv_without_pdl),
         FAKE(test_split_kv_forced),
+        FAKE(test_head_group_forced),
         FAKE(test_one_shot_split_plans_per_stream),
         FAKE(test_window_and_top_left_params),
         FAKE(test_dynamic_smem_opt_in),
