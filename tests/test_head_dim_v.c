@@ -103,7 +103,7 @@ static void check(fj_context *ctx, const fj_attention_desc *d, fjt_rng *rng)
         fjt_error e;
         fj_status s = fjt_run_plan(ctx, plan, &p, with_lse, &e);
         if (s) fail_msg("%s: execute: %s: %s", fjt_desc_str(d), fj_status_name(s), fj_last_error());
-        if (e.nan_count || !(e.rel_fro <= tol) || e.gaps_written || e.empty_not_zero ||
+        if (e.nan_count || !fjt_within(&e, tol) || e.gaps_written || e.empty_not_zero ||
             (with_lse && (e.lse_mismatch || !(e.lse_max_abs <= 1e-4))))
             fail_msg("%s lse=%d: rel %.3e (tol %.1e) max_abs %.3e nan %zu gaps %zu "
                      "empty_not_zero %zu lse_mismatch %zu lse_max_abs %.3e\n%s",

@@ -47,7 +47,7 @@ static void expect_ok(const fjt_problem *p, const fjt_error *e, bool with_lse, c
                       const fjt_varlen *vl)
 {
     const double tol = fjt_tolerance(p->d.dtype);
-    if (e->nan_count || !(e->rel_fro <= tol) || e->gaps_written || e->empty_not_zero ||
+    if (e->nan_count || !fjt_within(e, tol) || e->gaps_written || e->empty_not_zero ||
         (with_lse && (e->lse_mismatch || !(e->lse_max_abs <= 1e-4)))) {
         char lens[512], pages[160];
         fjt_varlen_str(vl, lens, sizeof lens);

@@ -195,6 +195,18 @@ typedef struct fjt_error {
  * p must have been made with the oracle (fjt_problem_make or _rows). */
 fjt_error fjt_compare(const fjt_problem *p, const void *o, const float *lse);
 
+/* Whether an output is within tol of the oracle: by the relative Frobenius
+ * error, or, where rows' outputs cancel towards 0 (random V of both signs;
+ * most often at tiny head dims), by every row's error against the size of
+ * the terms it sums (mag_rel_max), the bound float arithmetic gives: there
+ * rel_fro measures rounding against a tiny sum (a d1 bf16 decode row of
+ * output 1e-3 summing terms of 0.5 is off by 4 % of itself and 3e-4 of its
+ * terms). NaN fails both. */
+static inline bool fjt_within(const fjt_error *e, double tol)
+{
+    return e->rel_fro <= tol || e->mag_rel_max <= tol;
+}
+
 /* The tolerance of the issue for a dtype: relative Frobenius error against
  * the oracle. F32 1e-5, F16 2e-3, BF16 1.6e-2. */
 double fjt_tolerance(fj_dtype t);
