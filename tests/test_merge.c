@@ -239,7 +239,7 @@ static bool run_case(fjt_rng *rng, int index)
     bool ok = true;
     fjt_error e = fjt_compare(&full, ho, hl);
     const double tol = fjt_tolerance(dt), ltol = lse_tolerance(dt);
-    if (!(e.rel_fro <= tol) || e.nan_count || e.empty_not_zero || e.lse_mismatch ||
+    if (!fjt_within(&e, tol) || e.nan_count || e.empty_not_zero || e.lse_mismatch ||
         !(e.lse_max_abs <= ltol) || e.gaps_written) {
         printf("FAIL %s case %d %s: against the oracle: rel %.3e (tol %.1e), lse %.2e (tol "
                "%.0e), nan %zu, empty rows not zero %zu, lse -inf mismatches %zu\n",
