@@ -497,18 +497,9 @@ __device__ __forceinline__ void alibi_tile(const fj_fwd_params &p, const Ctx &c,
             const int i = i0 + mt * 16 + hh * 8;
             const int g = i / p.pack_rows, qi = i - g * p.pack_rows;
             const float slope =
-                i < p.seqlen_q
-                    ? -__ldg(p.alibi_slopes + (h * p.pack_group + g)) * FJ_LOG2E
-                    : 0.f;
-            const float dr = (float)(qi + diag - col0); /* exact: |.| < 2^24 */
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float dist = fabsf(dr - (float)(nt * 8 + e));
-                    float &x = s[mt][nt][2 * hh + e];
-                    x = fmaf(x, c.alibi_scale, slope * dist);
-                }
+                i < p.seqlen_q ? -__ldg(p.alibi_slopes + (h * p.pack_group + g)) * FJ_LOG2E : 0.f;
+            /* the distance exact: |.| < 2^24 */
+            fja::alibi_row((float)(qi + diag - col0), slope, c.alibi_scale, s, mt, hh);
         }
 }
 
@@ -674,8 +665,8 @@ __device__ __forceinline__ void load_kv_paged(const fj_fwd_params &p, int b, int
                 k_off = page * p.k_stride[0] + row * p.k_stride[1] + hk * p.k_stride[2] + c * 8;
                 v_off = page * p.v_stride[0] + row * p.v_stride[1] + hk * p.v_stride[2] + c * 8;
             }
-            const unsigned dst = KV_SWIZZLE ? swizzled_addr(0u, r, c)
-                                            : (unsigned)(r * ROW_BYTES + c * 16);
+            const unsigned dst =
+                KV_SWIZZLE ? swizzled_addr(0u, r, c) : (unsigned)(r * ROW_BYTES + c * 16);
             if (WHICH & LOAD_K)
                 copy_chunk<POLICY>(k_tile + dst, (const fj_elem *)p.k + k_off, ok ? 16u : 0u,
                                    policy);

@@ -73,6 +73,21 @@ __device__ __forceinline__ void mask_scores(const fj_fwd_params &p, long long ro
  * the fragment's constant offsets), as the CPU's (float)dist. Fragments as
  * mask_scores's: row0 the row of element (mt 0, hh 0), col0 the key of
  * (nt 0, e 0). */
+/* The bias on fragment row (mt, hh), whose distance to key col0 is dr. */
+template <int MT, int NT>
+__device__ __forceinline__ void alibi_row(float dr, float slope, float scale,
+                                          float (&s)[MT][NT][4], int mt, int hh)
+{
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float dist = fabsf(dr - (float)(nt * 8 + e));
+            float &x = s[mt][nt][2 * hh + e];
+            x = fmaf(x, scale, slope * dist);
+        }
+}
+
 template <int MT, int NT>
 __device__ __forceinline__ void alibi_scores(const fj_fwd_params &p, long long row0, int col0,
                                              float slope, float scale, float (&s)[MT][NT][4])
@@ -81,17 +96,8 @@ __device__ __forceinline__ void alibi_scores(const fj_fwd_params &p, long long r
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const float dr = d0 + (float)(mt * 16 + hh * 8);
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float dist = fabsf(dr - (float)(nt * 8 + e));
-                    float &x = s[mt][nt][2 * hh + e];
-                    x = fmaf(x, scale, slope * dist);
-                }
-        }
+        for (int hh = 0; hh < 2; ++hh)
+            alibi_row(d0 + (float)(mt * 16 + hh * 8), slope, scale, s, mt, hh);
 }
 
 } /* namespace fja */

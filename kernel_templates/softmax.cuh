@@ -72,15 +72,22 @@ __device__ __forceinline__ float softcap_tanh(float s, float cap_in)
     return t;
 }
 
-template <int MT, int NT>
-__device__ __forceinline__ void cap_scores(float (&s)[MT][NT][4], float cap_in)
+/* Every score of a fragment array through f (the caps below). */
+template <int MT, int NT, class F>
+__device__ __forceinline__ void map_scores(float (&s)[MT][NT][4], F f)
 {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[mt][nt][e] = softcap_tanh(s[mt][nt][e], cap_in);
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = f(s[mt][nt][e]);
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void cap_scores(float (&s)[MT][NT][4], float cap_in)
+{
+    map_scores(s, [cap_in](float x) { return softcap_tanh(x, cap_in); });
 }
 
 /* The cap with one MUFU operation per score (flash_tma; the other templates
@@ -117,12 +124,7 @@ __device__ __forceinline__ float softcap_tanh_rational(float s, float k)
 template <int MT, int NT>
 __device__ __forceinline__ void cap_scores_rational(float (&s)[MT][NT][4], float k)
 {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[mt][nt][e] = softcap_tanh_rational(s[mt][nt][e], k);
+    map_scores(s, [k](float x) { return softcap_tanh_rational(x, k); });
 }
 
 /* The state before the first key: m = -inf, l = 0, O = 0. */
