@@ -331,6 +331,23 @@ static fj_status choose_tiles(const fj_context *ctx, const fj_problem *p, const 
     return fj_kernel_desc_check(k, smem);
 }
 
+/* A whole number in lo..hi from the environment variable `name`, in *out;
+   0 when it is unset or empty; anything else fails naming the variable. */
+static fj_status env_whole_number(const char *name, long lo, long hi, int *out)
+{
+    *out = 0;
+    const char *env = getenv(name);
+    if (!env || !*env) return FJ_OK;
+    char *end;
+    errno = 0;
+    long n = strtol(env, &end, 10);
+    if (errno || *end || end == env || n < lo || n > hi)
+        return fj_fail(FJ_ERR_INVALID_ARGUMENT, "%s (\"%s\") is not a whole number in %ld..%ld",
+                       name, env, lo, hi);
+    *out = (int)n;
+    return FJ_OK;
+}
+
 /* FLASHJIT_CUDA_SPLITS=N: N splits wherever split-KV is allowed (a split
  * kernel's rows of at least SPLIT_MIN_KEYS keys, the workspace limit),
  * in place of the model's count, so the model can be measured against other
@@ -338,18 +355,7 @@ static fj_status choose_tiles(const fj_context *ctx, const fj_problem *p, const 
  * split-KV off. Sets *forced to 0 when the variable is unset or empty. */
 static fj_status splits_from_env(int *forced)
 {
-    *forced = 0;
-    const char *env = getenv("FLASHJIT_CUDA_SPLITS");
-    if (!env || !*env) return FJ_OK;
-    char *end;
-    errno = 0;
-    long n = strtol(env, &end, 10);
-    if (errno || *end || end == env || n < 1 || n > SPLIT_MAX)
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "FLASHJIT_CUDA_SPLITS (\"%s\") is not a whole number in 1..%d", env,
-                       SPLIT_MAX);
-    *forced = (int)n;
-    return FJ_OK;
+    return env_whole_number("FLASHJIT_CUDA_SPLITS", 1, SPLIT_MAX, forced);
 }
 
 /* FLASHJIT_CUDA_HEAD_GROUP=N: flash_tma's (head, batch) pairs side by side
@@ -358,18 +364,7 @@ static fj_status splits_from_env(int *forced)
 #define HEAD_GROUP_MAX 65536
 static fj_status head_group_from_env(int *forced)
 {
-    *forced = 0;
-    const char *env = getenv("FLASHJIT_CUDA_HEAD_GROUP");
-    if (!env || !*env) return FJ_OK;
-    char *end;
-    errno = 0;
-    long n = strtol(env, &end, 10);
-    if (errno || *end || end == env || n < 1 || n > HEAD_GROUP_MAX)
-        return fj_fail(FJ_ERR_INVALID_ARGUMENT,
-                       "FLASHJIT_CUDA_HEAD_GROUP (\"%s\") is not a whole number in 1..%d", env,
-                       HEAD_GROUP_MAX);
-    *forced = (int)n;
-    return FJ_OK;
+    return env_whole_number("FLASHJIT_CUDA_HEAD_GROUP", 1, HEAD_GROUP_MAX, forced);
 }
 
 static int choose_splits(const cuda_plan *cp, const fj_problem *p, const fj_kernel_desc *k,
