@@ -427,16 +427,16 @@ __device__ __forceinline__ void fence_regs(float (&x)[1][A][B])
 
 /* What a consumer thread keeps across the tiles of its block. */
 struct Consumer {
-    unsigned base;   /* the shared layout */
-    int c;           /* consumer index, 0..CONSUMERS-1 */
-    unsigned q16[3]; /* this consumer's Q rows / 16 by column width (issue_scores) */
+    unsigned base;     /* the shared layout */
+    int c;             /* consumer index, 0..CONSUMERS-1 */
+    unsigned q16[3];   /* this consumer's Q rows / 16 by column width (issue_scores) */
     unsigned k16, v16; /* stage 0's K and V tiles / 16 */
-    int lane, warp;  /* warp within the consumer */
-    unsigned it;     /* K/V tiles consumed (the pipeline's position) */
-    unsigned q_uses; /* Q tiles consumed */
-    float scale;     /* |scale_log2|, or softcap_log2 when FJ_SOFTCAP */
-    bool negate;     /* scale_log2 < 0: S is negated first (FJ_SOFTCAP: cap_k has the sign) */
-    float cap_k;     /* FJ_SOFTCAP: scale / c (softcap_tanh_rational's k) */
+    int lane, warp;    /* warp within the consumer */
+    unsigned it;       /* K/V tiles consumed (the pipeline's position) */
+    unsigned q_uses;   /* Q tiles consumed */
+    float scale;       /* |scale_log2|, or softcap_log2 when FJ_SOFTCAP */
+    bool negate;       /* scale_log2 < 0: S is negated first (FJ_SOFTCAP: cap_k has the sign) */
+    float cap_k;       /* FJ_SOFTCAP: scale / c (softcap_tanh_rational's k) */
     float alibi_slope, alibi_scale; /* FJ_ALIBI: the work tile's head's, and the signed scale */
 };
 
