@@ -31,11 +31,14 @@
  *  - fj_plan: owned by the caller from fj_plan_create to fj_plan_destroy; it is
  *    immutable, so fj_plan_execute and fj_plan_describe may run concurrently
  *    from any threads; it must not outlive its context. One exception on the
- *    device side: a CUDA plan that splits its keys (split-KV, for few query
- *    rows over many keys; its describe text has a "split-KV:" line) owns a
- *    workspace for the partial results, so its executes must not overlap on
- *    the GPU: issue them on one stream (from any threads), or create one plan
- *    per stream (each has its own workspace), as with a cuBLAS workspace.
+ *    device side: a CUDA plan that owns device memory its kernels write
+ *    (a plan that splits its keys, for few query rows over many keys, keeps
+ *    the partial results there, its describe text's "split-KV:" line says;
+ *    the persistent sm_90 kernel keeps the counter its blocks take work
+ *    tiles from, its "schedule:" line says) must not have executes that
+ *    overlap on the GPU: issue them on one stream (from any threads), or
+ *    create one plan per stream (each has its own), as with a cuBLAS
+ *    workspace.
  *  - a context's tuning (the entries plans look their tiles up in: its tuning
  *    file's, those imported, those measured) belongs to the context; it only
  *    grows, under a lock, so fj_tuning_import*, fj_tuning_export* and plan

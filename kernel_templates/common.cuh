@@ -158,6 +158,13 @@ __device__ __forceinline__ void fj_st_shared_b32(unsigned addr, unsigned v)
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
+__device__ __forceinline__ unsigned fj_ld_shared_b32(unsigned addr)
+{
+    unsigned v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ void fj_ld_shared_v4(unsigned addr, unsigned (&v)[4])
 {
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"

@@ -4,7 +4,7 @@
  * the other templates (fwd_params.h, common.cuh, attention_rows.cuh and
  * wgmma.cuh come first); computes the same function with the same
  * parameters and outputs, and takes a second parameter block, the TMA
- * descriptors and the tile schedule (fj_tma_params).
+ * descriptors and the tile counter (fj_tma_params).
  *
  * Needs sm_90a (NVRTC --gpu-architecture=sm_90a): wgmma and setmaxnreg.
  *
@@ -21,10 +21,16 @@
  *     overlap), and the consumers take turns issuing their GEMMs through
  *     named barriers, so that one's softmax runs while another's GEMMs use
  *     the tensor cores (the ping-pong).
- * Grid: persistent, at most one block per SM, dealt the work tiles in rounds
- * (nth_tile) of a schedule that keeps head_group heads together (so their K
- * and V stay in L2); under a causal mask, where the tiles differ in length,
- * each block takes the list of tiles the host made for it (t.schedule).
+ * Grid: persistent, at most one block per SM. The work tiles are numbered
+ * in sections of head_group (head, batch) pairs, whose K and V fit in L2
+ * together, and in each section query tile by query tile (the longest
+ * first under a causal mask) with the section's pairs side by side
+ * (tile_of). The producer takes the next number from a counter in device
+ * memory whenever it starts a tile (next_tile), so the blocks that finish
+ * early take more, and at any time the tiles in flight are neighbours in
+ * that order: their keys are the L2-sized group's, whatever the tiles'
+ * lengths. It passes the number to its consumers in shared memory with
+ * the Q tile (or -1 when the counter has run out).
  *
  * Head dims: every multiple of 16 from 64 to 256, exactly. A tile's rows are
  * stored as column blocks of 64 elements (128-byte rows, 128-byte swizzle),
@@ -34,7 +40,7 @@
  *
  * Shared memory (base rounded up to 1024 bytes): Q tile, O staging tile
  * (when it fits; else O is staged in the consumer's own Q rows), FJ_STAGES
- * K tiles, FJ_STAGES V tiles, the mbarriers.
+ * K tiles, FJ_STAGES V tiles, the mbarriers and the work tile's number.
  *
  * Rules (src/cuda/jit/template_table.c checks them): sm_90; D a multiple of
  * 16 in 64..256; FJ_BLOCK_M = 64 * consumers, consumers 1..3; FJ_BLOCK_N a
@@ -103,6 +109,18 @@ constexpr unsigned SMEM_K = Q_BYTES + (O_SEPARATE ? Q_BYTES : 0);
 constexpr unsigned SMEM_V = SMEM_K + STAGES * KV_BYTES;
 constexpr unsigned SMEM_BAR = SMEM_V + STAGES * KV_BYTES;
 static_assert(SMEM_BAR + BAR_BYTES + ATOM == FJ_SMEM_BYTES, "shared layout disagrees with FJ_SMEM_BYTES");
+
+/* The work tiles' numbers, after the barriers (in their block's padding):
+   two slots, the Q tile's uses alternating between them, so the producer
+   writes the next number as soon as it draws it (the consumers read the
+   slot's previous number before they released the Q tile two uses ago,
+   which the producer has waited for) and need not keep it. */
+constexpr unsigned SMEM_TILE_ID = SMEM_BAR + BARRIERS * 8;
+static_assert(BARRIERS * 8 + 8 <= BAR_BYTES, "no room for the tile numbers after the barriers");
+__device__ __forceinline__ unsigned tile_slot(unsigned base, unsigned q_use)
+{
+    return base + SMEM_TILE_ID + 4u * (q_use & 1u);
+}
 
 enum { BAR_Q_FULL = 0, BAR_Q_EMPTY = 1, BAR_K_FULL = 2, BAR_K_EMPTY = 2 + STAGES,
        BAR_V_FULL = 2 + 2 * STAGES, BAR_V_EMPTY = 2 + 3 * STAGES };
@@ -319,20 +337,24 @@ __device__ __forceinline__ Tile tile_of(const fj_fwd_params &p, const fj_tma_par
     return w;
 }
 
-/* The r-th work tile of this block, -1 past its last. Under a causal mask
-   the tiles differ in length: the host dealt them into a list per block
-   (t.schedule). Otherwise in rounds of gridDim.x tiles, dealt alternately
-   forwards and backwards. */
-__device__ __forceinline__ int nth_tile(const fj_tma_params &t, int r)
+/* The next work tile from the grid's counter, -1 once they are all taken. */
+__device__ __forceinline__ int next_tile(const fj_tma_params &t)
 {
-    const int g = (int)gridDim.x, i = (int)blockIdx.x;
-#if FJ_CAUSAL
-    const int at = t.schedule[i] + r;
-    return at < t.schedule[i + 1] ? t.schedule[g + 1 + at] : -1;
-#else
-    const int tile = r * g + (r & 1 ? g - 1 - i : i);
+    const int tile = atomicAdd(&t.tile_counter[0], 1);
     return tile < t.tiles ? tile : -1;
-#endif
+}
+
+/* Called by each block's producer once it has drawn -1: the last block to
+   get here has seen every other block's last draw, and puts the counter
+   back to zero for the plan's next launch (ordered after this one on its
+   stream). */
+__device__ __forceinline__ void counter_done(const fj_tma_params &t)
+{
+    __threadfence();
+    if (atomicAdd(&t.tile_counter[1], 1) == (int)gridDim.x - 1) {
+        atomicExch(&t.tile_counter[0], 0);
+        atomicExch(&t.tile_counter[1], 0);
+    }
 }
 
 /* ---- the producer --------------------------------------------------------------- */
@@ -365,8 +387,24 @@ __device__ __forceinline__ void produce(const fj_fwd_params &p, const fj_tma_par
         prefetch_map(t.k[i]);
         prefetch_map(t.v[i]);
     }
+    /* The whole warp runs the loop and one lane issues: the tile number
+       then comes through a shuffle, so the compiler knows it is the same in
+       the warp and keeps it and what derives from it in uniform registers
+       (the producer has 24 vector registers). */
+    const bool leader = (threadIdx.x & 31u) == 0;
     unsigned it = 0, q_uses = 0;
-    for (int r = 0, tile; (tile = nth_tile(t, r)) >= 0; ++r) {
+    int following = leader ? next_tile(t) : 0;
+    for (;;) {
+        /* each tile's number drawn one tile ahead, so the atomic's round
+           trip hides behind a tile's copies */
+        int tile = 0;
+        if (leader) {
+            tile = following;
+            fj_st_shared_b32(tile_slot(base, q_uses), (unsigned)tile);
+            if (tile >= 0) following = next_tile(t);
+        }
+        tile = __shfl_sync(0xffffffffu, tile, 0);
+        if (tile < 0) break;
         const Tile w = tile_of(p, t, tile);
         const int hk = w.h / p.group;
         const int count = w.n_end - w.n_begin;
@@ -375,11 +413,14 @@ __device__ __forceinline__ void produce(const fj_fwd_params &p, const fj_tma_par
         for (int i = 0; i <= count; ++i) {
             if (i == 1 || count == 0) {
                 mbar_wait(bar(base, BAR_Q_EMPTY), (q_uses & 1u) ^ 1u);
-                mbar_expect_tx(bar(base, BAR_Q_FULL), (unsigned)(BM * D * 2));
+                if (leader) {
+                    /* the arrival publishes the tile's number with Q */
+                    mbar_expect_tx(bar(base, BAR_Q_FULL), (unsigned)(BM * D * 2));
 #pragma unroll
-                for (int c = 0; c < CONSUMERS; ++c)
-                    load_rows(base + SMEM_Q, BM, 64 * c, t.q, bar(base, BAR_Q_FULL), w.m0 + 64 * c,
-                              w.h, w.b);
+                    for (int c = 0; c < CONSUMERS; ++c)
+                        load_rows(base + SMEM_Q, BM, 64 * c, t.q, bar(base, BAR_Q_FULL),
+                                  w.m0 + 64 * c, w.h, w.b);
+                }
                 ++q_uses;
             }
             if (i == count) break;
@@ -388,13 +429,25 @@ __device__ __forceinline__ void produce(const fj_fwd_params &p, const fj_tma_par
             const unsigned k_dst = base + SMEM_K + stage * KV_BYTES;
             const unsigned v_dst = base + SMEM_V + stage * KV_BYTES;
             mbar_wait(bar(base, BAR_K_EMPTY + (int)stage), parity);
-            mbar_expect_tx(bar(base, BAR_K_FULL + (int)stage), (unsigned)(BN * D * 2));
-            load_rows(k_dst, BN, 0, t.k, bar(base, BAR_K_FULL + (int)stage), n * BN, hk, w.b);
+            if (leader) {
+                mbar_expect_tx(bar(base, BAR_K_FULL + (int)stage), (unsigned)(BN * D * 2));
+                load_rows(k_dst, BN, 0, t.k, bar(base, BAR_K_FULL + (int)stage), n * BN, hk, w.b);
+            }
             mbar_wait(bar(base, BAR_V_EMPTY + (int)stage), parity);
-            mbar_expect_tx(bar(base, BAR_V_FULL + (int)stage), (unsigned)(BN * D * 2));
-            load_rows(v_dst, BN, 0, t.v, bar(base, BAR_V_FULL + (int)stage), n * BN, hk, w.b);
+            if (leader) {
+                mbar_expect_tx(bar(base, BAR_V_FULL + (int)stage), (unsigned)(BN * D * 2));
+                load_rows(v_dst, BN, 0, t.v, bar(base, BAR_V_FULL + (int)stage), n * BN, hk, w.b);
+            }
             ++it;
         }
+    }
+    /* no more tiles: -1 (written above) in place of the number, the Q
+       barrier's phase completed by a plain arrival once the consumers have
+       released the last Q tile */
+    mbar_wait(bar(base, BAR_Q_EMPTY), (q_uses & 1u) ^ 1u);
+    if (leader) {
+        counter_done(t);
+        mbar_arrive(bar(base, BAR_Q_FULL), 1u);
     }
 }
 
@@ -683,7 +736,14 @@ __device__ __forceinline__ void consume(const fj_fwd_params &p, const fj_tma_par
     }
     /* the last consumer hands the first turn to the first */
     if (CONSUMERS > 1 && c == CONSUMERS - 1) named_arrive(1, 256);
-    for (int r = 0, tile; (tile = nth_tile(t, r)) >= 0; ++r) {
+    for (;;) {
+        mbar_wait(bar(base, BAR_Q_FULL), k.q_uses & 1u);
+        ++k.q_uses;
+        /* the number the Q tile came with, the same in the warp; through a
+           shuffle so the compiler knows */
+        const int tile =
+            __shfl_sync(0xffffffffu, (int)fj_ld_shared_b32(tile_slot(base, k.q_uses - 1)), 0);
+        if (tile < 0) break;
         const Tile w = tile_of(p, t, tile);
         if constexpr (FJ_ALIBI) k.alibi_slope = -p.alibi_slopes[w.h] * FJ_LOG2E;
         State st;
@@ -701,8 +761,6 @@ __device__ __forceinline__ void consume(const fj_fwd_params &p, const fj_tma_par
             clamp.n_end = w.n_end;
             clamp_unmasked(clamp, u0, u1);
         }
-        mbar_wait(bar(base, BAR_Q_FULL), k.q_uses & 1u);
-        ++k.q_uses;
         const int count = w.n_end - w.n_begin;
         if (count > 0) {
             unsigned pa[KV][4];
@@ -751,7 +809,7 @@ extern "C" __global__ void __launch_bounds__(fjt::THREADS, 1)
     __syncthreads();
     if (wg_index == 0) {
         if (CONSUMERS > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
-        if (threadIdx.x == 0) produce(p, t, base);
+        if (threadIdx.x < 32) produce(p, t, base);
     } else {
         if (CONSUMERS > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
         consume(p, t, base, wg_index - 1);

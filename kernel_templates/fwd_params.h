@@ -73,7 +73,7 @@ typedef struct fj_fwd_params {
 /* flash_tma's second parameter block: the TMA descriptors (CUtensorMap, 128
  * opaque bytes, 64-byte aligned, made by cuTensorMapEncodeTiled at each
  * execute) of q, k, v and o, one per column-block width (64, 32 and 16
- * elements; unused ones zero), and the persistent schedule. */
+ * elements; unused ones zero), and the persistent grid's tile counter. */
 #ifdef __cplusplus
 #define FJ_ALIGNAS_64 alignas(64)
 #else
@@ -85,10 +85,11 @@ typedef struct fj_tensor_map {
 
 typedef struct fj_tma_params {
     fj_tensor_map q[3], k[3], v[3], o[3];
-    /* Under a causal mask, each block's work tiles (src/cuda/tma_schedule.h):
-       gridDim.x + 1 offsets, then the tile ids; NULL otherwise (the tiles
-       are dealt in rounds) */
-    const int *schedule;
+    /* The persistent grid's tile counter, two ints in device memory of the
+       plan's own: the next work tile to take, then the blocks that have
+       taken their last; zero at each launch (the last block to finish puts
+       them back), so launches of one plan must not overlap */
+    int *tile_counter;
     int tiles;      /* work tiles: m_blocks * heads_q * batch */
     int m_blocks;   /* query tiles per (head, batch) */
     int head_group; /* (head, batch) pairs whose tiles run side by side */

@@ -12,7 +12,6 @@
 #include "cuda/device.h"
 #include "cuda/module_cache.h"
 #include "cuda/tma_launch.h"
-#include "cuda/tma_schedule.h"
 #include "cuda/jit/launch_view.h"
 #include "cuda/jit/kernel_desc.h"
 #include "log.h"
@@ -70,11 +69,9 @@ typedef struct cuda_plan {
     bool combine_pdl;      /* launch the combine kernel as a programmatic dependent */
     fj_launch_kind launch; /* the kernel's template's launch shape */
     fj_tma_layout tma;     /* FJ_LAUNCH_PERSISTENT_TMA: tensor map layout, schedule */
-    CUdeviceptr schedule;  /* ... under a causal mask: each block's tiles (tma_schedule.h) */
-    int schedule_bands;
-    double schedule_balance;
-    fj_fwd_params params;  /* all but the tensors, which each execute sets */
-    char launch_what[160]; /* "cuLaunchKernel(<kernel name>)" for a failed launch */
+    CUdeviceptr tile_counter; /* ... and its work tile counter (fj_tma_params) */
+    fj_fwd_params params;     /* all but the tensors, which each execute sets */
+    char launch_what[160];    /* "cuLaunchKernel(<kernel name>)" for a failed launch */
     fj_tiles_source tiles_from;
     char why[512]; /* where the tiles came from */
     /* FJ_FEATURE_VARLEN / FJ_FEATURE_PAGED_KV: the problem (for the
@@ -232,17 +229,16 @@ static void describe_plan(const cuda_plan *cp, bool loaded_before, int blocks_pe
                      blocks_per_sm == 1 ? "" : "s");
     if (cp->launch == FJ_LAUNCH_PERSISTENT_TMA)
         fj_strbuf_printf(d,
-                         "schedule: %d work tiles (%d query tiles of each head and batch) on a "
+                         "schedule: %d work tiles (%d query tiles of each head and batch%s) on a "
                          "persistent grid of %u blocks, %d (head, batch) pairs side by side; "
-                         "tensor maps encoded at each execute\n",
-                         cp->tma.tiles, cp->tma.m_blocks, cp->grid[0], cp->tma.head_group);
-    if (cp->schedule)
-        fj_strbuf_printf(d,
-                         "tile lists: each block's tiles listed at plan time, longest first in "
-                         "%d band%s of query tiles, each to the least loaded block (modelled "
-                         "busiest block %.3fx the mean)\n",
-                         cp->schedule_bands, cp->schedule_bands == 1 ? "" : "s",
-                         cp->schedule_balance);
+                         "each block takes the next tile from a counter in device memory of the "
+                         "plan's own, so executes of this plan on different streams must not "
+                         "overlap; tensor maps encoded at each execute\n",
+                         cp->tma.tiles, cp->tma.m_blocks,
+                         k->mask == FJ_MASK_CAUSAL || k->mask == FJ_MASK_CAUSAL_WINDOW
+                             ? ", the longest first"
+                             : "",
+                         cp->grid[0], cp->tma.head_group);
     if (cp->gqa_packed)
         fj_strbuf_printf(d,
                          "GQA packing: the %d query heads of each kv head are the rows of one "
@@ -508,34 +504,24 @@ static fj_status check_tma_layout(const fj_cuda_state *s, const fj_problem *view
     return fj_kernel_desc_check(k, (size_t)s->smem_optin);
 }
 
-/* A causal flash_tma plan's tile lists (tma_schedule.h), made for its grid
- * and copied to the device once. */
-static fj_status upload_schedule(cuda_plan *cp, const fj_problem *view, const fj_kernel_desc *k)
+/* A flash_tma plan's work tile counter (fj_tma_params.tile_counter), zeroed
+ * once: each launch leaves it zero for the next. */
+static fj_status alloc_tile_counter(cuda_plan *cp)
 {
-    fj_tma_schedule sched;
-    fj_status st = fj_tma_schedule_make(view, k, &cp->tma, (int)cp->grid[0], &sched);
-    if (st) return st;
     const fj_cuda_state *s = cp->cuda;
-    const size_t bytes = sched.entries * sizeof *sched.table;
-    if ((st = fj_cuda_push(s))) {
-        fj_tma_schedule_free(&sched);
-        return st;
-    }
-    CUresult r = s->api->cuMemAlloc(&cp->schedule, bytes);
+    const size_t bytes = 2 * sizeof(int32_t);
+    fj_status st = fj_cuda_push(s);
+    if (st) return st;
+    CUresult r = s->api->cuMemAlloc(&cp->tile_counter, bytes);
     if (r == FJ_CUDA_SUCCESS) {
-        r = s->api->cuMemcpyHtoD(cp->schedule, sched.table, bytes);
-        if (r != FJ_CUDA_SUCCESS) st = fj_cuda_fail(s->api, r, "cuMemcpyHtoD");
+        r = s->api->cuMemsetD8(cp->tile_counter, 0, bytes);
+        if (r != FJ_CUDA_SUCCESS) st = fj_cuda_fail(s->api, r, "cuMemsetD8");
     } else {
-        cp->schedule = 0;
+        cp->tile_counter = 0;
         st = fj_cuda_fail(s->api, r, "cuMemAlloc");
     }
     fj_cuda_pop(s);
-    cp->schedule_bands = sched.bands;
-    cp->schedule_balance = sched.balance;
-    fj_tma_schedule_free(&sched);
-    return st ? fj_fail_prefix(st, "cuda: the %zu-byte tile lists of a causal persistent grid",
-                               bytes)
-              : FJ_OK;
+    return st ? fj_fail_prefix(st, "cuda: the work tile counter of a persistent grid") : FJ_OK;
 }
 
 /* Plan creation resolves the kernel once: the launch view, the heuristic's
@@ -638,8 +624,7 @@ fj_status fj_cuda_plan_create(fj_context *ctx, const fj_problem *p, const char *
         const int64_t slots = (int64_t)blocks_per_sm * s->sm_count;
         cp->grid[0] = (unsigned)(cp->tma.tiles < slots ? cp->tma.tiles : slots);
         cp->grid[1] = cp->grid[2] = 1;
-        if ((k.mask == FJ_MASK_CAUSAL || k.mask == FJ_MASK_CAUSAL_WINDOW) &&
-            (st = upload_schedule(cp, p, &k))) {
+        if ((st = alloc_tile_counter(cp))) {
             fj_cuda_plan_destroy(cp);
             return st;
         }
@@ -661,9 +646,9 @@ void fj_cuda_plan_destroy(void *state)
 {
     cuda_plan *cp = state;
     if (!cp) return;
-    if ((cp->partials || cp->schedule) && fj_cuda_push(cp->cuda) == FJ_OK) {
+    if ((cp->partials || cp->tile_counter) && fj_cuda_push(cp->cuda) == FJ_OK) {
         if (cp->partials) cp->cuda->api->cuMemFree(cp->partials);
-        if (cp->schedule) cp->cuda->api->cuMemFree(cp->schedule);
+        if (cp->tile_counter) cp->cuda->api->cuMemFree(cp->tile_counter);
         fj_cuda_pop(cp->cuda);
     }
     free(cp);
@@ -699,7 +684,7 @@ static fj_status launch_current(const cuda_plan *cp, fj_fwd_params *prm, CUstrea
         _Alignas(64) fj_tma_params tma;
         fj_status st = fj_tma_params_make(api, &cp->tma, prm->q, prm->k, prm->v, prm->o, &tma);
         if (st) return st;
-        tma.schedule = (const int *)(uintptr_t)cp->schedule;
+        tma.tile_counter = (int *)(uintptr_t)cp->tile_counter;
         void *tma_args[2] = {prm, &tma};
         CUresult r = api->cuLaunchKernel(cp->kernel->function, cp->grid[0], 1, 1, cp->threads, 1, 1,
                                          cp->smem, stream, tma_args, NULL);

@@ -1,4 +1,4 @@
-/* flash_tma's tensor maps and schedule (tma_launch.h). */
+/* flash_tma's tensor maps and the order of its work tiles (tma_launch.h). */
 #include "cuda/tma_launch.h"
 
 #include <string.h>
@@ -7,7 +7,10 @@
 
 /* K and V of the (head, batch) pairs that run side by side should stay in
  * L2 while every query tile of those pairs reads them: a third of L2, the
- * rest is for Q, O and whatever else runs. */
+ * rest is for Q, O and whatever else runs. (Two thirds, FlashAttention-3's
+ * budget of 32 MB of the H100's 50, measured slower on most rows:
+ * docs/benchmarks.md.) The blocks take the tiles in order from one counter,
+ * so the tiles in flight are always the same group's or two neighbours'. */
 #define L2_SHARE_DIVISOR 3
 
 static void tensor_of(fj_tma_layout *l, int which, int64_t rows, int heads, int batch,
@@ -42,10 +45,8 @@ void fj_tma_layout_make(const fj_problem *p, const fj_kernel_desc *k, size_t l2_
     const int64_t pairs = (int64_t)p->heads_q * p->batch;
     out->tiles = (int)(out->m_blocks * pairs);
     /* Pairs go side by side in groups whose K and V fit in L2, so that each
-       pair's keys come from memory once (under a causal mask, once per band
-       of the schedule: tma_schedule.c, which also evens out the groups'
-       unequal tiles). K and V bytes per (head, batch) pair, shared by the
-       group's heads: */
+       pair's keys come from memory once. K and V bytes per (head, batch)
+       pair, shared by the group's heads: */
     const double kv_bytes = (double)p->seqlen_k * d * 2.0 * 2.0 / p->group;
     double fit = (double)(l2_bytes / L2_SHARE_DIVISOR) / (kv_bytes > 1 ? kv_bytes : 1);
     int64_t group = fit < 1 ? 1 : fit > (double)pairs ? pairs : (int64_t)fit;

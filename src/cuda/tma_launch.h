@@ -1,6 +1,6 @@
 /* What a flash_tma launch needs beyond fj_fwd_params: the tensor maps of q,
  * k, v and o (one per column-block width, made for each execute's pointers
- * by cuTensorMapEncodeTiled) and the persistent grid's schedule. The layout
+ * by cuTensorMapEncodeTiled) and the persistent grid's tile order. The layout
  * is fixed at plan time, so execute only encodes and copies. */
 #ifndef FJ_CUDA_TMA_LAUNCH_H
 #define FJ_CUDA_TMA_LAUNCH_H

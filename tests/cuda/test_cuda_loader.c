@@ -776,6 +776,8 @@ static void test_head_group_forced(void **state)
             assert_int_equal(st, FJ_OK);
             const char *desc = fj_plan_describe(plan);
             assert_contains(desc, "kernel: flash_tma.");
+            assert_contains(desc, "each block takes the next tile from a counter in device "
+                                  "memory of the plan's own");
             char want[64];
             snprintf(want, sizeof want, ", %d (head, batch) pairs side by side", cases[i].group);
             assert_contains(desc, want);
