@@ -80,6 +80,7 @@
 
 #include "convert.h"
 #include "decode_kernels.h"
+#include "prefill_amx.h"
 #include "status.h"
 #include "tensor_access.h"
 #include "tiled_blocks.h"
@@ -149,6 +150,8 @@ typedef struct seq_chunks {
 } seq_chunks;
 
 struct fj_cpu_decode_plan {
+    /* bf16 prefill on prefill_amx.c's tiles, in place of what follows */
+    fj_cpu_prefill_amx_plan *amx_prefill;
     fj_pool *pool;
     const fj_decode_kernels *kernels;
     int positions;        /* query positions per block (all of them when decoding) */
@@ -865,6 +868,10 @@ void fj_cpu_decode_execute(const fj_cpu_decode_plan *dp, const fj_problem *p, co
                            const void *k, const void *v, void *o, float *lse,
                            const fj_exec_inputs *in)
 {
+    if (dp->amx_prefill) {
+        fj_cpu_prefill_amx_execute(dp->amx_prefill, p, q, k, v, o, lse, in);
+        return;
+    }
     decode_job job = {dp, p, q, k, v, o, lse, in, 0, false};
     if (dp->paged) {
         /* the chunks of this execute's lengths, in the plan's arrays: one
@@ -910,6 +917,10 @@ static int chunk_count(int64_t groups, int64_t keys, int threads, int min_keys)
 
 void fj_cpu_decode_plan_info(const fj_cpu_decode_plan *dp, fj_plan_info *info)
 {
+    if (dp->amx_prefill) {
+        fj_cpu_prefill_amx_plan_info(dp->amx_prefill, info);
+        return;
+    }
     snprintf(info->kernel, sizeof info->kernel, "cpu_decode_%s", dp->kernels->name);
     info->tiles[0] = '\0';
     info->tiles_source = FJ_TILES_HEURISTIC;
@@ -923,6 +934,7 @@ void fj_cpu_decode_plan_info(const fj_cpu_decode_plan *dp, fj_plan_info *info)
 void fj_cpu_decode_plan_destroy(fj_cpu_decode_plan *dp)
 {
     if (!dp) return;
+    fj_cpu_prefill_amx_plan_destroy(dp->amx_prefill);
     if (dp->packed_v) pthread_mutex_destroy(&dp->pack_lock);
     if (dp->paged) pthread_mutex_destroy(&dp->sched_lock);
     free(dp->sched);
@@ -1079,6 +1091,17 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
     /* Decoding: every position in one block. bf16 prefill on AMX: blocks of
        as many positions as 16 rows hold (a tile's rows). */
     const bool prefill = rows_per_kv_head(p) > FJ_CPU_DECODE_MAX_ROWS;
+    /* bf16 prefill on AMX: prefill_amx.c's blocks of rows where it takes
+       the problem (the AMX row blocks below take the rest) */
+    if (prefill && fj_cpu_prefill_amx_takes(p)) {
+        fj_status s = fj_cpu_prefill_amx_plan_create(pool, p, &dp->amx_prefill, describe);
+        if (s) {
+            free(dp);
+            return s;
+        }
+        *out = dp;
+        return FJ_OK;
+    }
     dp->positions = prefill ? FJ_CPU_DECODE_MAX_ROWS / p->group : p->seqlen_q;
     /* int64: seqlen_q (or heads_kv below) within a block of INT_MAX must not
        wrap the unit count negative, which would run nothing */

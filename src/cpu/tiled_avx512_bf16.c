@@ -28,8 +28,8 @@
  * dot products issue at the FMAs' rate, so twice the products a cycle
  * (docs/benchmarks.md, "bf16 prefill on AVX-512 BF16 dot products");
  * decode_avx512.c notes a CPU where they issued at half that rate, one with
- * AMX, whose bf16 prefill goes to decode.c's AMX row blocks before the
- * tiled path.
+ * AMX, whose bf16 prefill goes to prefill_amx.c (chosen in decode.c)
+ * before the tiled path.
  *
  * vdpbf16ps treats subnormal bf16 inputs as 0 and flushes subnormal
  * results (as the AMX tiles do): a subnormal K or V element counts as 0,

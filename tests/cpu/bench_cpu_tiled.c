@@ -25,8 +25,8 @@
  *
  *   bench_cpu_tiled [-t T] [-r R] prefill [FILTER]
  *       bf16 prefill (batch 1, 8 heads, S 512 / 2048 / 4096, D 64 / 128,
- *       causal or not): the plan's path (AMX row blocks where the CPU has
- *       AMX) and the tiled path (decode.h's paths turned off), in turn;
+ *       causal or not): the plan's path (AMX prefill, prefill_amx.c, where
+ *       the CPU has AMX) and the tiled path (decode.h's paths turned off);
  *       GFLOP/s as in `table`.
  *   bench_cpu_tiled [-t T] [-r R] causal [FILTER]
  *       Causal (bottom-right) against non-causal on the tiled path at S 512,

@@ -22,6 +22,7 @@
 
 #include "cpu/decode.h"
 #include "cpu/decode_kernels.h"
+#include "cpu/prefill_amx.h"
 #include "harness.h"
 
 #define LSE_TOL 1e-4
@@ -433,6 +434,7 @@ static void test_amx_prefill(void **state)
     (void)state;
     fjt_rng rng;
     fjt_rng_init(&rng, suite_seed ^ 0xd009);
+    fj_cpu_prefill_amx_force_off(true); /* the row blocks, not prefill_amx.c's tiles */
     static const int threads[] = {1, 2, 3};
     static const int groups[] = {1, 2, 3, 4, 5, 8, 16};
     static const int lens[] = {17, 33, 100, 129, 300};
@@ -470,7 +472,95 @@ static void test_amx_prefill(void **state)
         }
         fj_context_destroy(ctx);
     }
+    fj_cpu_prefill_amx_force_off(false);
     if (!fj_decode_kernels_amx()) print_message("no AMX on this CPU: bf16 prefill stays tiled\n");
+}
+
+/* bf16 prefill on prefill_amx.c's tiles (blocks of 32 rows per kv head, 128
+ * keys): rows per kv head above 16, around the blocks' edges (31-33,
+ * 127-129 keys, primes, 1 key), seqlen_q above and below seqlen_k, every
+ * mask (causal both ways, windows on either side), GQA up to 16, head dims
+ * 1..576 and head_dim_v, sinks, a sharp scale now and then (the running
+ * max moves), every layout, 1-3 workers; lse on and off, outputs poisoned
+ * (check_method). Softcap and ALiBi stay in the AMX row blocks. Where the
+ * CPU has no AMX the suite says so and checks that no plan says AMX. */
+static void test_amx_prefill_tiles(void **state)
+{
+    (void)state;
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0xd00a);
+    static const int threads[] = {1, 2, 3};
+    static const int groups[] = {1, 2, 3, 4, 5, 8, 16};
+    static const int qlens[] = {17, 31, 32, 33, 47, 64, 65, 97, 129, 257};
+    static const int klens[] = {1, 2, 31, 32, 33, 97, 127, 128, 129, 255, 257, 300, 521};
+    const bool amx = fj_decode_kernels_amx() != NULL;
+    for (int t = 0; t < NELEMS(threads); t++) {
+        fj_context *ctx = make_context(threads[t]);
+        for (int i = 0; i < 40; i++) {
+            const int group = groups[fjt_range(&rng, 0, NELEMS(groups) - 1)];
+            const int hkv = fjt_range(&rng, 1, 2);
+            int sq = qlens[fjt_range(&rng, 0, NELEMS(qlens) - 1)];
+            if ((int64_t)sq * group <= FJ_CPU_DECODE_MAX_ROWS)
+                sq = FJ_CPU_DECODE_MAX_ROWS / group + 1;
+            const int sk = klens[fjt_range(&rng, 0, NELEMS(klens) - 1)];
+            fj_attention_desc d;
+            fj_attention_desc_init(&d, fjt_range(&rng, 1, 2), hkv * group, hkv, sq, sk,
+                                   dims[fjt_range(&rng, 0, NELEMS(dims) - 1)], FJ_BF16);
+            if ((double)d.batch * d.heads_q * sq * sk * d.head_dim > 3e7) d.batch = 1;
+            d.causal = (fj_causal)fjt_range(&rng, 0, 2);
+            if (fjt_range(&rng, 0, 2) == 0) d.window_left = fjt_range(&rng, 0, sk + 8);
+            if (fjt_range(&rng, 0, 3) == 0) d.window_right = fjt_range(&rng, 0, 40);
+            if (fjt_range(&rng, 0, 2) == 0) d.scale = (float)(0.05 + 3.0 * fjt_uniform(&rng));
+            if (fjt_range(&rng, 0, 3) == 0) d.features = FJ_FEATURE_SINKS;
+            set_layouts(&d, (enum layout)fjt_range(&rng, 0, LAYOUTS - 1));
+            if (i % 4 == 3) { /* V rows of another length */
+                d.head_dim_v = dims[fjt_range(&rng, 0, NELEMS(dims) - 1)];
+                set_layouts(&d, (enum layout)(i % LAYOUTS));
+            }
+            if (amx) {
+                check_method(ctx, &d, &rng, "method: AMX prefill: blocks of 32 query rows", NULL);
+            } else {
+                char text[2048];
+                plan_text(ctx, &d, text, sizeof text);
+                if (strstr(text, "AMX")) fail_msg("no AMX, yet:\n%s", text);
+            }
+        }
+        fj_context_destroy(ctx);
+    }
+    if (!amx) print_message("no AMX on this CPU: bf16 prefill stays tiled\n");
+}
+
+/* Long rows on the tiles: many blocks of keys per row (the running max and
+ * the rescaled accumulators over 2k keys), scores ramping up along the keys
+ * through a sharp scale, causal with a window, the blocks of rows a causal
+ * diagonal cuts at every offset. */
+static void test_amx_prefill_long(void **state)
+{
+    (void)state;
+    if (!fj_decode_kernels_amx()) {
+        print_message("no AMX on this CPU: nothing to check\n");
+        return;
+    }
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ 0xd00b);
+    fj_context *ctx = make_context(2);
+    static const int shapes[][4] = {/* sq, sk, dim, group */
+                                    {200, 2049, 64, 1},
+                                    {96, 2100, 128, 4},
+                                    {333, 333, 80, 2},
+                                    {1000, 1000, 32, 1}};
+    for (int i = 0; i < NELEMS(shapes); i++)
+        for (int c = 0; c < 3; c++) {
+            fj_attention_desc d;
+            fj_attention_desc_init(&d, 1, 2 * shapes[i][3], 2, shapes[i][0], shapes[i][1],
+                                   shapes[i][2], FJ_BF16);
+            d.causal = (fj_causal)c;
+            if (c == 2) d.window_left = 300;
+            d.scale = (float)(1.0 + 2.0 * fjt_uniform(&rng));
+            set_layouts(&d, (enum layout)((i + c) % LAYOUTS));
+            check_method(ctx, &d, &rng, "method: AMX prefill", NULL);
+        }
+    fj_context_destroy(ctx);
 }
 
 /* Every dtype, mask kind and GQA shape at sizes around the kernels' edges,
@@ -647,12 +737,31 @@ static void test_choice(void **state)
     plan_text(ctx, &d, text, sizeof text);
     if (strstr(text, "method: decode") || strstr(text, "AMX"))
         fail_msg("20 f32 rows per kv head: not the tiled path:\n%s", text);
-    fj_attention_desc_init(&d, 1, 32, 2, 5, 1000, 64, FJ_BF16); /* 80 bf16 rows: blocks of 16 */
+    fj_attention_desc_init(&d, 1, 32, 2, 5, 1000, 64, FJ_BF16); /* 80 bf16 rows */
     plan_text(ctx, &d, text, sizeof text);
-    if (fj_decode_kernels_amx() ? !strstr(text, "AMX row blocks: blocks of 16 query rows")
+    if (fj_decode_kernels_amx() ? !strstr(text, "method: AMX prefill: blocks of 32 query rows")
                                 : strstr(text, "AMX") != NULL)
-        fail_msg("bf16 prefill, GQA 16: %s AMX row blocks:\n%s",
+        fail_msg("bf16 prefill, GQA 16: %s AMX prefill:\n%s",
                  fj_decode_kernels_amx() ? "not" : "yet", text);
+    /* turned off, or with a softcap or ALiBi: the AMX row blocks */
+    for (int c = 0; c < 3; c++) {
+        fj_cpu_prefill_amx_force_off(c == 0);
+        d.softcap = c == 1 ? 5.0f : 0.0f;
+        d.features = c == 2 ? FJ_FEATURE_ALIBI : 0;
+        plan_text(ctx, &d, text, sizeof text);
+        if (fj_decode_kernels_amx() ? !strstr(text, "AMX row blocks: blocks of 16 query rows")
+                                    : strstr(text, "AMX") != NULL)
+            fail_msg("bf16 prefill, GQA 16, case %d: %s AMX row blocks:\n%s", c,
+                     fj_decode_kernels_amx() ? "not" : "yet", text);
+    }
+    fj_cpu_prefill_amx_force_off(false);
+    d.softcap = 0.0f;
+    d.features = 0;
+    /* AMX turned off by the decode hook: no AMX prefill either */
+    assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_NO_AMX), FJ_OK);
+    plan_text(ctx, &d, text, sizeof text);
+    if (strstr(text, "AMX")) fail_msg("AMX turned off, yet:\n%s", text);
+    assert_int_equal(fj_cpu_decode_force(FJ_CPU_DECODE_AUTO), FJ_OK);
     fj_attention_desc_init(&d, 1, 34, 2, 5, 1000, 64, FJ_BF16); /* a group of 17: tiled */
     plan_text(ctx, &d, text, sizeof text);
     if (strstr(text, "AMX row blocks")) fail_msg("a group of 17 in AMX row blocks:\n%s", text);
@@ -726,6 +835,8 @@ int main(void)
         cmocka_unit_test(test_alibi_sinks),
         cmocka_unit_test(test_head_dim_v),
         cmocka_unit_test(test_amx_prefill),
+        cmocka_unit_test(test_amx_prefill_tiles),
+        cmocka_unit_test(test_amx_prefill_long),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
