@@ -61,6 +61,51 @@ _Static_assert(FJ_DECODE_MAX_BLOCK *FJ_DECODE_PAD >= MAX_CHUNKS * B_TILE_FLOATS 
 /* The values' A and B tiles, bf16: (nk / 32) x 16 x 32 + nk x dpad, within
    the scratch's FJ_DECODE_MAX_BLOCK x dpad floats for any dpad >= 32. */
 
+/* The B tiles of scores_amx: b[ch][p][r] = the column pair p of chunk ch of
+ * query row r (32 bits: columns 32 ch + 2p, + 1) for r < nr <= 16, 0 for
+ * the other rows. Four query rows at a time: their pairs of a chunk (4
+ * vectors of 16) transposed within 128-bit lanes by unpacks, so that lane
+ * L of vector i holds pair 4L + i of the 4 rows, stored as the 4 entries
+ * of B row 4L + i from row r0. Built per call (the scratch is shared with
+ * the values' kernels), so its cost is paid per block of keys: a scalar
+ * loop over 16 x nr pairs was a large share of the scores at a few rows
+ * (docs/benchmarks.md, "Decode on the GQA rows"). */
+AMX INLINE void query_tiles(const void *q, int ldq, int nr, int chunks, uint32_t *b)
+{
+    memset(b, 0, (size_t)chunks * B_TILE_FLOATS * sizeof(uint32_t));
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const uint32_t *row[4];
+        for (int i = 0; i < 4; i++)
+            row[i] = r0 + i < nr ? (const uint32_t *)((const uint16_t *)q + (size_t)(r0 + i) * ldq)
+                                 : NULL;
+        for (int ch = 0; ch < chunks; ch++) {
+            __m512i x[4];
+            for (int i = 0; i < 4; i++)
+                x[i] = row[i] ? _mm512_loadu_si512(row[i] + ch * 16) : _mm512_setzero_si512();
+            /* per lane: [r0 p, r1 p, r0 p+1, r1 p+1] and the same for rows 2, 3 */
+            const __m512i a01 = _mm512_unpacklo_epi32(x[0], x[1]);
+            const __m512i b01 = _mm512_unpackhi_epi32(x[0], x[1]);
+            const __m512i a23 = _mm512_unpacklo_epi32(x[2], x[3]);
+            const __m512i b23 = _mm512_unpackhi_epi32(x[2], x[3]);
+            __m512i y[4];
+            y[0] = _mm512_unpacklo_epi64(a01, a23); /* pairs 4L */
+            y[1] = _mm512_unpackhi_epi64(a01, a23); /* 4L + 1 */
+            y[2] = _mm512_unpacklo_epi64(b01, b23); /* 4L + 2 */
+            y[3] = _mm512_unpackhi_epi64(b01, b23); /* 4L + 3 */
+            uint32_t *dst = b + ch * B_TILE_FLOATS + r0;
+            for (int i = 0; i < 4; i++) {
+                _mm_storeu_si128((__m128i *)(dst + (0 + i) * 16), _mm512_castsi512_si128(y[i]));
+                _mm_storeu_si128((__m128i *)(dst + (4 + i) * 16),
+                                 _mm512_extracti32x4_epi32(y[i], 1));
+                _mm_storeu_si128((__m128i *)(dst + (8 + i) * 16),
+                                 _mm512_extracti32x4_epi32(y[i], 2));
+                _mm_storeu_si128((__m128i *)(dst + (12 + i) * 16),
+                                 _mm512_extracti32x4_epi32(y[i], 3));
+            }
+        }
+    }
+}
+
 AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_t k_ld, int nk,
                            int head_dim, float alpha, float *s, int lds, float *scratch)
 {
@@ -72,17 +117,14 @@ AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_
 
     /* B: query rows as column pairs; rows past nr and columns past head_dim
        are 0 (the query rows are zero-padded to a multiple of 32 already). */
-    memset(b, 0, (size_t)chunks * B_TILE_FLOATS * sizeof(uint32_t));
-    for (int r = 0; r < nr; r++) {
-        const uint32_t *pairs = (const uint32_t *)((const uint16_t *)q + (size_t)r * ldq);
-        for (int ch = 0; ch < chunks; ch++)
-            for (int p = 0; p < 16; p++) b[ch * B_TILE_FLOATS + p * 16 + r] = pairs[ch * 16 + p];
-    }
+    query_tiles(q, ldq, nr, chunks, b);
 
+    /* Every tile either path below uses (0-2; 3-7 on the whole groups'),
+       configured once. */
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 8; t++) {
         cfg.bytes_per_row[t] = 64;
         cfg.rows[t] = 16;
     }
@@ -99,11 +141,6 @@ AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_
            A alternates between tiles 1 and 6 and C between 0 and 7, so a
            group's loads need not wait for the previous group's products
            (tile registers are not renamed). */
-        for (int t = 3; t < 8; t++) {
-            cfg.bytes_per_row[t] = 64;
-            cfg.rows[t] = 16;
-        }
-        _tile_loadconfig(&cfg);
         _tile_loadd(2, b, 64);
         if (chunks > 1) _tile_loadd(3, b + B_TILE_FLOATS, 64);
         if (chunks > 2) _tile_loadd(4, b + 2 * B_TILE_FLOATS, 64);
