@@ -601,7 +601,7 @@ fj_status fj_cpu_prefill_amx_plan_create(fj_pool *pool, const fj_problem *p,
         "head(s)) against blocks of %d keys, S = Q K^T and O += P V as bf16 tile products with "
         "float sums, the online softmax on each block of scores while in cache, blocks outside "
         "the mask skipped; chosen because this CPU has AMX-BF16 and %lld bf16 rows per kv head "
-        "fill whole tiles\n"
+        "are more than a decode block's\n"
         "split: %lld task(s) of (batch, kv head, %d blocks of rows), the last blocks first, for %d "
         "worker(s); K and V packed into tiles once per call\n"
         "kernels: amx-bf16 tiles (Q rows as A tiles, K and V packed as B tiles, P as bf16)\n"
