@@ -7,6 +7,13 @@
 # step's mix and where the wait for P V falls (tools/dev/sass_steps.py).
 # Device time is scarce; registers, spills and the per-tile instruction
 # count are not, and they answer most "why is this slower" questions first.
+# The wheels' NVRTC and ptxas are the newest 13.x, not necessarily the
+# NVRTC the library links (13.0 here, in CI and on the GPU machine), and
+# the two can allocate differently: flash_tma's causal d128 kernel keeps its
+# wgmma descriptors in uniform registers under 13.0 but moves each through
+# R2UR under 13.5. For the code that runs, compile with the library's NVRTC
+# (`flashjit compile-all ... --cache-dir DIR`; the cubin starts at the
+# first "\x7fELF" of each .fjk) and read it with .cuda-tools/bin/cuobjdump.
 #
 #   tools/dev/sass_offline.sh [--keep DIR] NAME | FLAGS
 #     NAME    a canonical kernel name: flash_tma.d128.bf16.nomask.m128n128c2s2x2.sm_90
@@ -16,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 keep=""
 if [ "${1:-}" = --keep ]; then keep=$2; shift 2; fi
-[ $# -gt 0 ] || { sed -n '2,16p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,21p' "$0"; exit 2; }
 tools=.cuda-tools
 flashjit=${BUILD:-build}/tools/flashjit
 [ -x "$flashjit" ] || { echo "no $flashjit: build first (meson setup build && ninja -C build)"; exit 2; }
