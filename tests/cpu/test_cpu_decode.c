@@ -477,7 +477,7 @@ static void test_amx_prefill(void **state)
     if (!fj_decode_kernels_amx()) print_message("no AMX on this CPU: bf16 prefill stays tiled\n");
 }
 
-/* bf16 prefill on prefill_amx.c's tiles (blocks of 32 rows per kv head, 128
+/* bf16 prefill on prefill_amx.c's tiles (blocks of 32 rows per kv head, 512
  * keys): rows per kv head above 16, around the blocks' edges (31-33,
  * 127-129 keys, primes, 1 key), seqlen_q above and below seqlen_k, every
  * mask (causal both ways, windows on either side), GQA up to 16, head dims
