@@ -33,6 +33,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "amx_tiles.h"
+
 #define INLINE static inline __attribute__((always_inline))
 #define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -41,13 +43,6 @@
 #define XFEATURE_XTILEDATA 18
 
 /* Tiles (the intrinsics take literal numbers): 0 C, 1 A, 2 B. */
-
-typedef struct tile_config {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t bytes_per_row[16];
-    uint8_t rows[16];
-} tile_config;
 
 /* Scratch layout (floats): B tiles for up to 18 chunks (576 columns, every
    head dim), then C (16 x 16), then the bounce tile (16 x 32 bf16), then a
@@ -121,14 +116,7 @@ AMX static void scores_amx(const void *q, int ldq, int nr, const void *k, int64_
 
     /* Every tile either path below uses (0-2; 3-7 on the whole groups'),
        configured once. */
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.bytes_per_row[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
+    fj_amx_config_16x64(8);
 
     const __m512i row_of =
         _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -288,7 +276,7 @@ AMX INLINE void tile_values(const float *p, int ldp, int nr, const uint16_t *b, 
                                 (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         }
     }
-    tile_config cfg;
+    fj_amx_tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 6; t++) {

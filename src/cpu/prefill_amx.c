@@ -84,6 +84,9 @@ void fj_cpu_prefill_amx_force_off(bool off) { atomic_store(&forced_off, off); }
 
 #include <immintrin.h>
 
+#include "amx_tiles.h"
+#include "exp2_avx512.h"
+
 #define INLINE static inline __attribute__((always_inline))
 #define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -111,26 +114,6 @@ typedef struct prefill_job {
     float *lse;
     const fj_exec_inputs *in;
 } prefill_job;
-
-typedef struct tile_config {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t bytes_per_row[16];
-    uint8_t rows[16];
-} tile_config;
-
-/* Every tile 16 rows of 64 bytes: 0-3 C, 4-5 A, 6-7 B. */
-AMX INLINE void load_tile_config(void)
-{
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.bytes_per_row[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
-}
 
 /* r[i] element j becomes r[j] element i (16 x 16 32-bit elements). */
 AMX INLINE void transpose16(__m512i r[16])
@@ -274,24 +257,6 @@ AMX INLINE void block_values(const uint16_t *pt, const uint16_t *vp, int64_t j0,
     }
 }
 
-/* 2^x for x <= 0 by tiled_softmax.h's formula (0 below -126, NaN for NaN),
- * as tiled_avx512.c's. */
-AMX INLINE __m512 exp2_nonpositive(__m512 x)
-{
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
-    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(FJ_EXP2_C7);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(keep, p, n);
-}
-
 /* One online-softmax step of row x (kb scores of keys j0 .., kb a multiple
  * of 32) whose visible keys are [lo, hi): the scores scaled by alpha, the
  * unseen ones -inf, P = 2^(x - new max) as bf16 into pr, *max and *sum
@@ -342,8 +307,9 @@ AMX INLINE float softmax_keys(const float *x, int kb, int a, int e, const bool m
     const __m512 nm = _mm512_set1_ps(-m);
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     for (int v = 0; v < kb; v += 32) {
-        __m512 e0 = exp2_nonpositive(_mm512_fmadd_ps(_mm512_loadu_ps(x + v), va, nm));
-        __m512 e1 = exp2_nonpositive(_mm512_fmadd_ps(_mm512_loadu_ps(x + v + 16), va, nm));
+        __m512 e0 = fj_exp2_nonpositive_avx512(_mm512_fmadd_ps(_mm512_loadu_ps(x + v), va, nm));
+        __m512 e1 =
+            fj_exp2_nonpositive_avx512(_mm512_fmadd_ps(_mm512_loadu_ps(x + v + 16), va, nm));
         if (masked) {
             e0 = _mm512_maskz_mov_ps(SEEN(v), e0);
             e1 = _mm512_maskz_mov_ps(SEEN(v + 16), e1);
@@ -506,7 +472,7 @@ AMX static void block_task(void *arg, int64_t task, int worker)
         const float alpha = (float)(M_LOG2E * p->scale);
         const uint16_t *kp = ap->packed_k + (size_t)bh * ap->k_head;
         const uint16_t *vp = ap->packed_v + (size_t)bh * ap->v_head;
-        load_tile_config();
+        fj_amx_config_16x64(8); /* 0-3 C, 4-5 A, 6-7 B */
         for (int64_t j0 = jlo - jlo % 32; j0 < jhi; j0 += PREFILL_KEYS)
             for (int k = 0; k < nb; k++) {
                 const row_block *rb = &rbs[k];

@@ -44,6 +44,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "exp2_avx512.h"
+
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 #define INLINE static inline __attribute__((always_inline))
 #if defined(__clang__)
@@ -121,25 +123,6 @@ AVX512 static void scores(const void *qp, int head_dim, const void *kc, int key0
 
 /* ---- softmax -------------------------------------------------------------- */
 
-/* 2^x for x <= 0 by tiled_softmax.c's polynomial (tiled_softmax.h): x = n +
- * r, n = round(x), 2^r by the polynomial, 2^n by vscalefps; 0 below -126
- * (so never subnormal), NaN for NaN. */
-AVX512 INLINE __m512 exp2_nonpositive(__m512 x)
-{
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
-    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(FJ_EXP2_C7);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FJ_EXP2_C1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(keep, p, n);
-}
-
 AVX512 INLINE void softmax_any(const int V, float *st, int nk, const int32_t *lo, const int32_t *hi,
                                float *max, float *sum, float *factor)
 {
@@ -184,14 +167,15 @@ AVX512 INLINE void softmax_any(const int V, float *st, int nk, const int32_t *lo
         float *x = st + (size_t)j * L;
         UNROLL for (int h = 0; h < V; h++)
         {
-            const __m512 e = exp2_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(x + 16 * h), z[h]));
+            const __m512 e =
+                fj_exp2_nonpositive_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + 16 * h), z[h]));
             _mm512_storeu_ps(x + 16 * h, e);
             sv[h] = _mm512_add_ps(sv[h], e);
         }
     }
     UNROLL for (int h = 0; h < V; h++)
     {
-        const __m512 f = exp2_nonpositive(_mm512_sub_ps(old[h], z[h]));
+        const __m512 f = fj_exp2_nonpositive_avx512(_mm512_sub_ps(old[h], z[h]));
         _mm512_storeu_ps(factor + 16 * h, f);
         _mm512_storeu_ps(sum + 16 * h, _mm512_fmadd_ps(_mm512_loadu_ps(sum + 16 * h), f, sv[h]));
         _mm512_storeu_ps(max + 16 * h, m[h]);
