@@ -8,9 +8,9 @@
  * too. When more than four query rows would each widen the same rows again,
  * a group of keys is widened once into the scratch buffer (L1) instead.
  *
- * Scores: two query rows per pass (their query vectors held in registers,
- * up to 128 columns a pass), 4 keys at a time, each key vector loaded once
- * for both rows; a key's products summed across lanes by folding 4 keys'
+ * Scores: up to four query rows per pass (a GQA group of 4 in one), 4 keys
+ * at a time, each key vector loaded (and widened) once for all the rows of
+ * the pass; a key's products summed across lanes by folding 4 keys'
  * accumulators into one vector (6 shuffles, 3 adds) and four such vectors
  * into the 16 scores. Values: up to 4 rows x 4 vectors (2 x 8, 1 x 8) of
  * accumulators stay in registers while the keys go by, so each value element
@@ -198,56 +198,66 @@ AVX512 INLINE __m512 dots16(const float *q, const char *row0, int64_t ldb, int n
     return fold16(u[0], u[1], u[2], u[3]);
 }
 
-/* dots16 for two query rows at once: each key chunk loaded (and widened)
- * once for both, the FMAs on registers only (the one-row form takes each
- * key vector as a memory operand, one load per FMA, which is what bounded
- * it). 16 query vectors + 8 accumulators + the running folds: up to 128
- * columns (NC 4) per pass. */
-AVX512 INLINE void dots16x2(const float *q0, const float *q1, const char *row0, int64_t ldb, int n,
-                            fj_dtype t, int c0, __mmask32 tail, const int NC, const bool MASKED,
-                            const bool FULL, __m512 *d0, __m512 *d1)
+/* dots16 for R (1-4) query rows (ldq floats apart) at once, over all
+ * `chunks` chunks of 32 columns (the last masked when MASKED): each key chunk
+ * loaded (and widened) once for every row, the FMAs on registers only (the
+ * one-row form takes each key vector as a memory operand, one load per FMA).
+ * Reading each key once for the 4 rows of a GQA group, rather than once per
+ * pair of rows, halves the key loads (from L2 once the block outgrows L1)
+ * and the f16 conversions. R x 8 query vectors do not fit in registers next
+ * to the accumulators, so the chunk loop is the outer one of each group of
+ * 4 keys and a chunk's 2R query vectors are loaded (from L1) once per 4
+ * keys: 4R accumulators (independent FMA chains), 2R query vectors and a
+ * key's 2 vectors, 26 registers at R 4. Each (row, key) is folded once for
+ * the whole head dim; the folds of the groups wait in memory (in registers
+ * they pushed GCC to spill). */
+AVX512 INLINE void dots16xr(const float *q, int ldq, const int R, const char *row0, int64_t ldb,
+                            int n, fj_dtype t, int chunks, __mmask32 tail, const bool MASKED,
+                            const bool FULL, __m512 *d)
 {
     const int elem = elem_bytes(t);
-    __m512 qa[8], qb[8];
-    UNROLL
-    for (int c = 0; c < 2 * NC; c++) {
-        qa[c] = _mm512_loadu_ps(q0 + c0 + 16 * c);
-        qb[c] = _mm512_loadu_ps(q1 + c0 + 16 * c);
-    }
-    const char *x0 = row0 + (size_t)c0 * elem;
-    /* Keys four at a time, the chunk loop outside the key loop: 8
-       accumulators (2 rows x 4 keys) of independent FMA chains next to the
-       16 query vectors; the quads' folds wait in memory (in registers they
-       pushed GCC to spill). */
-    __m512 u[2][4];
+    const int whole = MASKED ? chunks - 1 : chunks;
+    __m512 u[4][4];
     UNROLL
     for (int g = 0; g < 4; g++) {
         const char *y[4];
         UNROLL
-        for (int i = 0; i < 4; i++) y[i] = x0 + (FULL || 4 * g + i < n ? 4 * g + i : n - 1) * ldb;
-        __m512 a[2][4];
+        for (int i = 0; i < 4; i++) y[i] = row0 + (FULL || 4 * g + i < n ? 4 * g + i : n - 1) * ldb;
+        __m512 a[4][4];
         UNROLL
-        for (int c = 0; c < NC; c++) {
-            const bool m = MASKED && c == NC - 1;
-            UNROLL
-            for (int i = 0; i < 4; i++) {
-                __m512 lo, hi;
-                load32(y[i] + (size_t)32 * c * elem, t, m, tail, &lo, &hi);
-                /* one load for both rows: GCC would otherwise fold the load
-                   into each row's FMA, loading it twice */
-                __asm__("" : "+v"(lo), "+v"(hi));
-                a[0][i] = c ? _mm512_fmadd_ps(lo, qa[2 * c], a[0][i]) : _mm512_mul_ps(lo, qa[0]);
-                a[1][i] = c ? _mm512_fmadd_ps(lo, qb[2 * c], a[1][i]) : _mm512_mul_ps(lo, qb[0]);
-                a[0][i] = _mm512_fmadd_ps(hi, qa[2 * c + 1], a[0][i]);
-                a[1][i] = _mm512_fmadd_ps(hi, qb[2 * c + 1], a[1][i]);
-            }
-        }
-        u[0][g] = fold4(a[0][0], a[0][1], a[0][2], a[0][3]);
-        u[1][g] = fold4(a[1][0], a[1][1], a[1][2], a[1][3]);
+        for (int r = 0; r < R; r++) UNROLL
+        for (int i = 0; i < 4; i++) a[r][i] = _mm512_setzero_ps();
+#define CHUNK(M)                                                                 \
+    do {                                                                         \
+        __m512 qv[4][2];                                                         \
+        UNROLL                                                                   \
+        for (int r = 0; r < R; r++) {                                            \
+            qv[r][0] = _mm512_loadu_ps(q + (size_t)r * ldq + 32 * c);            \
+            qv[r][1] = _mm512_loadu_ps(q + (size_t)r * ldq + 32 * c + 16);       \
+        }                                                                        \
+        UNROLL                                                                   \
+        for (int i = 0; i < 4; i++) {                                            \
+            __m512 lo, hi;                                                       \
+            load32(y[i] + (size_t)32 * c * elem, t, M, tail, &lo, &hi);          \
+            /* one load for every row (else GCC folds it into each row's FMA) */ \
+            __asm__("" : "+v"(lo), "+v"(hi));                                    \
+            UNROLL                                                               \
+            for (int r = 0; r < R; r++) {                                        \
+                a[r][i] = _mm512_fmadd_ps(lo, qv[r][0], a[r][i]);                \
+                a[r][i] = _mm512_fmadd_ps(hi, qv[r][1], a[r][i]);                \
+            }                                                                    \
+        }                                                                        \
+    } while (0)
+        int c = 0;
+        for (; c < whole; c++) CHUNK(false);
+        if (MASKED) CHUNK(true);
+#undef CHUNK
+        UNROLL
+        for (int r = 0; r < R; r++) u[r][g] = fold4(a[r][0], a[r][1], a[r][2], a[r][3]);
         __asm__("" : "+m"(u)); /* keep them there */
     }
-    *d0 = fold16(u[0][0], u[0][1], u[0][2], u[0][3]);
-    *d1 = fold16(u[1][0], u[1][1], u[1][2], u[1][3]);
+    UNROLL
+    for (int r = 0; r < R; r++) d[r] = fold16(u[r][0], u[r][1], u[r][2], u[r][3]);
 }
 
 /* s[r * lds + i] = alpha q_r . key i for the rows, 16 keys from row0 (type t,
@@ -258,35 +268,33 @@ AVX512 INLINE void scores_group(const float *q, int ldq, int nr, const char *row
                                 float *s, int lds, const bool MASKED)
 {
     int r = 0;
-    for (; r + 2 <= nr; r += 2) { /* two rows at a time */
-        const float *q0 = q + (size_t)r * ldq, *q1 = q0 + ldq;
-        __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
-        for (int c = 0; c < chunks; c += 4) {
-            const int nc = chunks - c < 4 ? chunks - c : 4;
-            const bool m = MASKED && c + nc == chunks;
-            __m512 d0, d1;
-#define DOTS(NC)                                                                           \
-    if (n == 16) {                                                                         \
-        if (m) dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, true, true, &d0, &d1);  \
-        else dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, false, true, &d0, &d1);   \
-    } else {                                                                               \
-        if (m) dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, true, false, &d0, &d1); \
-        else dots16x2(q0, q1, row0, ldb, n, t, 32 * c, tail, NC, false, false, &d0, &d1);  \
-    }
-            switch (nc) {
-            case 1: DOTS(1) break;
-            case 2: DOTS(2) break;
-            case 3: DOTS(3) break;
-            default: DOTS(4) break;
-            }
+    /* Four rows at a time, the last 2 or 3 together; a last single row too
+       where its keys are widened (f32's own single-row form reads them as
+       memory operands of its FMAs, which was faster there). */
+    while (nr - r >= (t == FJ_F32 ? 2 : 1)) {
+        const int R = nr - r >= 4 ? 4 : nr - r;
+        const float *qr = q + (size_t)r * ldq;
+        __m512 d[4];
+#define DOTS(RR)                                                                              \
+    do {                                                                                      \
+        if (n == 16) {                                                                        \
+            if (MASKED) dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, true, true, d);  \
+            else dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, false, true, d);        \
+        } else {                                                                              \
+            if (MASKED) dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, true, false, d); \
+            else dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, false, false, d);       \
+        }                                                                                     \
+    } while (0)
+        if (R == 4) DOTS(4);
+        else if (R == 3) DOTS(3);
+        else if (R == 2) DOTS(2);
+        else DOTS(1);
 #undef DOTS
-            sum0 = _mm512_add_ps(sum0, d0);
-            sum1 = _mm512_add_ps(sum1, d1);
-        }
-        _mm512_mask_storeu_ps(s + (size_t)r * lds, mask16(n), _mm512_mul_ps(sum0, alpha));
-        _mm512_mask_storeu_ps(s + (size_t)(r + 1) * lds, mask16(n), _mm512_mul_ps(sum1, alpha));
+        for (int i = 0; i < R; i++)
+            _mm512_mask_storeu_ps(s + (size_t)(r + i) * lds, mask16(n), _mm512_mul_ps(d[i], alpha));
+        r += R;
     }
-    if (r < nr) { /* the odd row */
+    if (t == FJ_F32 && r < nr) { /* f32's odd row */
         const float *qr = q + (size_t)r * ldq;
         __m512 sum = _mm512_setzero_ps();
         for (int c = 0; c < chunks; c += 4) { /* up to 8 vectors of query in registers */
@@ -485,30 +493,25 @@ static bool has_avx512(void);
 
 typedef uint32_t __attribute__((may_alias)) bf16_pair;
 
-/* Dots of R (1 or 2) query rows (bf16, NC chunks of 32 columns from column
- * c0, in registers) with the keys row0 + i * ldb, i < 16 (when not FULL
- * only n are keys and the rest repeat the last); d[r] lane i: row r's dot
- * with key i. */
-BF16DOT INLINE void dots16_dot(const int R, const uint16_t *q0, const uint16_t *q1,
-                               const char *row0, int64_t ldb, int n, int c0, __mmask32 tail,
-                               const int NC, const bool MASKED, const bool FULL, __m512 *d)
+/* Dots of one query row (bf16, NC chunks of 32 columns from column c0, in
+ * registers) with the keys row0 + i * ldb, i < 16 (when not FULL only n are
+ * keys and the rest repeat the last); lane i: the dot with key i. */
+BF16DOT INLINE __m512 dots16_dot(const uint16_t *q, const char *row0, int64_t ldb, int n, int c0,
+                                 __mmask32 tail, const int NC, const bool MASKED, const bool FULL)
 {
-    __m512bh qv[2][4];
+    __m512bh qv[4];
     UNROLL
-    for (int c = 0; c < NC; c++) {
-        qv[0][c] = (__m512bh)_mm512_loadu_si512(q0 + c0 + 32 * c);
-        if (R > 1) qv[1][c] = (__m512bh)_mm512_loadu_si512(q1 + c0 + 32 * c);
-    }
+    for (int c = 0; c < NC; c++) qv[c] = (__m512bh)_mm512_loadu_si512(q + c0 + 32 * c);
     const char *x0 = row0 + (size_t)c0 * 2;
-    __m512 u[2][4];
+    __m512 u[4];
     UNROLL
     for (int g = 0; g < 4; g++) {
         const char *y[4];
         UNROLL
         for (int i = 0; i < 4; i++) y[i] = x0 + (FULL || 4 * g + i < n ? 4 * g + i : n - 1) * ldb;
-        __m512 a[2][4];
+        __m512 a[4];
         UNROLL
-        for (int i = 0; i < 4; i++) a[0][i] = a[1][i] = _mm512_setzero_ps();
+        for (int i = 0; i < 4; i++) a[i] = _mm512_setzero_ps();
         UNROLL
         for (int c = 0; c < NC; c++) {
             UNROLL
@@ -516,12 +519,55 @@ BF16DOT INLINE void dots16_dot(const int R, const uint16_t *q0, const uint16_t *
                 const __m512i kv = MASKED && c == NC - 1
                                        ? _mm512_maskz_loadu_epi16(tail, y[i] + 64 * c)
                                        : _mm512_loadu_si512(y[i] + 64 * c);
-                a[0][i] = _mm512_dpbf16_ps(a[0][i], qv[0][c], (__m512bh)kv);
-                if (R > 1) a[1][i] = _mm512_dpbf16_ps(a[1][i], qv[1][c], (__m512bh)kv);
+                a[i] = _mm512_dpbf16_ps(a[i], qv[c], (__m512bh)kv);
             }
         }
+        u[g] = fold4(a[0], a[1], a[2], a[3]);
+    }
+    return fold16(u[0], u[1], u[2], u[3]);
+}
+
+/* dots16_dot for R (2-4) query rows (ldq elements apart) at once over
+ * all `chunks` chunks (the last masked when MASKED): as dots16xr, each key
+ * chunk loaded once for every row, the chunk loop outside each group of 4
+ * keys and a chunk's R query vectors loaded once per 4 keys. */
+BF16DOT INLINE void dots16xr_dot(const uint16_t *q, int ldq, const int R, const char *row0,
+                                 int64_t ldb, int n, int chunks, __mmask32 tail, const bool MASKED,
+                                 const bool FULL, __m512 *d)
+{
+    const int whole = MASKED ? chunks - 1 : chunks;
+    __m512 u[4][4];
+    UNROLL
+    for (int g = 0; g < 4; g++) {
+        const char *y[4];
+        UNROLL
+        for (int i = 0; i < 4; i++) y[i] = row0 + (FULL || 4 * g + i < n ? 4 * g + i : n - 1) * ldb;
+        __m512 a[4][4];
+        UNROLL
+        for (int r = 0; r < R; r++) UNROLL
+        for (int i = 0; i < 4; i++) a[r][i] = _mm512_setzero_ps();
+#define CHUNK(M)                                                                                  \
+    do {                                                                                          \
+        __m512bh qv[4];                                                                           \
+        UNROLL                                                                                    \
+        for (int r = 0; r < R; r++)                                                               \
+            qv[r] = (__m512bh)_mm512_loadu_si512(q + (size_t)r * ldq + 32 * c);                   \
+        UNROLL                                                                                    \
+        for (int i = 0; i < 4; i++) {                                                             \
+            __m512i kv = M ? _mm512_maskz_loadu_epi16(tail, y[i] + 64 * c)                        \
+                           : _mm512_loadu_si512(y[i] + 64 * c);                                   \
+            __asm__("" : "+v"(kv)); /* one load for every row */                                  \
+            UNROLL                                                                                \
+            for (int r = 0; r < R; r++) a[r][i] = _mm512_dpbf16_ps(a[r][i], qv[r], (__m512bh)kv); \
+        }                                                                                         \
+    } while (0)
+        int c = 0;
+        for (; c < whole; c++) CHUNK(false);
+        if (MASKED) CHUNK(true);
+#undef CHUNK
         UNROLL
         for (int r = 0; r < R; r++) u[r][g] = fold4(a[r][0], a[r][1], a[r][2], a[r][3]);
+        __asm__("" : "+m"(u)); /* keep them there */
     }
     UNROLL
     for (int r = 0; r < R; r++) d[r] = fold16(u[r][0], u[r][1], u[r][2], u[r][3]);
@@ -531,29 +577,41 @@ BF16DOT INLINE void scores_group_dot(const uint16_t *q, int ldq, int nr, const c
                                      int64_t ldb, int n, int chunks, __mmask32 tail, __m512 alpha,
                                      float *s, int lds, const bool MASKED)
 {
-    for (int r = 0; r < nr; r += 2) {
-        const int R = nr - r >= 2 ? 2 : 1;
-        const uint16_t *q0 = q + (size_t)r * ldq, *q1 = q0 + ldq;
-        __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int c = 0; c < chunks; c += 4) {
+    int r = 0;
+    while (nr - r >= 2) { /* four rows at a time, the last 2 or 3 together */
+        const int R = nr - r >= 4 ? 4 : nr - r;
+        const uint16_t *qr = q + (size_t)r * ldq;
+        __m512 d[4];
+#define DOTS(RR)                                                                               \
+    do {                                                                                       \
+        if (n == 16) {                                                                         \
+            if (MASKED) dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, true, true, d);  \
+            else dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, false, true, d);        \
+        } else {                                                                               \
+            if (MASKED) dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, true, false, d); \
+            else dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, false, false, d);       \
+        }                                                                                      \
+    } while (0)
+        if (R == 4) DOTS(4);
+        else if (R == 3) DOTS(3);
+        else DOTS(2);
+#undef DOTS
+        for (int i = 0; i < R; i++)
+            _mm512_mask_storeu_ps(s + (size_t)(r + i) * lds, mask16(n), _mm512_mul_ps(d[i], alpha));
+        r += R;
+    }
+    if (r < nr) { /* the odd row */
+        const uint16_t *qr = q + (size_t)r * ldq;
+        __m512 sum = _mm512_setzero_ps();
+        for (int c = 0; c < chunks; c += 4) { /* up to 4 vectors of query in registers */
             const int nc = chunks - c < 4 ? chunks - c : 4;
             const bool m = MASKED && c + nc == chunks;
-            __m512 d[2];
-#define DOTS2(RR, NC)                                                                      \
-    do {                                                                                   \
-        if (n == 16) {                                                                     \
-            if (m) dots16_dot(RR, q0, q1, row0, ldb, n, 32 * c, tail, NC, true, true, d);  \
-            else dots16_dot(RR, q0, q1, row0, ldb, n, 32 * c, tail, NC, false, true, d);   \
-        } else {                                                                           \
-            if (m) dots16_dot(RR, q0, q1, row0, ldb, n, 32 * c, tail, NC, true, false, d); \
-            else dots16_dot(RR, q0, q1, row0, ldb, n, 32 * c, tail, NC, false, false, d);  \
-        }                                                                                  \
-    } while (0)
-#define DOTS(NC)                  \
-    do {                          \
-        if (R == 2) DOTS2(2, NC); \
-        else DOTS2(1, NC);        \
-    } while (0)
+            __m512 d;
+#define DOTS(NC)                                                                    \
+    d = n == 16 ? (m ? dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, true, true)   \
+                     : dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, false, true)) \
+                : (m ? dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, true, false)  \
+                     : dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, false, false))
             switch (nc) {
             case 1: DOTS(1); break;
             case 2: DOTS(2); break;
@@ -561,13 +619,9 @@ BF16DOT INLINE void scores_group_dot(const uint16_t *q, int ldq, int nr, const c
             default: DOTS(4); break;
             }
 #undef DOTS
-#undef DOTS2
-            sum[0] = _mm512_add_ps(sum[0], d[0]);
-            if (R == 2) sum[1] = _mm512_add_ps(sum[1], d[1]);
+            sum = _mm512_add_ps(sum, d);
         }
-        for (int i = 0; i < R; i++)
-            _mm512_mask_storeu_ps(s + (size_t)(r + i) * lds, mask16(n),
-                                  _mm512_mul_ps(sum[i], alpha));
+        _mm512_mask_storeu_ps(s + (size_t)r * lds, mask16(n), _mm512_mul_ps(sum, alpha));
     }
 }
 

@@ -891,6 +891,118 @@ static void test_amx_scores_rows(void **state)
     free(q);
 }
 
+/* Every scores kernel of the AVX-512 and generic sets on its own (f32, f16
+ * and bf16 widened; bf16 as AVX-512 BF16 dot products), as for AMX above:
+ * every row count 1-16 (the AVX-512 kernels take them four, three, two or
+ * one at a time, each key chunk loaded once for the rows of a pass), head
+ * dims whose last chunk is whole or partial, 1-255 keys, query rows padded
+ * or not; each score against the double dot product of the same values
+ * (float queries in the column order the set keeps, decode_kernels.h
+ * `order`), and the score columns past the keys untouched. */
+static void check_scores_kernel(const fj_decode_kernels *kern, fj_dtype dtype, uint64_t salt)
+{
+    fjt_rng rng;
+    fjt_rng_init(&rng, suite_seed ^ salt);
+    enum { LDS = FJ_DECODE_MAX_BLOCK + 8 };
+    static const int dims[] = {32, 64, 100, 128, 200, 256};
+    static const int keys[] = {1, 15, 16, 17, 31, 32, 33, 64, 100, 128, 255};
+    const size_t qcols = FJ_MAX_HEAD_DIM + 64, elem = dtype == FJ_F32 ? 4 : 2;
+    float *scratch =
+        malloc(sizeof(float) * FJ_DECODE_MAX_BLOCK * (FJ_MAX_HEAD_DIM + FJ_DECODE_PAD));
+    float *s = malloc(sizeof(float) * FJ_CPU_DECODE_MAX_ROWS * LDS);
+    double *qd = malloc(sizeof(double) * FJ_CPU_DECODE_MAX_ROWS * qcols); /* natural order */
+    float *qf = malloc(sizeof(float) * FJ_CPU_DECODE_MAX_ROWS * qcols);   /* as given */
+    assert_non_null(scratch);
+    assert_non_null(s);
+    assert_non_null(qd);
+    assert_non_null(qf);
+    uint16_t *qb = (uint16_t *)qf;
+    for (int di = 0; di < NELEMS(dims); di++) {
+        const int D = dims[di], dpad = (D + FJ_DECODE_PAD - 1) / FJ_DECODE_PAD * FJ_DECODE_PAD;
+        const int k_ld = D + 8 * (di % 2);
+        char *k = malloc(elem * FJ_DECODE_MAX_BLOCK * (size_t)k_ld);
+        double *kd = malloc(sizeof(double) * FJ_DECODE_MAX_BLOCK * (size_t)k_ld);
+        assert_non_null(k);
+        assert_non_null(kd);
+        for (int i = 0; i < FJ_DECODE_MAX_BLOCK * k_ld; i++) {
+            const float x = (float)(2.0 * fjt_uniform(&rng) - 1.0);
+            if (dtype == FJ_F32) ((float *)k)[i] = x, kd[i] = x;
+            else if (dtype == FJ_F16)
+                ((uint16_t *)k)[i] = fj_f32_to_f16(x), kd[i] = fj_f16_to_f32(fj_f32_to_f16(x));
+            else ((uint16_t *)k)[i] = fj_f32_to_bf16(x), kd[i] = fj_bf16_to_f32(fj_f32_to_bf16(x));
+        }
+        for (int nr = 1; nr <= FJ_CPU_DECODE_MAX_ROWS; nr++) {
+            const int ldq = dpad + 32 * (nr % 2);
+            for (int r = 0; r < nr; r++)
+                for (int i = 0; i < ldq; i++) {
+                    /* position i holds column c of the row (bf16 queries are taken
+                       in their own order, decode.c's load_queries) */
+                    const bool ordered = kern->order && !kern->q_bf16 && i < dpad;
+                    const int c = ordered ? i / 32 * 32 + kern->order[i % 32] : i;
+                    float x = c < D ? (float)(2.0 * fjt_uniform(&rng) - 1.0) : 0.0f;
+                    if (kern->q_bf16) {
+                        x = fj_bf16_to_f32(fj_f32_to_bf16(x));
+                        qb[(size_t)r * ldq + i] = fj_f32_to_bf16(x);
+                    } else qf[(size_t)r * ldq + i] = x;
+                    if (c < D) qd[(size_t)r * qcols + c] = x;
+                }
+            for (int ki = 0; ki < NELEMS(keys); ki++) {
+                const int nk = keys[ki];
+                const float alpha = 0.37f;
+                for (int i = 0; i < FJ_CPU_DECODE_MAX_ROWS * LDS; i++) s[i] = NAN;
+                kern->scores(qf, ldq, nr, k, k_ld, nk, D, alpha, s, LDS, scratch);
+                for (int r = 0; r < nr; r++)
+                    for (int j = 0; j < LDS; j++) {
+                        const float got = s[(size_t)r * LDS + j];
+                        if (j >= nk) {
+                            if (!isnan(got))
+                                fail_msg("%s %s D %d nr %d nk %d: row %d column %d past the keys "
+                                         "written (%g)",
+                                         kern->name, fj_dtype_name(dtype), D, nr, nk, r, j, got);
+                            continue;
+                        }
+                        double dot = 0.0, mag = 0.0;
+                        for (int c = 0; c < D; c++) {
+                            const double x = qd[(size_t)r * qcols + c],
+                                         y = kd[(size_t)j * k_ld + c];
+                            dot += x * y;
+                            mag += fabs(x * y);
+                        }
+                        const double want = alpha * dot, tol = 1e-5 * alpha * mag + 1e-30;
+                        if (!(fabs(got - want) <= tol))
+                            fail_msg("%s %s D %d nr %d nk %d: score (%d, %d) %.9g, want %.9g "
+                                     "(seed %llu)",
+                                     kern->name, fj_dtype_name(dtype), D, nr, nk, r, j, got, want,
+                                     (unsigned long long)suite_seed);
+                    }
+            }
+        }
+        free(k);
+        free(kd);
+    }
+    free(scratch);
+    free(s);
+    free(qd);
+    free(qf);
+}
+
+static void test_scores_rows(void **state)
+{
+    (void)state;
+    static const fj_dtype dtypes[] = {FJ_F32, FJ_F16, FJ_BF16};
+    for (int t = 0; t < NELEMS(dtypes); t++) {
+        const fj_decode_kernels *avx = fj_decode_kernels_avx512(dtypes[t]);
+        if (avx) check_scores_kernel(avx, dtypes[t], 0xd0b0 + (uint64_t)t);
+        else
+            print_message("no AVX-512 here: its %s scores kernel is not run\n",
+                          fj_dtype_name(dtypes[t]));
+        check_scores_kernel(fj_decode_kernels_generic(dtypes[t]), dtypes[t], 0xd0c0 + (uint64_t)t);
+    }
+    const fj_decode_kernels *dot = fj_decode_kernels_avx512_bf16_dot();
+    if (dot) check_scores_kernel(dot, FJ_BF16, 0xd0d0);
+    else print_message("no AVX-512 BF16 here: its scores kernel is not run\n");
+}
+
 int main(void)
 {
     suite_seed = fjt_seed();
@@ -913,6 +1025,7 @@ int main(void)
         cmocka_unit_test(test_amx_prefill_tiles),
         cmocka_unit_test(test_amx_prefill_long),
         cmocka_unit_test(test_amx_scores_rows),
+        cmocka_unit_test(test_scores_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
