@@ -817,82 +817,8 @@ static void test_workspace_bounded(void **state)
     fj_context_destroy(ctx);
 }
 
-/* The AMX scores kernel on its own, for every row count a decode block has
- * (1-16: its query rows go to the B tiles four at a time, the rows past nr
- * zero), head dims whose last chunk of 32 columns is whole or partial, key
- * counts around its groups of 16 and 32: each score against the double dot
- * product of the same bf16 values (exact products, float sums), and the
- * score row's columns past nk untouched (poisoned with NaN before). */
-static void test_amx_scores_rows(void **state)
-{
-    (void)state;
-    const fj_decode_kernels *kern = fj_decode_kernels_amx();
-    if (!kern) {
-        print_message("no AMX on this CPU: its scores kernel is not run\n");
-        return;
-    }
-    fjt_rng rng;
-    fjt_rng_init(&rng, suite_seed ^ 0xd0a5);
-    enum { LDS = FJ_DECODE_MAX_BLOCK + 8 };
-    static const int dims[] = {32, 64, 100, 128, 200, 256};
-    static const int keys[] = {1, 15, 16, 17, 31, 32, 33, 64, 100, 128, 255};
-    float *scratch =
-        malloc(sizeof(float) * FJ_DECODE_MAX_BLOCK * (FJ_MAX_HEAD_DIM + FJ_DECODE_PAD));
-    float *s = malloc(sizeof(float) * FJ_CPU_DECODE_MAX_ROWS * LDS);
-    uint16_t *q = malloc(sizeof(uint16_t) * FJ_CPU_DECODE_MAX_ROWS * (FJ_MAX_HEAD_DIM + 64));
-    assert_non_null(scratch);
-    assert_non_null(s);
-    assert_non_null(q);
-    for (int di = 0; di < NELEMS(dims); di++) {
-        const int D = dims[di], dpad = (D + FJ_DECODE_PAD - 1) / FJ_DECODE_PAD * FJ_DECODE_PAD;
-        const int k_ld = D + 8 * (di % 2); /* rows as far apart as the tensor lays them */
-        uint16_t *k = malloc(sizeof(uint16_t) * FJ_DECODE_MAX_BLOCK * (size_t)k_ld);
-        assert_non_null(k);
-        for (int i = 0; i < FJ_DECODE_MAX_BLOCK * k_ld; i++)
-            k[i] = fj_f32_to_bf16((float)(2.0 * fjt_uniform(&rng) - 1.0));
-        for (int nr = 1; nr <= FJ_CPU_DECODE_MAX_ROWS; nr++) {
-            const int ldq = dpad + 32 * (nr % 2);
-            for (int i = 0; i < nr * ldq; i++)
-                q[i] = i % ldq < D ? fj_f32_to_bf16((float)(2.0 * fjt_uniform(&rng) - 1.0)) : 0;
-            for (int ki = 0; ki < NELEMS(keys); ki++) {
-                const int nk = keys[ki];
-                const float alpha = 0.37f;
-                for (int i = 0; i < FJ_CPU_DECODE_MAX_ROWS * LDS; i++) s[i] = NAN;
-                kern->scores(q, ldq, nr, k, k_ld, nk, D, alpha, s, LDS, scratch);
-                for (int r = 0; r < nr; r++)
-                    for (int j = 0; j < LDS; j++) {
-                        const float got = s[(size_t)r * LDS + j];
-                        if (j >= nk) {
-                            if (!isnan(got))
-                                fail_msg("D %d nr %d nk %d: row %d column %d past the keys "
-                                         "written (%g)",
-                                         D, nr, nk, r, j, got);
-                            continue;
-                        }
-                        double dot = 0.0, mag = 0.0;
-                        for (int c = 0; c < D; c++) {
-                            const double x = fj_bf16_to_f32(q[(size_t)r * ldq + c]),
-                                         y = fj_bf16_to_f32(k[(size_t)j * k_ld + c]);
-                            dot += x * y;
-                            mag += fabs(x * y);
-                        }
-                        const double want = alpha * dot, tol = 1e-5 * alpha * mag + 1e-30;
-                        if (!(fabs(got - want) <= tol))
-                            fail_msg("D %d nr %d nk %d: score (%d, %d) %.9g, want %.9g (seed "
-                                     "%llu)",
-                                     D, nr, nk, r, j, got, want, (unsigned long long)suite_seed);
-                    }
-            }
-        }
-        free(k);
-    }
-    free(scratch);
-    free(s);
-    free(q);
-}
-
-/* Every scores kernel of the AVX-512 and generic sets on its own (f32, f16
- * and bf16 widened; bf16 as AVX-512 BF16 dot products), as for AMX above:
+/* A scores kernel on its own (the AVX-512 and generic sets: f32, f16 and
+ * bf16 widened, bf16 as AVX-512 BF16 dot products; the AMX set):
  * every row count 1-16 (the AVX-512 kernels take them four, three, two or
  * one at a time, each key chunk loaded once for the rows of a pass), head
  * dims whose last chunk is whole or partial, 1-255 keys, query rows padded
@@ -984,6 +910,23 @@ static void check_scores_kernel(const fj_decode_kernels *kern, fj_dtype dtype, u
     free(s);
     free(qd);
     free(qf);
+}
+
+/* The AMX scores kernel on its own, through the same check: every row count
+ * a decode block has (1-16: its query rows go to the B tiles four at a
+ * time, the rows past nr zero), head dims whose last chunk of 32 columns is
+ * whole or partial, key counts around its groups of 16 and 32, each score
+ * against the double dot product of the same bf16 values, the columns past
+ * nk untouched. */
+static void test_amx_scores_rows(void **state)
+{
+    (void)state;
+    const fj_decode_kernels *kern = fj_decode_kernels_amx();
+    if (!kern) {
+        print_message("no AMX on this CPU: its scores kernel is not run\n");
+        return;
+    }
+    check_scores_kernel(kern, FJ_BF16, 0xd0a5);
 }
 
 static void test_scores_rows(void **state)
