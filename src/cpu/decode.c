@@ -49,9 +49,11 @@
  * next piece's; the online softmax step of every head; the values of each
  * piece alike. A piece holds as many rows as L1 keeps while the task's
  * heads each read their part of them (piece_keys: 16 keys where the heads
- * of 8 kv heads of 128 bf16 columns lie side by side, rows 2 KiB apart);
- * one line of every 4 KiB of the next piece is prefetched before a piece
- * is computed (touch_keys).
+ * of 8 kv heads of 128 bf16 columns lie side by side, rows 2 KiB apart).
+ * Where a task's heads fill whole rows of K and V, the kernels prefetch what
+ * the task reads two pieces ahead, in address order, as they compute
+ * (read_stream); elsewhere one line of every 4 KiB of the next piece is
+ * prefetched before a piece is computed (touch_keys).
  *
  * A paged KV cache (FJ_FEATURE_PAGED_KV, with or without FJ_FEATURE_VARLEN;
  * src/cpu/varlen.c makes the plan when its rows per kv head are few enough):
@@ -167,6 +169,7 @@ struct fj_cpu_decode_plan {
     bool fine;            /* fj_cpu_decode_force_split(true) when the plan was made */
     int64_t *chunk_start; /* chunks + 1 key indices (not paged) */
     int64_t piece[2];     /* most keys of K, V one kernel call reads (piece_keys) */
+    bool stream;          /* the kernels prefetch the task's reads ahead (read_stream) */
     /* per worker: byte offsets within a worker's share; q, acc, max and sum
        hold heads_per_task heads' rows, one after the other */
     size_t ws_bytes, off_q, off_s, off_acc, off_max, off_sum, off_scratch;
@@ -473,6 +476,99 @@ static void touch_keys(const seq_view *sv, int t, int64_t hk, int64_t a, int64_t
     for (int64_t j = a; j < e; j += step) __builtin_prefetch(key_row(sv, base, st, j, hk), 0, 3);
 }
 
+/* What a chunk's task reads, in the order its kernels read it, as the
+ * stream they prefetch (fj_prefetch_run) STREAM_PIECES pieces ahead of
+ * their loads. Taken where each key's row of K and of V holds every kv head
+ * side by side and nothing else, and the task takes them all (dense, not
+ * paged): a block's keys are then one run of bytes in K and one in V, read
+ * K then V, block after block (key_block). The kernels read a piece one
+ * head at a time, 2 KiB or more between their consecutive loads, which the
+ * hardware's stream prefetchers do not follow; the prefetches go through
+ * the same bytes in address order, spread over the compute. */
+#define STREAM_PIECES 2
+
+typedef struct read_stream {
+    const seq_view *sv;
+    int64_t hk0, c1;
+    int64_t block;          /* the first key of the block the cursor is in */
+    int t;                  /* and its tensor: 0 K, 1 V; -1: past the chunk */
+    const char *next, *end; /* the cursor: what is prefetched next, in that run */
+} read_stream;
+
+/* The run of keys [j, e) of tensor t (every kv head): contiguous bytes. */
+static void stream_run(read_stream *rs, int t, int64_t j, int64_t e)
+{
+    const seq_view *sv = rs->sv;
+    const fj_problem *p = sv->p;
+    const int64_t *st = t ? p->v_stride : p->k_stride;
+    const void *base = t ? sv->v : sv->k;
+    rs->t = t;
+    rs->next = key_row(sv, base, st, j, rs->hk0);
+    rs->end = rs->next + (e - j) * st[FJ_AXIS_SEQ] * (int64_t)fj_dtype_size(p->dtype);
+}
+
+/* The run after the cursor's: the block's V after its K, the next block's
+   K after V, nothing past the chunk. */
+static void stream_advance(read_stream *rs)
+{
+    if (rs->t < 0) return;
+    if (rs->t == 0) {
+        const int64_t e = rs->c1 - rs->block < BLOCK_KEYS ? rs->c1 : rs->block + BLOCK_KEYS;
+        stream_run(rs, 1, rs->block, e);
+        return;
+    }
+    rs->block += BLOCK_KEYS;
+    if (rs->block >= rs->c1) {
+        rs->t = -1;
+        rs->next = rs->end = NULL;
+        return;
+    }
+    const int64_t e = rs->c1 - rs->block < BLOCK_KEYS ? rs->c1 : rs->block + BLOCK_KEYS;
+    stream_run(rs, 0, rs->block, e);
+}
+
+/* The next `bytes` of the stream for one kernel call (fewer at the end of
+   a run: the next call starts the following one). */
+static fj_prefetch_run stream_take(read_stream *rs, int64_t bytes)
+{
+    if (rs->t >= 0 && rs->next >= rs->end) stream_advance(rs);
+    fj_prefetch_run r = {rs->next, rs->next};
+    if (rs->t < 0) return r;
+    r.end = rs->end - rs->next < bytes ? rs->end : rs->next + bytes;
+    return r;
+}
+
+/* The cursor after a call that stopped at r.next. */
+static void stream_taken(read_stream *rs, const fj_prefetch_run *r)
+{
+    if (rs->t >= 0) rs->next = r->next;
+}
+
+/* A stream over keys [c0, c1) of the task's kv heads from hk0, its cursor
+   STREAM_PIECES pieces of K past the first key (those the hardware finds
+   on its own, or touch_keys); off (always empty) where the plan has none. */
+static read_stream stream_open(const seq_view *sv, int64_t hk0, int64_t c0, int64_t c1)
+{
+    read_stream rs = {.sv = sv, .hk0 = hk0, .c1 = c1, .block = c0, .t = -1};
+    const fj_cpu_decode_plan *dp = sv->j->dp;
+    if (!dp->stream || c0 >= c1) return rs;
+    const int64_t e = c1 - c0 < BLOCK_KEYS ? c1 : c0 + BLOCK_KEYS;
+    stream_run(&rs, 0, c0, e);
+    int64_t lead = STREAM_PIECES * dp->piece[0] * sv->p->k_stride[FJ_AXIS_SEQ] *
+                   (int64_t)fj_dtype_size(sv->p->dtype);
+    while (rs.t >= 0 && lead > 0) {
+        const int64_t left = rs.end - rs.next;
+        if (lead < left) {
+            rs.next += lead;
+            break;
+        }
+        lead -= left;
+        rs.next = rs.end;
+        stream_advance(&rs);
+    }
+    return rs;
+}
+
 /* Keys [j0, j0 + nk) of kv heads [hk0, hk0 + heads) (the worker's
  * workspace heads 0..heads - 1), of a chunk that ends at c1, for the rows
  * that see part of them. The kernels take a block in pieces (run_end: a
@@ -481,10 +577,12 @@ static void touch_keys(const seq_view *sv, int t, int64_t hk, int64_t a, int64_t
  * from its columns, so that the softmax still steps once per block. Each
  * piece is read for every head of the task before the next (scores, then
  * values): where the heads of a key lie side by side, a piece is read
- * whole, as one sweep, before the next, and the next one's pages are
- * touched first (touch_keys). */
+ * whole, as one sweep, before the next, and the kernels prefetch the
+ * stream rs ahead of it (read_stream), or, where the plan has none, the
+ * next piece's pages are touched first (touch_keys). */
 static void key_block(const seq_view *sv, int worker, int64_t hk0, int heads, int64_t j0, int nk,
-                      int64_t c1, float alpha, const cap_factors *cap, const pos_block *blk)
+                      int64_t c1, float alpha, const cap_factors *cap, const pos_block *blk,
+                      read_stream *rs)
 {
     const fj_problem *p = sv->p;
     const decode_job *j = sv->j;
@@ -499,22 +597,29 @@ static void key_block(const seq_view *sv, int worker, int64_t hk0, int heads, in
             tb = t + 1;
         }
     if (ta >= tb) return;
+    /* a block skipped before this one left the stream behind it */
+    if (rs->t >= 0 && rs->block < j0) *rs = stream_open(sv, hk0, j0, c1);
     const int ra = ta * p->group, nr = (tb - ta) * p->group;
     const size_t q_off = (size_t)ra * dp->dpad * (dp->kernels->q_bf16 ? sizeof(uint16_t) : 4);
     const size_t acc_off = (size_t)ra * dp->dpad_v;
 
+    const int64_t es = (int64_t)fj_dtype_size(p->dtype);
     for (int64_t a = j0, e; a < j1; a = e) {
         e = run_end(sv, 0, p->k_stride, a, j1);
-        /* the next piece's keys (this block's, or the next block's first)
-           and this piece's values */
-        touch_keys(sv, 0, hk0, e, e + (e - a) < c1 ? e + (e - a) : c1);
-        touch_keys(sv, 1, hk0, a, e);
+        if (!dp->stream) {
+            /* the next piece's keys (this block's, or the next block's
+               first) and this piece's values */
+            touch_keys(sv, 0, hk0, e, e + (e - a) < c1 ? e + (e - a) : c1);
+            touch_keys(sv, 1, hk0, a, e);
+        }
         for (int i = 0; i < heads; i++) {
             const decode_ws w = worker_ws(dp, worker, i);
+            fj_prefetch_run pf = stream_take(rs, (e - a) * p->head_dim * es);
             dp->kernels->scores((const char *)w.q + q_off, dp->dpad, nr,
                                 key_row(sv, sv->k, p->k_stride, a, hk0 + i),
                                 p->k_stride[FJ_AXIS_SEQ], (int)(e - a), p->head_dim, alpha,
-                                w.s + (a - j0), BLOCK_KEYS, w.scratch);
+                                w.s + (a - j0), BLOCK_KEYS, w.scratch, &pf);
+            stream_taken(rs, &pf);
         }
     }
     for (int i = 0; i < heads; i++) {
@@ -559,10 +664,12 @@ static void key_block(const seq_view *sv, int worker, int64_t hk0, int heads, in
         e = run_end(sv, 1, p->v_stride, a, j1);
         for (int i = 0; i < heads; i++) {
             const decode_ws w = worker_ws(dp, worker, i);
+            fj_prefetch_run pf = stream_take(rs, (e - a) * p->head_dim_v * es);
             dp->kernels->accumulate(w.s + (a - j0), BLOCK_KEYS, nr,
                                     key_row(sv, sv->v, p->v_stride, a, hk0 + i),
                                     p->v_stride[FJ_AXIS_SEQ], (int)(e - a), p->head_dim_v,
-                                    w.acc + acc_off, dp->dpad_v, w.scratch);
+                                    w.acc + acc_off, dp->dpad_v, w.scratch, &pf);
+            stream_taken(rs, &pf);
         }
     }
 }
@@ -685,9 +792,10 @@ static void run_chunk(const seq_view *sv, int64_t hk0, int heads, const pos_bloc
         memset(w.acc, 0, (size_t)blk->rows * dp->dpad_v * sizeof(float));
         if (c0 < c1) load_queries(sv, &w, hk0 + i, blk);
     }
+    read_stream rs = stream_open(sv, hk0, c0, c1);
     for (int64_t j0 = c0; j0 < c1; j0 += BLOCK_KEYS) {
         const int nk = (int)(c1 - j0 < BLOCK_KEYS ? c1 - j0 : BLOCK_KEYS);
-        key_block(sv, worker, hk0, heads, j0, nk, c1, alpha, &cap, blk);
+        key_block(sv, worker, hk0, heads, j0, nk, c1, alpha, &cap, blk, &rs);
     }
     for (int i = 0; i < heads; i++) {
         const decode_ws w = worker_ws(dp, worker, i);
@@ -1144,6 +1252,12 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
         int most = MAX_TASK_ROWS / dp->rows;
         dp->heads_per_task = p->heads_kv < most ? p->heads_kv : most;
     }
+    /* the prefetch stream: a task's heads fill whole rows of K and V */
+    dp->stream = !p->paged && !amx && dp->heads_per_task == p->heads_kv &&
+                 p->k_stride[FJ_AXIS_HEAD] == p->head_dim &&
+                 p->k_stride[FJ_AXIS_SEQ] == (int64_t)p->heads_kv * p->head_dim &&
+                 p->v_stride[FJ_AXIS_HEAD] == p->head_dim_v &&
+                 p->v_stride[FJ_AXIS_SEQ] == (int64_t)p->heads_kv * p->head_dim_v;
     dp->head_groups = ((int64_t)p->heads_kv + dp->heads_per_task - 1) / dp->heads_per_task;
     const int64_t units = dp->units = (int64_t)p->batch * dp->head_groups * dp->pos_blocks;
     const bool fine = dp->fine = atomic_load(&forced_split);

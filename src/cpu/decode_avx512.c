@@ -96,10 +96,44 @@ AVX512 INLINE void load32(const char *x, fj_dtype t, const bool MASKED, __mmask3
 
 static inline int elem_bytes(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
 
+/* A call's prefetch run (fj_prefetch_run) in locals: the kernels below take
+ * a pointer to one, which inlining keeps in registers. */
+typedef struct pf_cursor {
+    const char *next, *end;
+} pf_cursor;
+
+static inline pf_cursor pf_open(const fj_prefetch_run *pf)
+{
+    pf_cursor c = {NULL, NULL};
+    if (pf) {
+        c.next = pf->next;
+        c.end = pf->end;
+    }
+    return c;
+}
+
+static inline void pf_close(const pf_cursor *c, fj_prefetch_run *pf)
+{
+    if (pf) pf->next = c->next;
+}
+
+/* The next n lines of the run (those left), one for each line just read;
+   into L2, not L1: the run starts pieces ahead of the loads, more bytes than
+   L1 holds next to the task's queries, scores and accumulators (prefetcht0
+   was measured slower: docs/benchmarks.md). */
+static inline __attribute__((always_inline)) void pf_lines(pf_cursor *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (c->next < c->end) {
+            _mm_prefetch(c->next, _MM_HINT_T1);
+            c->next += 64;
+        }
+}
+
 /* n rows of head_dim elements (ldb bytes apart) widened into dst (rows dpad
  * floats apart, zeros past head_dim). */
 AVX512 INLINE void widen_rows(const char *src, int64_t ldb, int n, int head_dim, fj_dtype t,
-                              float *dst, int dpad)
+                              float *dst, int dpad, pf_cursor *pc)
 {
     const int full = head_dim / 32, elem = elem_bytes(t);
     const __mmask32 tail = mask32(head_dim - 32 * full);
@@ -108,11 +142,13 @@ AVX512 INLINE void widen_rows(const char *src, int64_t ldb, int n, int head_dim,
         int c = 0;
         for (; c < full; c++) {
             load32(src + (size_t)32 * c * elem, t, false, 0, &lo, &hi);
+            pf_lines(pc, elem / 2);
             _mm512_storeu_ps(dst + 32 * c, lo);
             _mm512_storeu_ps(dst + 32 * c + 16, hi);
         }
         if (32 * c < dpad) {
             load32(src + (size_t)32 * c * elem, t, true, tail, &lo, &hi);
+            pf_lines(pc, elem / 2);
             _mm512_storeu_ps(dst + 32 * c, lo);
             _mm512_storeu_ps(dst + 32 * c + 16, hi);
         }
@@ -147,7 +183,7 @@ AVX512 INLINE __m512 fold16(__m512 u0, __m512 u1, __m512 u2, __m512 u3)
  * MASKED; folded (fold4). Two accumulators per key: half the FMA chain. */
 AVX512 INLINE __m512 quad_dots(const __m512 *qv, const char *x0, const char *x1, const char *x2,
                                const char *x3, fj_dtype t, __mmask32 tail, const int NC,
-                               const bool MASKED)
+                               const bool MASKED, pf_cursor *pc)
 {
     const int elem = elem_bytes(t);
     const char *x[4] = {x0, x1, x2, x3};
@@ -156,6 +192,7 @@ AVX512 INLINE __m512 quad_dots(const __m512 *qv, const char *x0, const char *x1,
     for (int i = 0; i < 4; i++) {
         __m512 lo, hi, s0, s1;
         load32(x[i], t, MASKED && NC == 1, tail, &lo, &hi);
+        pf_lines(pc, NC * elem / 2);
         s0 = _mm512_mul_ps(lo, qv[0]);
         s1 = _mm512_mul_ps(hi, qv[1]);
         UNROLL
@@ -174,7 +211,7 @@ AVX512 INLINE __m512 quad_dots(const __m512 *qv, const char *x0, const char *x1,
  * keys, and the rest repeat the last. */
 AVX512 INLINE __m512 dots16(const float *q, const char *row0, int64_t ldb, int n, fj_dtype t,
                             int c0, __mmask32 tail, const int NC, const bool MASKED,
-                            const bool FULL)
+                            const bool FULL, pf_cursor *pc)
 {
     __m512 qv[8];
     UNROLL
@@ -185,14 +222,14 @@ AVX512 INLINE __m512 dots16(const float *q, const char *row0, int64_t ldb, int n
         const int64_t ld3 = 3 * ldb;
         UNROLL
         for (int g = 0; g < 4; g++, x += 4 * ldb)
-            u[g] = quad_dots(qv, x, x + ldb, x + 2 * ldb, x + ld3, t, tail, NC, MASKED);
+            u[g] = quad_dots(qv, x, x + ldb, x + 2 * ldb, x + ld3, t, tail, NC, MASKED, pc);
     } else {
         UNROLL
         for (int g = 0; g < 4; g++) {
             const char *r[4];
             UNROLL
             for (int i = 0; i < 4; i++) r[i] = x + (4 * g + i < n ? 4 * g + i : n - 1) * ldb;
-            u[g] = quad_dots(qv, r[0], r[1], r[2], r[3], t, tail, NC, MASKED);
+            u[g] = quad_dots(qv, r[0], r[1], r[2], r[3], t, tail, NC, MASKED, pc);
         }
     }
     return fold16(u[0], u[1], u[2], u[3]);
@@ -213,7 +250,7 @@ AVX512 INLINE __m512 dots16(const float *q, const char *row0, int64_t ldb, int n
  * they pushed GCC to spill). */
 AVX512 INLINE void dots16xr(const float *q, int ldq, const int R, const char *row0, int64_t ldb,
                             int n, fj_dtype t, int chunks, __mmask32 tail, const bool MASKED,
-                            const bool FULL, __m512 *d)
+                            const bool FULL, __m512 *d, pf_cursor *pc)
 {
     const int elem = elem_bytes(t);
     const int whole = MASKED ? chunks - 1 : chunks;
@@ -239,6 +276,7 @@ AVX512 INLINE void dots16xr(const float *q, int ldq, const int R, const char *ro
         for (int i = 0; i < 4; i++) {                                            \
             __m512 lo, hi;                                                       \
             load32(y[i] + (size_t)32 * c * elem, t, M, tail, &lo, &hi);          \
+            pf_lines(pc, elem / 2);                                              \
             /* one load for every row (else GCC folds it into each row's FMA) */ \
             __asm__("" : "+v"(lo), "+v"(hi));                                    \
             UNROLL                                                               \
@@ -265,7 +303,7 @@ AVX512 INLINE void dots16xr(const float *q, int ldq, const int R, const char *ro
  * masked when MASKED (rows that end before it). */
 AVX512 INLINE void scores_group(const float *q, int ldq, int nr, const char *row0, int64_t ldb,
                                 int n, fj_dtype t, int chunks, __mmask32 tail, __m512 alpha,
-                                float *s, int lds, const bool MASKED)
+                                float *s, int lds, const bool MASKED, pf_cursor *pc)
 {
     int r = 0;
     /* Four rows at a time, the last 2 or 3 together; a last single row too
@@ -275,15 +313,15 @@ AVX512 INLINE void scores_group(const float *q, int ldq, int nr, const char *row
         const int R = nr - r >= 4 ? 4 : nr - r;
         const float *qr = q + (size_t)r * ldq;
         __m512 d[4];
-#define DOTS(RR)                                                                              \
-    do {                                                                                      \
-        if (n == 16) {                                                                        \
-            if (MASKED) dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, true, true, d);  \
-            else dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, false, true, d);        \
-        } else {                                                                              \
-            if (MASKED) dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, true, false, d); \
-            else dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, false, false, d);       \
-        }                                                                                     \
+#define DOTS(RR)                                                                                  \
+    do {                                                                                          \
+        if (n == 16) {                                                                            \
+            if (MASKED) dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, true, true, d, pc);  \
+            else dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, false, true, d, pc);        \
+        } else {                                                                                  \
+            if (MASKED) dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, true, false, d, pc); \
+            else dots16xr(qr, ldq, RR, row0, ldb, n, t, chunks, tail, false, false, d, pc);       \
+        }                                                                                         \
     } while (0)
         if (R == 4) DOTS(4);
         else if (R == 3) DOTS(3);
@@ -301,11 +339,11 @@ AVX512 INLINE void scores_group(const float *q, int ldq, int nr, const char *row
             const int nc = chunks - c < 4 ? chunks - c : 4;
             const bool m = MASKED && c + nc == chunks;
             __m512 d;
-#define DOTS(NC)                                                                   \
-    d = n == 16 ? (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, true)   \
-                     : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false, true)) \
-                : (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, false)  \
-                     : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false, false))
+#define DOTS(NC)                                                                       \
+    d = n == 16 ? (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, true, pc)   \
+                     : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false, true, pc)) \
+                : (m ? dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, true, false, pc)  \
+                     : dots16(qr, row0, ldb, n, t, 32 * c, tail, NC, false, false, pc))
             switch (nc) {
             case 1: DOTS(1); break;
             case 2: DOTS(2); break;
@@ -324,8 +362,9 @@ AVX512 INLINE void scores_group(const float *q, int ldq, int nr, const char *row
  * all the query rows. */
 AVX512 INLINE void scores_any(const float *q, int ldq, int nr, const void *k, int64_t k_ld, int nk,
                               int head_dim, float alpha, float *s, int lds, float *scratch,
-                              fj_dtype t)
+                              fj_dtype t, fj_prefetch_run *pf)
 {
+    pf_cursor pc = pf_open(pf);
     const int elem = elem_bytes(t), dpad = round_up(head_dim, FJ_DECODE_PAD);
     const int chunks = dpad / 32;
     const int64_t ldb = k_ld * elem;
@@ -337,14 +376,18 @@ AVX512 INLINE void scores_any(const float *q, int ldq, int nr, const void *k, in
         const char *rows = (const char *)k + j0 * ldb;
         if (in_place) {
             if (head_dim % 32)
-                scores_group(q, ldq, nr, rows, ldb, n, t, chunks, tail, va, s + j0, lds, true);
-            else scores_group(q, ldq, nr, rows, ldb, n, t, chunks, tail, va, s + j0, lds, false);
+                scores_group(q, ldq, nr, rows, ldb, n, t, chunks, tail, va, s + j0, lds, true, &pc);
+            else
+                scores_group(q, ldq, nr, rows, ldb, n, t, chunks, tail, va, s + j0, lds, false,
+                             &pc);
         } else {
-            widen_rows(rows, ldb, n, head_dim, t, scratch, dpad);
+            widen_rows(rows, ldb, n, head_dim, t, scratch, dpad, &pc);
+            pf_cursor none = {NULL, NULL}; /* the widened rows are in L1 */
             scores_group(q, ldq, nr, (const char *)scratch, dpad * (int64_t)sizeof(float), n,
-                         FJ_F32, chunks, 0, va, s + j0, lds, false);
+                         FJ_F32, chunks, 0, va, s + j0, lds, false, &none);
         }
     }
+    pf_close(&pc, pf);
 }
 
 /* ---- values ----------------------------------------------------------------- */
@@ -354,7 +397,7 @@ AVX512 INLINE void scores_any(const float *q, int ldq, int nr, const void *k, in
  * MASKED). */
 AVX512 INLINE void values_tile(const float *p, int ldp, const char *row0, int64_t ldb, int n,
                                fj_dtype t, float *acc, int ldacc, int c, __mmask32 tail,
-                               const int NR, const int NC, const bool MASKED)
+                               const int NR, const int NC, const bool MASKED, pf_cursor *pc)
 {
     const int elem = elem_bytes(t);
     __m512 a[4][8];
@@ -369,6 +412,7 @@ AVX512 INLINE void values_tile(const float *p, int ldp, const char *row0, int64_
         for (int v = 0; v < NC; v++)
             load32(row + (size_t)32 * v * elem, t, MASKED && v == NC - 1, tail, &x[2 * v],
                    &x[2 * v + 1]);
+        pf_lines(pc, NC * elem / 2);
         UNROLL
         for (int r = 0; r < NR; r++) {
             const __m512 w = _mm512_set1_ps(p[(size_t)r * ldp + j]);
@@ -411,7 +455,7 @@ AVX512 INLINE void values_tile(const float *p, int ldp, const char *row0, int64_
  * rows x 4 chunks, 3-4 rows x 2). */
 AVX512 INLINE void values_group(const float *p, int ldp, int nr, const char *row0, int64_t ldb,
                                 int n, fj_dtype t, int chunks, __mmask32 tail, float *acc,
-                                int ldacc, const bool MASKED)
+                                int ldacc, const bool MASKED, pf_cursor *pc)
 {
     for (int r0 = 0; r0 < nr; r0 += 4) {
         const int rows = nr - r0 < 4 ? nr - r0 : 4;
@@ -421,9 +465,9 @@ AVX512 INLINE void values_group(const float *p, int ldp, int nr, const char *row
             const int left = chunks - c;
             const int nc = rows <= 2 && left >= 4 ? 4 : left >= 2 ? 2 : 1;
             const bool m = MASKED && c + nc == chunks;
-#define TILE(R, C)                                                             \
-    (m ? values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, true) \
-       : values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, false))
+#define TILE(R, C)                                                                 \
+    (m ? values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, true, pc) \
+       : values_tile(pr, ldp, row0, ldb, n, t, ar, ldacc, c, tail, R, C, false, pc))
             VALUE_TILE_DISPATCH(rows, nc);
 #undef TILE
             c += nc;
@@ -437,39 +481,45 @@ AVX512 INLINE void values_group(const float *p, int ldp, int nr, const char *row
 #define VALUE_GROUP 32
 
 AVX512 INLINE void values_any(const float *p, int ldp, int nr, const void *v, int64_t v_ld, int nk,
-                              int head_dim, float *acc, int ldacc, float *scratch, fj_dtype t)
+                              int head_dim, float *acc, int ldacc, float *scratch, fj_dtype t,
+                              fj_prefetch_run *pf)
 {
+    pf_cursor pc = pf_open(pf);
     const int elem = elem_bytes(t), dpad = round_up(head_dim, FJ_DECODE_PAD);
     const int chunks = dpad / 32;
     const int64_t ldb = v_ld * elem;
     const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
     if (t == FJ_F32 || nr <= 4) {
-        if (head_dim % 32) values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, true);
-        else values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, false);
+        if (head_dim % 32)
+            values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, true, &pc);
+        else values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, false, &pc);
+        pf_close(&pc, pf);
         return;
     }
     const int64_t lds = dpad * (int64_t)sizeof(float);
     for (int j0 = 0; j0 < nk; j0 += VALUE_GROUP) {
         const int n = nk - j0 < VALUE_GROUP ? nk - j0 : VALUE_GROUP;
         const char *rows = (const char *)v + j0 * ldb;
-        widen_rows(rows, ldb, n, head_dim, t, scratch, dpad);
+        widen_rows(rows, ldb, n, head_dim, t, scratch, dpad, &pc);
+        pf_cursor none = {NULL, NULL}; /* the widened rows are in L1 */
         values_group(p + j0, ldp, nr, (const char *)scratch, lds, n, FJ_F32, chunks, 0, acc, ldacc,
-                     false);
+                     false, &none);
     }
+    pf_close(&pc, pf);
 }
 
 #define FLOAT_SET(suffix, dtype)                                                                  \
     AVX512 static void scores_##suffix(const void *q, int ldq, int nr, const void *k,             \
                                        int64_t k_ld, int nk, int head_dim, float alpha, float *s, \
-                                       int lds, float *scratch)                                   \
+                                       int lds, float *scratch, fj_prefetch_run *pf)              \
     {                                                                                             \
-        scores_any(q, ldq, nr, k, k_ld, nk, head_dim, alpha, s, lds, scratch, dtype);             \
+        scores_any(q, ldq, nr, k, k_ld, nk, head_dim, alpha, s, lds, scratch, dtype, pf);         \
     }                                                                                             \
     AVX512 static void values_##suffix(const float *p, int ldp, int nr, const void *v,            \
                                        int64_t v_ld, int nk, int head_dim, float *acc, int ldacc, \
-                                       float *scratch)                                            \
+                                       float *scratch, fj_prefetch_run *pf)                       \
     {                                                                                             \
-        values_any(p, ldp, nr, v, v_ld, nk, head_dim, acc, ldacc, scratch, dtype);                \
+        values_any(p, ldp, nr, v, v_ld, nk, head_dim, acc, ldacc, scratch, dtype, pf);            \
     }
 
 FLOAT_SET(f32, FJ_F32)
@@ -497,7 +547,8 @@ typedef uint32_t __attribute__((may_alias)) bf16_pair;
  * registers) with the keys row0 + i * ldb, i < 16 (when not FULL only n are
  * keys and the rest repeat the last); lane i: the dot with key i. */
 BF16DOT INLINE __m512 dots16_dot(const uint16_t *q, const char *row0, int64_t ldb, int n, int c0,
-                                 __mmask32 tail, const int NC, const bool MASKED, const bool FULL)
+                                 __mmask32 tail, const int NC, const bool MASKED, const bool FULL,
+                                 pf_cursor *pc)
 {
     __m512bh qv[4];
     UNROLL
@@ -520,6 +571,7 @@ BF16DOT INLINE __m512 dots16_dot(const uint16_t *q, const char *row0, int64_t ld
                                        ? _mm512_maskz_loadu_epi16(tail, y[i] + 64 * c)
                                        : _mm512_loadu_si512(y[i] + 64 * c);
                 a[i] = _mm512_dpbf16_ps(a[i], qv[c], (__m512bh)kv);
+                pf_lines(pc, 1);
             }
         }
         u[g] = fold4(a[0], a[1], a[2], a[3]);
@@ -533,7 +585,7 @@ BF16DOT INLINE __m512 dots16_dot(const uint16_t *q, const char *row0, int64_t ld
  * keys and a chunk's R query vectors loaded once per 4 keys. */
 BF16DOT INLINE void dots16xr_dot(const uint16_t *q, int ldq, const int R, const char *row0,
                                  int64_t ldb, int n, int chunks, __mmask32 tail, const bool MASKED,
-                                 const bool FULL, __m512 *d)
+                                 const bool FULL, __m512 *d, pf_cursor *pc)
 {
     const int whole = MASKED ? chunks - 1 : chunks;
     __m512 u[4][4];
@@ -557,6 +609,7 @@ BF16DOT INLINE void dots16xr_dot(const uint16_t *q, int ldq, const int R, const 
             __m512i kv = M ? _mm512_maskz_loadu_epi16(tail, y[i] + 64 * c)                        \
                            : _mm512_loadu_si512(y[i] + 64 * c);                                   \
             __asm__("" : "+v"(kv)); /* one load for every row */                                  \
+            pf_lines(pc, 1);                                                                      \
             UNROLL                                                                                \
             for (int r = 0; r < R; r++) a[r][i] = _mm512_dpbf16_ps(a[r][i], qv[r], (__m512bh)kv); \
         }                                                                                         \
@@ -575,22 +628,22 @@ BF16DOT INLINE void dots16xr_dot(const uint16_t *q, int ldq, const int R, const 
 
 BF16DOT INLINE void scores_group_dot(const uint16_t *q, int ldq, int nr, const char *row0,
                                      int64_t ldb, int n, int chunks, __mmask32 tail, __m512 alpha,
-                                     float *s, int lds, const bool MASKED)
+                                     float *s, int lds, const bool MASKED, pf_cursor *pc)
 {
     int r = 0;
     while (nr - r >= 2) { /* four rows at a time, the last 2 or 3 together */
         const int R = nr - r >= 4 ? 4 : nr - r;
         const uint16_t *qr = q + (size_t)r * ldq;
         __m512 d[4];
-#define DOTS(RR)                                                                               \
-    do {                                                                                       \
-        if (n == 16) {                                                                         \
-            if (MASKED) dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, true, true, d);  \
-            else dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, false, true, d);        \
-        } else {                                                                               \
-            if (MASKED) dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, true, false, d); \
-            else dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, false, false, d);       \
-        }                                                                                      \
+#define DOTS(RR)                                                                                   \
+    do {                                                                                           \
+        if (n == 16) {                                                                             \
+            if (MASKED) dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, true, true, d, pc);  \
+            else dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, false, true, d, pc);        \
+        } else {                                                                                   \
+            if (MASKED) dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, true, false, d, pc); \
+            else dots16xr_dot(qr, ldq, RR, row0, ldb, n, chunks, tail, false, false, d, pc);       \
+        }                                                                                          \
     } while (0)
         if (R == 4) DOTS(4);
         else if (R == 3) DOTS(3);
@@ -607,11 +660,11 @@ BF16DOT INLINE void scores_group_dot(const uint16_t *q, int ldq, int nr, const c
             const int nc = chunks - c < 4 ? chunks - c : 4;
             const bool m = MASKED && c + nc == chunks;
             __m512 d;
-#define DOTS(NC)                                                                    \
-    d = n == 16 ? (m ? dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, true, true)   \
-                     : dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, false, true)) \
-                : (m ? dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, true, false)  \
-                     : dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, false, false))
+#define DOTS(NC)                                                                        \
+    d = n == 16 ? (m ? dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, true, true, pc)   \
+                     : dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, false, true, pc)) \
+                : (m ? dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, true, false, pc)  \
+                     : dots16_dot(qr, row0, ldb, n, 32 * c, tail, NC, false, false, pc))
             switch (nc) {
             case 1: DOTS(1); break;
             case 2: DOTS(2); break;
@@ -626,9 +679,11 @@ BF16DOT INLINE void scores_group_dot(const uint16_t *q, int ldq, int nr, const c
 }
 
 BF16DOT static void scores_dot(const void *q, int ldq, int nr, const void *k, int64_t k_ld, int nk,
-                               int head_dim, float alpha, float *s, int lds, float *scratch)
+                               int head_dim, float alpha, float *s, int lds, float *scratch,
+                               fj_prefetch_run *pf)
 {
     (void)scratch;
+    pf_cursor pc = pf_open(pf);
     const int chunks = round_up(head_dim, FJ_DECODE_PAD) / 32;
     const int64_t ldb = k_ld * 2;
     const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
@@ -637,16 +692,17 @@ BF16DOT static void scores_dot(const void *q, int ldq, int nr, const void *k, in
         const int n = nk - j0 < 16 ? nk - j0 : 16;
         const char *rows = (const char *)k + j0 * ldb;
         if (head_dim % 32)
-            scores_group_dot(q, ldq, nr, rows, ldb, n, chunks, tail, va, s + j0, lds, true);
-        else scores_group_dot(q, ldq, nr, rows, ldb, n, chunks, tail, va, s + j0, lds, false);
+            scores_group_dot(q, ldq, nr, rows, ldb, n, chunks, tail, va, s + j0, lds, true, &pc);
+        else scores_group_dot(q, ldq, nr, rows, ldb, n, chunks, tail, va, s + j0, lds, false, &pc);
     }
+    pf_close(&pc, pf);
 }
 
 /* acc rows [0, NR) x chunks [c, c + NC) += P V over n keys from row0 (ldb
  * bytes apart), P as bf16 pairs (pp: row r's pair i at pp[r * ldpp + i]). */
 BF16DOT INLINE void values_tile_dot(const bf16_pair *pp, int ldpp, const char *row0, int64_t ldb,
                                     int n, float *acc, int ldacc, int c, __mmask32 tail,
-                                    const int NR, const int NC, const bool MASKED)
+                                    const int NR, const int NC, const bool MASKED, pf_cursor *pc)
 {
     __m512 a[4][8];
     UNROLL
@@ -667,6 +723,7 @@ BF16DOT INLINE void values_tile_dot(const bf16_pair *pp, int ldpp, const char *r
             x[2 * v] = _mm512_unpacklo_epi16(lo, hi);
             x[2 * v + 1] = _mm512_unpackhi_epi16(lo, hi);
         }
+        pf_lines(pc, 2 * NC);
         UNROLL
         for (int r = 0; r < NR; r++) {
             const __m512bh w = (__m512bh)_mm512_set1_epi32((int)pp[(size_t)r * ldpp + j / 2]);
@@ -681,8 +738,10 @@ BF16DOT INLINE void values_tile_dot(const bf16_pair *pp, int ldpp, const char *r
 }
 
 BF16DOT static void values_dot(const float *p, int ldp, int nr, const void *v, int64_t v_ld, int nk,
-                               int head_dim, float *acc, int ldacc, float *scratch)
+                               int head_dim, float *acc, int ldacc, float *scratch,
+                               fj_prefetch_run *pf)
 {
+    pf_cursor pc = pf_open(pf);
     const int chunks = round_up(head_dim, FJ_DECODE_PAD) / 32;
     const int64_t ldb = v_ld * 2;
     const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
@@ -708,14 +767,15 @@ BF16DOT static void values_dot(const float *p, int ldp, int nr, const void *v, i
             const int left = chunks - c;
             const int nc = rows <= 2 && left >= 4 ? 4 : left >= 2 ? 2 : 1;
             const bool m = masked && c + nc == chunks;
-#define TILE(R, C)                                                             \
-    (m ? values_tile_dot(pr, ldpp, v, ldb, nk, ar, ldacc, c, tail, R, C, true) \
-       : values_tile_dot(pr, ldpp, v, ldb, nk, ar, ldacc, c, tail, R, C, false))
+#define TILE(R, C)                                                                  \
+    (m ? values_tile_dot(pr, ldpp, v, ldb, nk, ar, ldacc, c, tail, R, C, true, &pc) \
+       : values_tile_dot(pr, ldpp, v, ldb, nk, ar, ldacc, c, tail, R, C, false, &pc))
             VALUE_TILE_DISPATCH(rows, nc);
 #undef TILE
             c += nc;
         }
     }
+    pf_close(&pc, pf);
 }
 
 static const fj_decode_kernels dot_set = {

@@ -138,15 +138,18 @@ static void accumulate_rows(const float *p, int ldp, int nr, const float *v, int
 #define GENERIC_SET(suffix, dtype)                                                                \
     static void scores_##suffix(const void *q, int ldq, int nr, const void *k, int64_t k_ld,      \
                                 int nk, int head_dim, float alpha, float *s, int lds,             \
-                                float *scratch)                                                   \
+                                float *scratch, fj_prefetch_run *pf)                              \
     {                                                                                             \
+        (void)pf; /* the baseline's loads are not where the time goes */                          \
         int64_t ldk;                                                                              \
         const float *kf = float_rows(k, k_ld, nk, head_dim, dtype, scratch, &ldk);                \
         scores_rows(q, ldq, nr, kf, ldk, nk, head_dim, alpha, s, lds);                            \
     }                                                                                             \
     static void accumulate_##suffix(const float *p, int ldp, int nr, const void *v, int64_t v_ld, \
-                                    int nk, int head_dim, float *acc, int ldacc, float *scratch)  \
+                                    int nk, int head_dim, float *acc, int ldacc, float *scratch,  \
+                                    fj_prefetch_run *pf)                                          \
     {                                                                                             \
+        (void)pf;                                                                                 \
         int64_t ldv;                                                                              \
         const float *vf = float_rows(v, v_ld, nk, head_dim, dtype, scratch, &ldv);                \
         accumulate_rows(p, ldp, nr, vf, ldv, nk, head_dim, acc, ldacc);                           \

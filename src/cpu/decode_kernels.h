@@ -28,6 +28,21 @@
 /* Keys per group of packed values (pack_values below). */
 #define FJ_DECODE_PACK_KEYS 32
 
+/* A run of bytes [next, end) that a kernel call prefetches while it computes,
+ * in address order, one 64-byte line for each line of K or V it reads, and
+ * leaves `next` where it stopped: what the task reads after the call's piece
+ * (src/cpu/decode.c, read_stream). Loads that jump between the heads of a
+ * key (the kernels read one head's part of a piece's rows, then the next
+ * head's) leave the hardware's stream prefetchers idle and the read at half
+ * its rate; a sequential stream of prefetches spread over the compute keeps
+ * them going (docs/benchmarks.md, "Decode on the GQA rows: a prefetch stream
+ * in address order"). NULL or empty: none. The AVX-512 sets prefetch it;
+ * the generic set and the AMX scores take it and prefetch nothing (not
+ * measured where they run). */
+typedef struct fj_prefetch_run {
+    const char *next, *end;
+} fj_prefetch_run;
+
 typedef struct fj_decode_kernels {
     const char *name; /* "avx512-bf16", "avx512", "generic" for describe */
     /* The queries the scores kernel takes are bf16 (the problem's own bf16
@@ -42,15 +57,16 @@ typedef struct fj_decode_kernels {
        r-th row of q (ldq elements apart, float or bf16 by q_bf16, zeros past
        head_dim up to a multiple of FJ_DECODE_PAD), key j at k + j * k_ld
        elements of the dtype. scratch: FJ_DECODE_MAX_BLOCK x padded head_dim
-       floats. */
+       floats. pf: what to prefetch meanwhile (may be NULL). */
     void (*scores)(const void *q, int ldq, int nr, const void *k, int64_t k_ld, int nk,
-                   int head_dim, float alpha, float *s, int lds, float *scratch);
+                   int head_dim, float alpha, float *s, int lds, float *scratch,
+                   fj_prefetch_run *pf);
     /* acc[r * ldacc + c] += sum over j < nk of p[r * ldp + j] * value j [c]
        for r < nr and c < head_dim, value j at v + j * v_ld elements;
        acc rows padded to a multiple of FJ_DECODE_PAD floats, and the pad
-       must stay 0 (0 is added to it). p and scratch as above. */
+       must stay 0 (0 is added to it). p, scratch and pf as above. */
     void (*accumulate)(const float *p, int ldp, int nr, const void *v, int64_t v_ld, int nk,
-                       int head_dim, float *acc, int ldacc, float *scratch);
+                       int head_dim, float *acc, int ldacc, float *scratch, fj_prefetch_run *pf);
     /* Optional (NULL in sets without it): values packed once for many
        calls. pack_values writes nk keys of V (from key 0, v_ld elements
        apart) into dst, FJ_DECODE_PACK_KEYS keys at a time, padded with zero

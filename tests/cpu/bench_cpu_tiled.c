@@ -715,7 +715,7 @@ static int run_kernels(void)
             for (int ri = 0; ri < 6; ri++) {
                 const int nr = rows[ri];
                 double ts, tm, tv;
-                KERNEL_TIME(ts, kern->scores(q, DPAD, nr, k, D, nk, D, 0.1f, s, NK, scratch));
+                KERNEL_TIME(ts, kern->scores(q, DPAD, nr, k, D, nk, D, 0.1f, s, NK, scratch, NULL));
                 /* (each step leaves probabilities in s, valid scores for the next) */
                 KERNEL_TIME(
                     tm, for (int r = 0; r < nr; r++) {
@@ -723,7 +723,7 @@ static int run_kernels(void)
                         fj_tiled_softmax_step(s + r * NK, nk, &m, &l);
                     });
                 memset(acc, 0, sizeof(float) * MAXR * DPAD);
-                KERNEL_TIME(tv, kern->accumulate(s, NK, nr, v, D, nk, D, acc, DPAD, scratch));
+                KERNEL_TIME(tv, kern->accumulate(s, NK, nr, v, D, nk, D, acc, DPAD, scratch, NULL));
                 printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f |\n", kern->name,
                        fj_dtype_name(dtypes[t]), nr, ts, tm, tv, ts + tm + tv);
                 fflush(stdout);

@@ -876,7 +876,7 @@ static void check_scores_kernel(const fj_decode_kernels *kern, fj_dtype dtype, u
                 const int nk = keys[ki];
                 const float alpha = 0.37f;
                 for (int i = 0; i < FJ_CPU_DECODE_MAX_ROWS * LDS; i++) s[i] = NAN;
-                kern->scores(qf, ldq, nr, k, k_ld, nk, D, alpha, s, LDS, scratch);
+                kern->scores(qf, ldq, nr, k, k_ld, nk, D, alpha, s, LDS, scratch, NULL);
                 for (int r = 0; r < nr; r++)
                     for (int j = 0; j < LDS; j++) {
                         const float got = s[(size_t)r * LDS + j];
