@@ -36,9 +36,9 @@
  * head's) leave the hardware's stream prefetchers idle and the read at half
  * its rate; a sequential stream of prefetches spread over the compute keeps
  * them going (docs/benchmarks.md, "Decode on the GQA rows: a prefetch stream
- * in address order"). NULL or empty: none. The AVX-512 sets prefetch it;
- * the generic set and the AMX scores take it and prefetch nothing (not
- * measured where they run). */
+ * in address order"). NULL or empty: none. The AVX-512 and generic sets
+ * prefetch it; the AMX scores take it and prefetch nothing (not measured on
+ * a CPU with AMX). */
 typedef struct fj_prefetch_run {
     const char *next, *end;
 } fj_prefetch_run;

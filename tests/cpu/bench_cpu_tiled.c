@@ -70,7 +70,8 @@
  * (fj_cpu_tiled_force_blas), as on a CPU without AVX-512. -o widened:
  * decode compares the decode path with itself with bf16 widened to float
  * (FJ_CPU_DECODE_WIDENED: no AMX, no dot products) instead of the tiled
- * path.
+ * path; -o generic: with itself on the generic kernels
+ * (FJ_CPU_DECODE_GENERIC, as on a CPU without AVX-512).
  * DTYPE is f32, f16 or bf16; CAUSAL is none, bottom-right or top-left; BQS and
  * BKS are comma-separated block sizes (at most 8 each).
  * Medians of REPEATS timed runs (default 5) after one warm-up run. */
@@ -451,18 +452,24 @@ static const char *kernels_of(const fj_plan *plan)
     return buf;
 }
 
-/* What `decode` compares the decode path with (-o): the tiled path, or the
-   decode path with bf16 widened (no AMX, no dot products). */
+/* What `decode` compares the decode path with (-o): the tiled path, the
+   decode path with bf16 widened (no AMX, no dot products), or the decode
+   path on the generic kernels. */
 static fj_cpu_decode_mode decode_other = FJ_CPU_DECODE_OFF;
 
 static int run_decode(const char *filter)
 {
     fj_context *ctx = make_context(FJ_BACKEND_CPU);
     const int nthreads = context_threads(ctx);
-    const char *other = decode_other == FJ_CPU_DECODE_OFF ? "tiled" : "widened";
+    const char *other = decode_other == FJ_CPU_DECODE_OFF       ? "tiled"
+                        : decode_other == FJ_CPU_DECODE_GENERIC ? "generic"
+                                                                : "widened";
     printf("threads: %d; medians of %d rounds (decode path, %s, read of the same K and V "
            "bytes, in turn); GB/s of K + V\n\n",
-           nthreads, repeats, decode_other == FJ_CPU_DECODE_OFF ? "tiled path" : "bf16 widened");
+           nthreads, repeats,
+           decode_other == FJ_CPU_DECODE_OFF       ? "tiled path"
+           : decode_other == FJ_CPU_DECODE_GENERIC ? "generic kernels"
+                                                   : "bf16 widened");
     printf("| %-34s | %-15s | %8s | %6s | %6s | %7s | %5s ms | %6s | %7s |\n", "shape", "kernels",
            "ms", "GB/s", "read", "of read", other, "GB/s", "speedup");
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
@@ -1070,8 +1077,9 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(argv[i], "-k")) fj_cpu_tiled_force_blas(!strcmp(argv[i + 1], "sgemm"));
         else if (!strcmp(argv[i], "-o"))
-            decode_other =
-                !strcmp(argv[i + 1], "widened") ? FJ_CPU_DECODE_WIDENED : FJ_CPU_DECODE_OFF;
+            decode_other = !strcmp(argv[i + 1], "widened")   ? FJ_CPU_DECODE_WIDENED
+                           : !strcmp(argv[i + 1], "generic") ? FJ_CPU_DECODE_GENERIC
+                                                             : FJ_CPU_DECODE_OFF;
         else break;
     }
     if (repeats < 1 || repeats > 64 || threads < 0) {

@@ -37,7 +37,7 @@
 #define RUNS 5
 
 enum order { KEY_MAJOR, HEAD_MAJOR, BURST, STREAM_T0, STREAM_T1, COLUMN, ORDERS };
-static const char *const names[ORDERS] = {"key-major", "head-major", "+ burst",
+static const char *const names[ORDERS] = {"key-major",   "head-major",  "+ burst",
                                           "+ stream T0", "+ stream T1", "+ column"};
 
 static size_t bytes;
@@ -57,7 +57,8 @@ static double now(void)
 static inline __m512 part(const char *p, __m512 s, __m512 *a)
 {
     const __m512 m = _mm512_set1_ps(0.9999f);
-    for (int l = 0; l < PART / 64; l++) s = _mm512_add_ps(s, _mm512_load_ps((const float *)(p + 64 * l)));
+    for (int l = 0; l < PART / 64; l++)
+        s = _mm512_add_ps(s, _mm512_load_ps((const float *)(p + 64 * l)));
     for (int w = 0; w < work; w++) { /* four chains, unrolled: kept in registers */
         a[0] = _mm512_fmadd_ps(a[0], m, s);
         a[1] = _mm512_fmadd_ps(a[1], m, s);
@@ -79,12 +80,14 @@ static void *thread_main(void *arg)
         const int n = rows - r0 < (size_t)piece ? (int)(rows - r0) : piece;
         if (order == KEY_MAJOR) {
             for (int r = 0; r < n; r++)
-                for (int h = 0; h < HEADS; h++) s = part(base + ((r0 + r) & wrap) * ROW + h * PART, s, a);
+                for (int h = 0; h < HEADS; h++)
+                    s = part(base + ((r0 + r) & wrap) * ROW + h * PART, s, a);
             continue;
         }
         /* the bytes two pieces ahead, in address order, for the streams */
         const char *ahead = base + (r0 + 2 * (size_t)piece) * ROW;
-        const char *ahead_end = r0 + 3 * (size_t)piece <= rows ? ahead + (size_t)piece * ROW : ahead;
+        const char *ahead_end =
+            r0 + 3 * (size_t)piece <= rows ? ahead + (size_t)piece * ROW : ahead;
         if (order == BURST && r0 + 2 * (size_t)piece <= rows)
             for (size_t l = 0; l < (size_t)piece * ROW; l += 64)
                 _mm_prefetch(base + (r0 + piece) * ROW + l, _MM_HINT_T0);
@@ -126,7 +129,8 @@ int main(int argc, char **argv)
     if (argc > 2) threads = atoi(argv[2]);
     if (argc > 3) piece = atoi(argv[3]);
     if (threads < 1 || threads > 64 || piece < 1 || bytes < (size_t)threads * ROW * (size_t)piece) {
-        fprintf(stderr, "usage: read_order [MiB >= threads x piece x 2 KiB] [threads 1-64] [piece >= 1]\n");
+        fprintf(stderr,
+                "usage: read_order [MiB >= threads x piece x 2 KiB] [threads 1-64] [piece >= 1]\n");
         return 2;
     }
     if (!(buf = aligned_alloc(4096, bytes))) return 1;
