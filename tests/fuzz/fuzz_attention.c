@@ -141,6 +141,14 @@ static void validation(fuzz_input *in, uint8_t flags)
         }
         return;
     }
+    /* A plan of sequences (varlen or paged) holds one sequence's lse,
+       heads_q x seqlen_q floats (src/cpu/varlen.c): past 1 GiB that is one
+       malloc larger than libFuzzer lets through (-rss_limit_mb), which it
+       reports as a failure before the library could say
+       FJ_ERR_OUT_OF_MEMORY. */
+    if ((d.features & (FJ_FEATURE_VARLEN | FJ_FEATURE_PAGED_KV)) &&
+        (double)d.heads_q * d.seqlen_q * sizeof(float) > (double)(1 << 30))
+        return;
     for (int i = 0; i < 2; i++) {
         /* The reference holds every key of a head as floats (its workspace
            is O(seqlen_k x head_dim)); the tiled backend's is bounded. */
