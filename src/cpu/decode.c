@@ -378,10 +378,20 @@ static const void *key_row(const seq_view *s, const void *base, const int64_t st
  * paged, to the end of j's page, or of the pages after it that follow it
  * in a pool whose pages are rows of that stride too), at most the plan's
  * piece of that tensor. */
+static int64_t pages_end(const seq_view *s, const int64_t st[3], int64_t j, int64_t j1);
+
 static int64_t run_end(const seq_view *s, int t, const int64_t st[3], int64_t j, int64_t j1)
 {
     const int64_t most = s->j->dp->piece[t];
     if (j1 - j > most) j1 = j + most;
+    return pages_end(s, st, j, j1);
+}
+
+/* The end of the keys from j (< j1) one row stride apart in memory: j1
+ * when dense; paged, the end of j's page or of the pages after it that
+ * follow it in the pool. */
+static int64_t pages_end(const seq_view *s, const int64_t st[3], int64_t j, int64_t j1)
+{
     if (!s->pages) return j1;
     const int64_t P = s->p->page_size;
     const bool joined = st[FJ_AXIS_BATCH] == P * st[FJ_AXIS_SEQ];
@@ -479,9 +489,10 @@ static void touch_keys(const seq_view *sv, int t, int64_t hk, int64_t a, int64_t
 /* What a chunk's task reads, in the order its kernels read it, as the
  * stream they prefetch (fj_prefetch_run) STREAM_PIECES pieces ahead of
  * their loads. Taken where each key's row of K and of V holds every kv head
- * side by side and nothing else, and the task takes them all (dense, not
- * paged): a block's keys are then one run of bytes in K and one in V, read
- * K then V, block after block (key_block). The kernels read a piece one
+ * side by side and nothing else, and the task takes them all: a block's
+ * keys are then one run of bytes in K and one in V (paged: one per run of
+ * pages that follow each other in the pool), read K then V, block after
+ * block (key_block). The kernels read a piece one
  * head at a time, 2 KiB or more between their consecutive loads, which the
  * hardware's stream prefetchers do not follow; the prefetches go through
  * the same bytes in address order, spread over the compute. */
@@ -492,26 +503,42 @@ typedef struct read_stream {
     int64_t hk0, c1;
     int64_t block;          /* the first key of the block the cursor is in */
     int t;                  /* and its tensor: 0 K, 1 V; -1: past the chunk */
+    int64_t pos, stop;      /* the block's keys of that tensor after the run, and its end */
     const char *next, *end; /* the cursor: what is prefetched next, in that run */
 } read_stream;
 
-/* The run of keys [j, e) of tensor t (every kv head): contiguous bytes. */
-static void stream_run(read_stream *rs, int t, int64_t j, int64_t e)
+/* The cursor at the run of keys from j (< rs->stop) of the cursor's tensor
+   that lie one after another in memory (every kv head: contiguous bytes;
+   paged, to the end of the pages that follow each other in the pool). */
+static void stream_from(read_stream *rs, int64_t j)
 {
     const seq_view *sv = rs->sv;
     const fj_problem *p = sv->p;
-    const int64_t *st = t ? p->v_stride : p->k_stride;
-    const void *base = t ? sv->v : sv->k;
-    rs->t = t;
+    const int64_t *st = rs->t ? p->v_stride : p->k_stride;
+    const void *base = rs->t ? sv->v : sv->k;
+    rs->pos = pages_end(sv, st, j, rs->stop);
     rs->next = key_row(sv, base, st, j, rs->hk0);
-    rs->end = rs->next + (e - j) * st[FJ_AXIS_SEQ] * (int64_t)fj_dtype_size(p->dtype);
+    rs->end = rs->next + (rs->pos - j) * st[FJ_AXIS_SEQ] * (int64_t)fj_dtype_size(p->dtype);
 }
 
-/* The run after the cursor's: the block's V after its K, the next block's
-   K after V, nothing past the chunk. */
+/* The cursor at keys [j, e) of tensor t. */
+static void stream_run(read_stream *rs, int t, int64_t j, int64_t e)
+{
+    rs->t = t;
+    rs->stop = e;
+    stream_from(rs, j);
+}
+
+/* The run after the cursor's: the rest of the block's keys in this tensor
+   (the next pages), the block's V after its K, the next block's K after V,
+   nothing past the chunk. */
 static void stream_advance(read_stream *rs)
 {
     if (rs->t < 0) return;
+    if (rs->pos < rs->stop) {
+        stream_from(rs, rs->pos);
+        return;
+    }
     if (rs->t == 0) {
         const int64_t e = rs->c1 - rs->block < BLOCK_KEYS ? rs->c1 : rs->block + BLOCK_KEYS;
         stream_run(rs, 1, rs->block, e);
@@ -1253,7 +1280,7 @@ fj_status fj_cpu_decode_plan_create(fj_pool *pool, const fj_problem *p, fj_cpu_d
         dp->heads_per_task = p->heads_kv < most ? p->heads_kv : most;
     }
     /* the prefetch stream: a task's heads fill whole rows of K and V */
-    dp->stream = !p->paged && !amx && dp->heads_per_task == p->heads_kv &&
+    dp->stream = !amx && dp->heads_per_task == p->heads_kv &&
                  p->k_stride[FJ_AXIS_HEAD] == p->head_dim &&
                  p->k_stride[FJ_AXIS_SEQ] == (int64_t)p->heads_kv * p->head_dim &&
                  p->v_stride[FJ_AXIS_HEAD] == p->head_dim_v &&
