@@ -492,10 +492,10 @@ static void touch_keys(const seq_view *sv, int t, int64_t hk, int64_t a, int64_t
  * side by side and nothing else, and the task takes them all: a block's
  * keys are then one run of bytes in K and one in V (paged: one per run of
  * pages that follow each other in the pool), read K then V, block after
- * block (key_block). The kernels read a piece one
- * head at a time, 2 KiB or more between their consecutive loads, which the
- * hardware's stream prefetchers do not follow; the prefetches go through
- * the same bytes in address order, spread over the compute. */
+ * block (key_block). The kernels read a piece one head at a time, 2 KiB or
+ * more between their consecutive loads, which the hardware's stream
+ * prefetchers do not follow; the prefetches go through the same bytes in
+ * address order, spread over the compute. */
 #define STREAM_PIECES 2
 
 typedef struct read_stream {
