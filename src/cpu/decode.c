@@ -521,12 +521,12 @@ static void stream_from(read_stream *rs, int64_t j)
     rs->end = rs->next + (rs->pos - j) * st[FJ_AXIS_SEQ] * (int64_t)fj_dtype_size(p->dtype);
 }
 
-/* The cursor at keys [j, e) of tensor t. */
-static void stream_run(read_stream *rs, int t, int64_t j, int64_t e)
+/* The cursor at the first run of tensor t's keys of the cursor's block. */
+static void stream_run(read_stream *rs, int t)
 {
     rs->t = t;
-    rs->stop = e;
-    stream_from(rs, j);
+    rs->stop = rs->c1 - rs->block < BLOCK_KEYS ? rs->c1 : rs->block + BLOCK_KEYS;
+    stream_from(rs, rs->block);
 }
 
 /* The run after the cursor's: the rest of the block's keys in this tensor
@@ -540,8 +540,7 @@ static void stream_advance(read_stream *rs)
         return;
     }
     if (rs->t == 0) {
-        const int64_t e = rs->c1 - rs->block < BLOCK_KEYS ? rs->c1 : rs->block + BLOCK_KEYS;
-        stream_run(rs, 1, rs->block, e);
+        stream_run(rs, 1);
         return;
     }
     rs->block += BLOCK_KEYS;
@@ -550,8 +549,7 @@ static void stream_advance(read_stream *rs)
         rs->next = rs->end = NULL;
         return;
     }
-    const int64_t e = rs->c1 - rs->block < BLOCK_KEYS ? rs->c1 : rs->block + BLOCK_KEYS;
-    stream_run(rs, 0, rs->block, e);
+    stream_run(rs, 0);
 }
 
 /* The next `bytes` of the stream for one kernel call (fewer at the end of
@@ -579,8 +577,7 @@ static read_stream stream_open(const seq_view *sv, int64_t hk0, int64_t c0, int6
     read_stream rs = {.sv = sv, .hk0 = hk0, .c1 = c1, .block = c0, .t = -1};
     const fj_cpu_decode_plan *dp = sv->j->dp;
     if (!dp->stream || c0 >= c1) return rs;
-    const int64_t e = c1 - c0 < BLOCK_KEYS ? c1 : c0 + BLOCK_KEYS;
-    stream_run(&rs, 0, c0, e);
+    stream_run(&rs, 0);
     int64_t lead = STREAM_PIECES * dp->piece[0] * sv->p->k_stride[FJ_AXIS_SEQ] *
                    (int64_t)fj_dtype_size(sv->p->dtype);
     while (rs.t >= 0 && lead > 0) {

@@ -96,44 +96,10 @@ AVX512 INLINE void load32(const char *x, fj_dtype t, const bool MASKED, __mmask3
 
 static inline int elem_bytes(fj_dtype t) { return t == FJ_F32 ? 4 : 2; }
 
-/* A call's prefetch run (fj_prefetch_run) in locals: the kernels below take
- * a pointer to one, which inlining keeps in registers. */
-typedef struct pf_cursor {
-    const char *next, *end;
-} pf_cursor;
-
-static inline pf_cursor pf_open(const fj_prefetch_run *pf)
-{
-    pf_cursor c = {NULL, NULL};
-    if (pf) {
-        c.next = pf->next;
-        c.end = pf->end;
-    }
-    return c;
-}
-
-static inline void pf_close(const pf_cursor *c, fj_prefetch_run *pf)
-{
-    if (pf) pf->next = c->next;
-}
-
-/* The next n lines of the run (those left), one for each line just read;
-   into L2, not L1: the run starts pieces ahead of the loads, more bytes than
-   L1 holds next to the task's queries, scores and accumulators (prefetcht0
-   was measured slower: docs/benchmarks.md). */
-static inline __attribute__((always_inline)) void pf_lines(pf_cursor *c, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (c->next < c->end) {
-            _mm_prefetch(c->next, _MM_HINT_T1);
-            c->next += 64;
-        }
-}
-
 /* n rows of head_dim elements (ldb bytes apart) widened into dst (rows dpad
  * floats apart, zeros past head_dim). */
 AVX512 INLINE void widen_rows(const char *src, int64_t ldb, int n, int head_dim, fj_dtype t,
-                              float *dst, int dpad, pf_cursor *pc)
+                              float *dst, int dpad, fj_prefetch_run *pc)
 {
     const int full = head_dim / 32, elem = elem_bytes(t);
     const __mmask32 tail = mask32(head_dim - 32 * full);
@@ -142,13 +108,13 @@ AVX512 INLINE void widen_rows(const char *src, int64_t ldb, int n, int head_dim,
         int c = 0;
         for (; c < full; c++) {
             load32(src + (size_t)32 * c * elem, t, false, 0, &lo, &hi);
-            pf_lines(pc, elem / 2);
+            fj_prefetch_lines(pc, elem / 2);
             _mm512_storeu_ps(dst + 32 * c, lo);
             _mm512_storeu_ps(dst + 32 * c + 16, hi);
         }
         if (32 * c < dpad) {
             load32(src + (size_t)32 * c * elem, t, true, tail, &lo, &hi);
-            pf_lines(pc, elem / 2);
+            fj_prefetch_lines(pc, elem / 2);
             _mm512_storeu_ps(dst + 32 * c, lo);
             _mm512_storeu_ps(dst + 32 * c + 16, hi);
         }
@@ -183,7 +149,7 @@ AVX512 INLINE __m512 fold16(__m512 u0, __m512 u1, __m512 u2, __m512 u3)
  * MASKED; folded (fold4). Two accumulators per key: half the FMA chain. */
 AVX512 INLINE __m512 quad_dots(const __m512 *qv, const char *x0, const char *x1, const char *x2,
                                const char *x3, fj_dtype t, __mmask32 tail, const int NC,
-                               const bool MASKED, pf_cursor *pc)
+                               const bool MASKED, fj_prefetch_run *pc)
 {
     const int elem = elem_bytes(t);
     const char *x[4] = {x0, x1, x2, x3};
@@ -192,7 +158,7 @@ AVX512 INLINE __m512 quad_dots(const __m512 *qv, const char *x0, const char *x1,
     for (int i = 0; i < 4; i++) {
         __m512 lo, hi, s0, s1;
         load32(x[i], t, MASKED && NC == 1, tail, &lo, &hi);
-        pf_lines(pc, NC * elem / 2);
+        fj_prefetch_lines(pc, NC * elem / 2);
         s0 = _mm512_mul_ps(lo, qv[0]);
         s1 = _mm512_mul_ps(hi, qv[1]);
         UNROLL
@@ -211,7 +177,7 @@ AVX512 INLINE __m512 quad_dots(const __m512 *qv, const char *x0, const char *x1,
  * keys, and the rest repeat the last. */
 AVX512 INLINE __m512 dots16(const float *q, const char *row0, int64_t ldb, int n, fj_dtype t,
                             int c0, __mmask32 tail, const int NC, const bool MASKED,
-                            const bool FULL, pf_cursor *pc)
+                            const bool FULL, fj_prefetch_run *pc)
 {
     __m512 qv[8];
     UNROLL
@@ -250,7 +216,7 @@ AVX512 INLINE __m512 dots16(const float *q, const char *row0, int64_t ldb, int n
  * they pushed GCC to spill). */
 AVX512 INLINE void dots16xr(const float *q, int ldq, const int R, const char *row0, int64_t ldb,
                             int n, fj_dtype t, int chunks, __mmask32 tail, const bool MASKED,
-                            const bool FULL, __m512 *d, pf_cursor *pc)
+                            const bool FULL, __m512 *d, fj_prefetch_run *pc)
 {
     const int elem = elem_bytes(t);
     const int whole = MASKED ? chunks - 1 : chunks;
@@ -276,7 +242,7 @@ AVX512 INLINE void dots16xr(const float *q, int ldq, const int R, const char *ro
         for (int i = 0; i < 4; i++) {                                            \
             __m512 lo, hi;                                                       \
             load32(y[i] + (size_t)32 * c * elem, t, M, tail, &lo, &hi);          \
-            pf_lines(pc, elem / 2);                                              \
+            fj_prefetch_lines(pc, elem / 2);                                     \
             /* one load for every row (else GCC folds it into each row's FMA) */ \
             __asm__("" : "+v"(lo), "+v"(hi));                                    \
             UNROLL                                                               \
@@ -303,7 +269,7 @@ AVX512 INLINE void dots16xr(const float *q, int ldq, const int R, const char *ro
  * masked when MASKED (rows that end before it). */
 AVX512 INLINE void scores_group(const float *q, int ldq, int nr, const char *row0, int64_t ldb,
                                 int n, fj_dtype t, int chunks, __mmask32 tail, __m512 alpha,
-                                float *s, int lds, const bool MASKED, pf_cursor *pc)
+                                float *s, int lds, const bool MASKED, fj_prefetch_run *pc)
 {
     int r = 0;
     /* Four rows at a time, the last 2 or 3 together; a last single row too
@@ -364,7 +330,7 @@ AVX512 INLINE void scores_any(const float *q, int ldq, int nr, const void *k, in
                               int head_dim, float alpha, float *s, int lds, float *scratch,
                               fj_dtype t, fj_prefetch_run *pf)
 {
-    pf_cursor pc = pf_open(pf);
+    fj_prefetch_run pc = fj_prefetch_copy(pf);
     const int elem = elem_bytes(t), dpad = round_up(head_dim, FJ_DECODE_PAD);
     const int chunks = dpad / 32;
     const int64_t ldb = k_ld * elem;
@@ -382,12 +348,12 @@ AVX512 INLINE void scores_any(const float *q, int ldq, int nr, const void *k, in
                              &pc);
         } else {
             widen_rows(rows, ldb, n, head_dim, t, scratch, dpad, &pc);
-            pf_cursor none = {NULL, NULL}; /* the widened rows are in L1 */
+            fj_prefetch_run none = {NULL, NULL}; /* the widened rows are in L1 */
             scores_group(q, ldq, nr, (const char *)scratch, dpad * (int64_t)sizeof(float), n,
                          FJ_F32, chunks, 0, va, s + j0, lds, false, &none);
         }
     }
-    pf_close(&pc, pf);
+    fj_prefetch_return(&pc, pf);
 }
 
 /* ---- values ----------------------------------------------------------------- */
@@ -397,7 +363,7 @@ AVX512 INLINE void scores_any(const float *q, int ldq, int nr, const void *k, in
  * MASKED). */
 AVX512 INLINE void values_tile(const float *p, int ldp, const char *row0, int64_t ldb, int n,
                                fj_dtype t, float *acc, int ldacc, int c, __mmask32 tail,
-                               const int NR, const int NC, const bool MASKED, pf_cursor *pc)
+                               const int NR, const int NC, const bool MASKED, fj_prefetch_run *pc)
 {
     const int elem = elem_bytes(t);
     __m512 a[4][8];
@@ -412,7 +378,7 @@ AVX512 INLINE void values_tile(const float *p, int ldp, const char *row0, int64_
         for (int v = 0; v < NC; v++)
             load32(row + (size_t)32 * v * elem, t, MASKED && v == NC - 1, tail, &x[2 * v],
                    &x[2 * v + 1]);
-        pf_lines(pc, NC * elem / 2);
+        fj_prefetch_lines(pc, NC * elem / 2);
         UNROLL
         for (int r = 0; r < NR; r++) {
             const __m512 w = _mm512_set1_ps(p[(size_t)r * ldp + j]);
@@ -455,7 +421,7 @@ AVX512 INLINE void values_tile(const float *p, int ldp, const char *row0, int64_
  * rows x 4 chunks, 3-4 rows x 2). */
 AVX512 INLINE void values_group(const float *p, int ldp, int nr, const char *row0, int64_t ldb,
                                 int n, fj_dtype t, int chunks, __mmask32 tail, float *acc,
-                                int ldacc, const bool MASKED, pf_cursor *pc)
+                                int ldacc, const bool MASKED, fj_prefetch_run *pc)
 {
     for (int r0 = 0; r0 < nr; r0 += 4) {
         const int rows = nr - r0 < 4 ? nr - r0 : 4;
@@ -484,7 +450,7 @@ AVX512 INLINE void values_any(const float *p, int ldp, int nr, const void *v, in
                               int head_dim, float *acc, int ldacc, float *scratch, fj_dtype t,
                               fj_prefetch_run *pf)
 {
-    pf_cursor pc = pf_open(pf);
+    fj_prefetch_run pc = fj_prefetch_copy(pf);
     const int elem = elem_bytes(t), dpad = round_up(head_dim, FJ_DECODE_PAD);
     const int chunks = dpad / 32;
     const int64_t ldb = v_ld * elem;
@@ -493,7 +459,7 @@ AVX512 INLINE void values_any(const float *p, int ldp, int nr, const void *v, in
         if (head_dim % 32)
             values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, true, &pc);
         else values_group(p, ldp, nr, v, ldb, nk, t, chunks, tail, acc, ldacc, false, &pc);
-        pf_close(&pc, pf);
+        fj_prefetch_return(&pc, pf);
         return;
     }
     const int64_t lds = dpad * (int64_t)sizeof(float);
@@ -501,11 +467,11 @@ AVX512 INLINE void values_any(const float *p, int ldp, int nr, const void *v, in
         const int n = nk - j0 < VALUE_GROUP ? nk - j0 : VALUE_GROUP;
         const char *rows = (const char *)v + j0 * ldb;
         widen_rows(rows, ldb, n, head_dim, t, scratch, dpad, &pc);
-        pf_cursor none = {NULL, NULL}; /* the widened rows are in L1 */
+        fj_prefetch_run none = {NULL, NULL}; /* the widened rows are in L1 */
         values_group(p + j0, ldp, nr, (const char *)scratch, lds, n, FJ_F32, chunks, 0, acc, ldacc,
                      false, &none);
     }
-    pf_close(&pc, pf);
+    fj_prefetch_return(&pc, pf);
 }
 
 #define FLOAT_SET(suffix, dtype)                                                                  \
@@ -548,7 +514,7 @@ typedef uint32_t __attribute__((may_alias)) bf16_pair;
  * keys and the rest repeat the last); lane i: the dot with key i. */
 BF16DOT INLINE __m512 dots16_dot(const uint16_t *q, const char *row0, int64_t ldb, int n, int c0,
                                  __mmask32 tail, const int NC, const bool MASKED, const bool FULL,
-                                 pf_cursor *pc)
+                                 fj_prefetch_run *pc)
 {
     __m512bh qv[4];
     UNROLL
@@ -571,7 +537,7 @@ BF16DOT INLINE __m512 dots16_dot(const uint16_t *q, const char *row0, int64_t ld
                                        ? _mm512_maskz_loadu_epi16(tail, y[i] + 64 * c)
                                        : _mm512_loadu_si512(y[i] + 64 * c);
                 a[i] = _mm512_dpbf16_ps(a[i], qv[c], (__m512bh)kv);
-                pf_lines(pc, 1);
+                fj_prefetch_lines(pc, 1);
             }
         }
         u[g] = fold4(a[0], a[1], a[2], a[3]);
@@ -585,7 +551,7 @@ BF16DOT INLINE __m512 dots16_dot(const uint16_t *q, const char *row0, int64_t ld
  * keys and a chunk's R query vectors loaded once per 4 keys. */
 BF16DOT INLINE void dots16xr_dot(const uint16_t *q, int ldq, const int R, const char *row0,
                                  int64_t ldb, int n, int chunks, __mmask32 tail, const bool MASKED,
-                                 const bool FULL, __m512 *d, pf_cursor *pc)
+                                 const bool FULL, __m512 *d, fj_prefetch_run *pc)
 {
     const int whole = MASKED ? chunks - 1 : chunks;
     __m512 u[4][4];
@@ -609,7 +575,7 @@ BF16DOT INLINE void dots16xr_dot(const uint16_t *q, int ldq, const int R, const 
             __m512i kv = M ? _mm512_maskz_loadu_epi16(tail, y[i] + 64 * c)                        \
                            : _mm512_loadu_si512(y[i] + 64 * c);                                   \
             __asm__("" : "+v"(kv)); /* one load for every row */                                  \
-            pf_lines(pc, 1);                                                                      \
+            fj_prefetch_lines(pc, 1);                                                             \
             UNROLL                                                                                \
             for (int r = 0; r < R; r++) a[r][i] = _mm512_dpbf16_ps(a[r][i], qv[r], (__m512bh)kv); \
         }                                                                                         \
@@ -628,7 +594,7 @@ BF16DOT INLINE void dots16xr_dot(const uint16_t *q, int ldq, const int R, const 
 
 BF16DOT INLINE void scores_group_dot(const uint16_t *q, int ldq, int nr, const char *row0,
                                      int64_t ldb, int n, int chunks, __mmask32 tail, __m512 alpha,
-                                     float *s, int lds, const bool MASKED, pf_cursor *pc)
+                                     float *s, int lds, const bool MASKED, fj_prefetch_run *pc)
 {
     int r = 0;
     while (nr - r >= 2) { /* four rows at a time, the last 2 or 3 together */
@@ -683,7 +649,7 @@ BF16DOT static void scores_dot(const void *q, int ldq, int nr, const void *k, in
                                fj_prefetch_run *pf)
 {
     (void)scratch;
-    pf_cursor pc = pf_open(pf);
+    fj_prefetch_run pc = fj_prefetch_copy(pf);
     const int chunks = round_up(head_dim, FJ_DECODE_PAD) / 32;
     const int64_t ldb = k_ld * 2;
     const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
@@ -695,14 +661,15 @@ BF16DOT static void scores_dot(const void *q, int ldq, int nr, const void *k, in
             scores_group_dot(q, ldq, nr, rows, ldb, n, chunks, tail, va, s + j0, lds, true, &pc);
         else scores_group_dot(q, ldq, nr, rows, ldb, n, chunks, tail, va, s + j0, lds, false, &pc);
     }
-    pf_close(&pc, pf);
+    fj_prefetch_return(&pc, pf);
 }
 
 /* acc rows [0, NR) x chunks [c, c + NC) += P V over n keys from row0 (ldb
  * bytes apart), P as bf16 pairs (pp: row r's pair i at pp[r * ldpp + i]). */
 BF16DOT INLINE void values_tile_dot(const bf16_pair *pp, int ldpp, const char *row0, int64_t ldb,
                                     int n, float *acc, int ldacc, int c, __mmask32 tail,
-                                    const int NR, const int NC, const bool MASKED, pf_cursor *pc)
+                                    const int NR, const int NC, const bool MASKED,
+                                    fj_prefetch_run *pc)
 {
     __m512 a[4][8];
     UNROLL
@@ -723,7 +690,7 @@ BF16DOT INLINE void values_tile_dot(const bf16_pair *pp, int ldpp, const char *r
             x[2 * v] = _mm512_unpacklo_epi16(lo, hi);
             x[2 * v + 1] = _mm512_unpackhi_epi16(lo, hi);
         }
-        pf_lines(pc, 2 * NC);
+        fj_prefetch_lines(pc, 2 * NC);
         UNROLL
         for (int r = 0; r < NR; r++) {
             const __m512bh w = (__m512bh)_mm512_set1_epi32((int)pp[(size_t)r * ldpp + j / 2]);
@@ -741,7 +708,7 @@ BF16DOT static void values_dot(const float *p, int ldp, int nr, const void *v, i
                                int head_dim, float *acc, int ldacc, float *scratch,
                                fj_prefetch_run *pf)
 {
-    pf_cursor pc = pf_open(pf);
+    fj_prefetch_run pc = fj_prefetch_copy(pf);
     const int chunks = round_up(head_dim, FJ_DECODE_PAD) / 32;
     const int64_t ldb = v_ld * 2;
     const __mmask32 tail = mask32(head_dim - 32 * (chunks - 1));
@@ -775,7 +742,7 @@ BF16DOT static void values_dot(const float *p, int ldp, int nr, const void *v, i
             c += nc;
         }
     }
-    pf_close(&pc, pf);
+    fj_prefetch_return(&pc, pf);
 }
 
 static const fj_decode_kernels dot_set = {

@@ -67,15 +67,6 @@ INLINE vfloat sum8(const vfloat a[8])
 
 static int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
-/* The next n lines of the prefetch run (decode_kernels.h), those left: one
-   for each line of K or V read from memory, into L2. */
-INLINE void pf_lines(fj_prefetch_run *pf, int n)
-{
-    if (!pf) return;
-    for (int i = 0; i < n && pf->next < pf->end; i++, pf->next += 64)
-        __builtin_prefetch(pf->next, 0, 2);
-}
-
 /* The block's rows as floats: in place when they are f32 rows a multiple of
  * 8 long, else converted into scratch (rows dpad apart, zeros past
  * head_dim up to a multiple of 8). */
@@ -87,13 +78,13 @@ static const float *float_rows(const void *x, int64_t ld, int n, int head_dim, f
         return x;
     }
     const int dpad = round_up(head_dim, FJ_DECODE_PAD);
-    if (pf && pf->next < pf->end) { /* a row at a time, the run's lines between */
+    if (pf->next < pf->end) { /* a row at a time, the run's lines between */
         const int64_t es = t == FJ_F32 ? 4 : 2;
         const int lines = (int)((head_dim * es + 63) / 64);
         for (int j = 0; j < n; j++) {
             fj_load_f32(scratch + (size_t)j * dpad, dpad, (const char *)x + j * ld * es, t, ld, 1,
                         head_dim);
-            pf_lines(pf, lines);
+            fj_prefetch_lines(pf, lines);
         }
     } else {
         fj_load_f32(scratch, dpad, x, t, ld, n, head_dim);
@@ -121,7 +112,7 @@ static void scores_rows(const float *q, int ldq, int nr, const float *k, int64_t
                 vfloat qv = vload(qr + LANES * c);
                 for (int i = 0; i < LANES; i++) acc[i] += vload(key[i] + LANES * c) * qv;
                 /* the first row's pass reads the keys: a line of each per two vectors */
-                if (r == 0 && (c & 1)) pf_lines(pf, LANES);
+                if (r == 0 && (c & 1)) fj_prefetch_lines(pf, LANES);
             }
             vfloat sc = sum8(acc) * alpha;
             float *out = s + (size_t)r * lds + j0;
@@ -147,7 +138,7 @@ static void accumulate_rows(const float *p, int ldp, int nr, const float *v, int
             for (int j = 0; j < nk; j++) {
                 const float *row = v + j * ldv + c0;
                 for (int c = 0; c < 8; c++) a[c] += pr[j] * vload(row + LANES * c);
-                if (r == 0) pf_lines(pf, 4); /* the first row's pass reads the values */
+                if (r == 0) fj_prefetch_lines(pf, 4); /* the first row's pass reads the values */
             }
             for (int c = 0; c < 8; c++) vstore(ar + c0 + LANES * c, a[c]);
         }
@@ -155,7 +146,7 @@ static void accumulate_rows(const float *p, int ldp, int nr, const float *v, int
             vfloat a = vload(ar + c0);
             for (int j = 0; j < nk; j++) {
                 a += pr[j] * vload(v + j * ldv + c0);
-                if (r == 0 && (j & 1)) pf_lines(pf, 1);
+                if (r == 0 && (j & 1)) fj_prefetch_lines(pf, 1);
             }
             vstore(ar + c0, a);
         }
@@ -167,17 +158,21 @@ static void accumulate_rows(const float *p, int ldp, int nr, const float *v, int
                                 int nk, int head_dim, float alpha, float *s, int lds,             \
                                 float *scratch, fj_prefetch_run *pf)                              \
     {                                                                                             \
+        fj_prefetch_run pc = fj_prefetch_copy(pf);                                                \
         int64_t ldk;                                                                              \
-        const float *kf = float_rows(k, k_ld, nk, head_dim, dtype, scratch, &ldk, pf);            \
-        scores_rows(q, ldq, nr, kf, ldk, nk, head_dim, alpha, s, lds, kf == k ? pf : NULL);       \
+        const float *kf = float_rows(k, k_ld, nk, head_dim, dtype, scratch, &ldk, &pc);           \
+        scores_rows(q, ldq, nr, kf, ldk, nk, head_dim, alpha, s, lds, &pc);                       \
+        fj_prefetch_return(&pc, pf);                                                              \
     }                                                                                             \
     static void accumulate_##suffix(const float *p, int ldp, int nr, const void *v, int64_t v_ld, \
                                     int nk, int head_dim, float *acc, int ldacc, float *scratch,  \
                                     fj_prefetch_run *pf)                                          \
     {                                                                                             \
+        fj_prefetch_run pc = fj_prefetch_copy(pf);                                                \
         int64_t ldv;                                                                              \
-        const float *vf = float_rows(v, v_ld, nk, head_dim, dtype, scratch, &ldv, pf);            \
-        accumulate_rows(p, ldp, nr, vf, ldv, nk, head_dim, acc, ldacc, vf == v ? pf : NULL);      \
+        const float *vf = float_rows(v, v_ld, nk, head_dim, dtype, scratch, &ldv, &pc);           \
+        accumulate_rows(p, ldp, nr, vf, ldv, nk, head_dim, acc, ldacc, &pc);                      \
+        fj_prefetch_return(&pc, pf);                                                              \
     }
 
 GENERIC_SET(f32, FJ_F32)

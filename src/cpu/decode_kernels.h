@@ -43,6 +43,30 @@ typedef struct fj_prefetch_run {
     const char *next, *end;
 } fj_prefetch_run;
 
+/* A kernel call's run in locals (an empty one for NULL), which inlining keeps
+ * in registers, and where it stopped given back to the caller's. */
+static inline fj_prefetch_run fj_prefetch_copy(const fj_prefetch_run *pf)
+{
+    fj_prefetch_run r = {NULL, NULL};
+    if (pf) r = *pf;
+    return r;
+}
+
+static inline void fj_prefetch_return(const fj_prefetch_run *local, fj_prefetch_run *pf)
+{
+    if (pf) pf->next = local->next;
+}
+
+/* The next n lines of run r (those left), one for each line of K or V just
+ * read; into L2 (prefetcht1), not L1: the run starts pieces ahead of the
+ * loads, more bytes than L1 holds next to the task's queries, scores and
+ * accumulators (prefetcht0 was measured slower: docs/benchmarks.md). */
+static inline __attribute__((always_inline)) void fj_prefetch_lines(fj_prefetch_run *r, int n)
+{
+    for (int i = 0; i < n && r->next < r->end; i++, r->next += 64)
+        __builtin_prefetch(r->next, 0, 2);
+}
+
 typedef struct fj_decode_kernels {
     const char *name; /* "avx512-bf16", "avx512", "generic" for describe */
     /* The queries the scores kernel takes are bf16 (the problem's own bf16
